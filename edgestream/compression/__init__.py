@@ -1,0 +1,1 @@
+"""edgestream.compression — see DESIGN.md."""

@@ -1,0 +1,440 @@
+"""The experiment configuration: pydantic models of the YAML file, defaults, presets and validation.
+
+Field names follow ../shared/DESIGN.md ("Experiment configuration"). Unknown fields are errors so a
+typo never passes silently. `load_config(path)` raises `ConfigError` whose `problems` are one line
+each, naming the field path, the bad value and what is allowed, e.g.
+``devices.count: -3 is not allowed; must be >= 1``.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+RATE_PRESETS = ("S1", "S2", "S1'", "S2'")
+PRESET_ALIASES = {"S1p": "S1'", "S2p": "S2'", "S1prime": "S1'", "S2prime": "S2'"}
+DISTRIBUTIONS = ("constant", "uniform", "normal", "lognormal", "exponential", "trace")
+VARIATIONS = ("none", "sinusoid", "random_walk", "bursts")
+DATASET_NAMES = ("digits", "synthetic", "cifar10", "cifar100", "mnist")
+PARTITIONS = ("iid", "labels", "dirichlet")
+MODEL_NAMES = ("mlp", "cnn-small", "resnet18", "resnet20", "vgg-small")
+ALGORITHM_NAMES = (
+    "ddl", "scadles", "abs-sgd", "dbs-sgd", "local-sgd", "fixed-adacomm", "adacomm",
+    "asp", "ssp", "dssp", "consgd", "dynsgd", "elastic-bsp", "adsp",
+)
+COMPRESSORS = ("none", "fp16", "topk", "randomk", "qsgd", "adaptive-topk")
+MEMORIES = ("none", "residual", "dgc")
+ENGINES = ("sim", "local")
+#: Client settings a user may pass through to librdkafka (brokers on a WAN need them).
+CLIENT_KEY_PREFIXES = ("security.protocol", "sasl.", "ssl.", "client.id", "socket.", "request.timeout.ms")
+
+
+class ConfigError(ValueError):
+    """An invalid experiment config; `problems` holds one human-readable line per problem."""
+
+    def __init__(self, problems: list[str], source: str = "config") -> None:
+        self.problems = problems
+        self.source = source
+        super().__init__(f"{source}: {len(problems)} problem(s)\n" + "\n".join(problems))
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class DataConfig(_Model):
+    dataset: Literal["digits", "synthetic", "cifar10", "cifar100", "mnist"] = "digits"
+    root: str | None = None
+    partition: Literal["iid", "labels", "dirichlet"] = "iid"
+    labels_per_device: int = Field(1, ge=1)
+    alpha: float = Field(0.5, gt=0)
+    shape: list[int] | None = None
+    num_classes: int | None = Field(None, ge=2)
+    n_train: int | None = Field(None, ge=10)
+    n_test: int | None = Field(None, ge=10)
+
+    @field_validator("shape")
+    @classmethod
+    def _shape(cls, v: list[int] | None) -> list[int] | None:
+        if v is not None and (len(v) != 3 or any(d < 1 for d in v)):
+            raise ValueError("must be [channels, height, width] with every entry >= 1")
+        return v
+
+    @model_validator(mode="after")
+    def _root(self) -> DataConfig:
+        if self.dataset in ("cifar10", "cifar100", "mnist") and not self.root:
+            raise ValueError(f"root: required for dataset {self.dataset!r} (the folder holding its files)")
+        return self
+
+
+class RatesConfig(_Model):
+    """Per-device stream rates S_i: a preset of paper 004 Table I, or a distribution."""
+
+    preset: str | None = None
+    distribution: Literal["constant", "uniform", "normal", "lognormal", "exponential", "trace"] | None = None
+    rate: float | None = Field(None, gt=0)
+    low: float | None = Field(None, ge=0)
+    high: float | None = Field(None, gt=0)
+    mean: float | None = Field(None, gt=0)
+    std: float | None = Field(None, ge=0)
+    sigma: float | None = Field(None, ge=0)
+    path: str | None = None
+    min_rate: float = Field(1.0, gt=0)
+
+    _required = {
+        "constant": ("rate",), "uniform": ("low", "high"), "normal": ("mean", "std"),
+        "lognormal": ("mean", "sigma"), "exponential": ("mean",), "trace": ("path",),
+    }
+
+    @field_validator("preset")
+    @classmethod
+    def _preset(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        v = PRESET_ALIASES.get(v, v)
+        if v not in RATE_PRESETS:
+            raise ValueError(f"must be one of {', '.join(RATE_PRESETS)}")
+        return v
+
+    @model_validator(mode="after")
+    def _combination(self) -> RatesConfig:
+        if (self.preset is None) == (self.distribution is None):
+            raise ValueError("give exactly one of 'preset' or 'distribution'")
+        given = {k for k in ("rate", "low", "high", "mean", "std", "sigma", "path") if getattr(self, k) is not None}
+        if self.preset is not None:
+            if given:
+                raise ValueError(f"preset {self.preset!r} takes no other fields (got {', '.join(sorted(given))})")
+            return self
+        need = self._required[self.distribution]
+        missing = [k for k in need if getattr(self, k) is None]
+        if missing:
+            raise ValueError(f"distribution {self.distribution!r} needs {', '.join(need)}; "
+                             f"missing {', '.join(missing)}")
+        extra = given - set(need)
+        if extra:
+            raise ValueError(f"distribution {self.distribution!r} takes only {', '.join(need)}; "
+                             f"remove {', '.join(sorted(extra))}")
+        if self.distribution == "uniform" and self.low >= self.high:
+            raise ValueError(f"uniform needs low < high (got low={self.low}, high={self.high})")
+        return self
+
+    def spec(self) -> dict[str, Any]:
+        """The plain dict streams.build_rate_model takes (without min_rate)."""
+        return self.model_dump(exclude_none=True, exclude={"min_rate"})
+
+
+class VariationConfig(_Model):
+    """Intra-device rate variation over time."""
+
+    kind: Literal["none", "sinusoid", "random_walk", "bursts"] = "none"
+    period_s: float | None = Field(None, gt=0)
+    amplitude: float | None = Field(None, ge=0, lt=1)
+    sigma: float | None = Field(None, ge=0)
+    step_s: float | None = Field(None, gt=0)
+    every_s: float | None = Field(None, gt=0)
+    duration_s: float | None = Field(None, gt=0)
+    factor: float | None = Field(None, gt=0)
+
+    _allowed = {
+        "none": (), "sinusoid": ("period_s", "amplitude"), "random_walk": ("sigma", "step_s"),
+        "bursts": ("every_s", "duration_s", "factor"),
+    }
+
+    @model_validator(mode="after")
+    def _fields(self) -> VariationConfig:
+        allowed = self._allowed[self.kind]
+        given = {k for k in ("period_s", "amplitude", "sigma", "step_s", "every_s", "duration_s", "factor")
+                 if getattr(self, k) is not None}
+        extra = given - set(allowed)
+        if extra:
+            raise ValueError(f"variation {self.kind!r} takes only {', '.join(allowed) or 'no fields'}; "
+                             f"remove {', '.join(sorted(extra))}")
+        return self
+
+    def spec(self) -> dict[str, Any]:
+        return self.model_dump(exclude_none=True)
+
+
+class ComputeConfig(_Model):
+    """Step time t_i(b) = (base_s + per_sample_s * b) * static_i * (1 + U(0, dynamic))."""
+
+    static: list[float] = Field(default_factory=lambda: [1.0], min_length=1)
+    dynamic: float = Field(0.0, ge=0)
+    base_s: float | None = Field(None, ge=0)
+    per_sample_s: float | None = Field(None, ge=0)
+
+    @field_validator("static")
+    @classmethod
+    def _positive(cls, v: list[float]) -> list[float]:
+        if any(s <= 0 for s in v):
+            raise ValueError("every static factor must be > 0")
+        return v
+
+
+class NetworkConfig(_Model):
+    latency_ms: float = Field(5.0, ge=0)
+    bandwidth_mbps: float = Field(1000.0, gt=0)
+
+
+class DevicesConfig(_Model):
+    count: int = Field(16, ge=1, le=4096)
+    rates: RatesConfig = Field(default_factory=lambda: RatesConfig(preset="S1"))
+    variation: VariationConfig = Field(default_factory=VariationConfig)
+    compute: ComputeConfig = Field(default_factory=ComputeConfig)
+    network: NetworkConfig = Field(default_factory=NetworkConfig)
+
+
+class ModelConfig(_Model):
+    name: Literal["mlp", "cnn-small", "resnet18", "resnet20", "vgg-small"] = "cnn-small"
+
+
+class OptimConfig(_Model):
+    lr: float = Field(0.1, gt=0)
+    momentum: float = Field(0.9, ge=0, lt=1)
+    weight_decay: float = Field(1e-4, ge=0)
+    milestones: list[float] = Field(default_factory=list)
+    gamma: float = Field(0.2, gt=0, le=1)
+
+
+class BatchConfig(_Model):
+    policy: Literal["fixed", "rate", "available"]
+    size: int | None = Field(None, ge=1)
+    min: int | None = Field(None, ge=1)
+    max: int | None = Field(None, ge=1)
+
+    @model_validator(mode="after")
+    def _fields(self) -> BatchConfig:
+        if self.policy == "fixed":
+            if self.size is None:
+                self.size = 64
+            if self.min is not None or self.max is not None:
+                raise ValueError("policy 'fixed' takes only 'size'")
+        elif self.policy == "rate":
+            if self.size is not None:
+                raise ValueError("policy 'rate' takes 'min' and 'max', not 'size'")
+            self.min = 8 if self.min is None else self.min
+            self.max = 1024 if self.max is None else self.max
+            if self.min > self.max:
+                raise ValueError(f"min ({self.min}) must be <= max ({self.max})")
+        else:
+            if self.size is not None or self.min is not None:
+                raise ValueError("policy 'available' takes only 'max'")
+            self.max = 512 if self.max is None else self.max
+        return self
+
+    def spec(self) -> dict[str, Any]:
+        return self.model_dump(exclude_none=True)
+
+
+class InjectionConfig(_Model):
+    """ScaDLES randomized data injection: ceil(alpha*M) peers get floor(beta*b_i) samples each step."""
+
+    alpha: float = Field(0.1, gt=0, le=1)
+    beta: float = Field(0.1, gt=0, le=1)
+    mode: Literal["samples", "labels"] = "samples"
+
+
+#: Batch policy an algorithm uses when the config gives none.
+DEFAULT_BATCH = {"scadles": {"policy": "rate", "min": 8, "max": 1024}}
+
+
+class AlgorithmConfig(_Model):
+    name: Literal[
+        "ddl", "scadles", "abs-sgd", "dbs-sgd", "local-sgd", "fixed-adacomm", "adacomm",
+        "asp", "ssp", "dssp", "consgd", "dynsgd", "elastic-bsp", "adsp",
+    ] = "scadles"
+    batch: BatchConfig | None = None
+    buffer: Literal["persist", "truncate"] = "persist"
+    injection: InjectionConfig | None = None
+    params: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _default_batch(self) -> AlgorithmConfig:
+        if self.batch is None:
+            self.batch = BatchConfig(**DEFAULT_BATCH.get(self.name, {"policy": "fixed"}))
+        return self
+
+
+class CompressionConfig(_Model):
+    name: Literal["none", "fp16", "topk", "randomk", "qsgd", "adaptive-topk"] = "none"
+    ratio: float = Field(0.1, gt=0, le=1)
+    delta: float = Field(0.3, ge=0)
+    levels: int = Field(256, ge=2)
+    memory: Literal["none", "residual", "dgc"] | None = None
+    statistic: Literal["ewma", "reference"] = "ewma"
+
+    def spec(self) -> dict[str, Any]:
+        return self.model_dump(exclude_none=True)
+
+
+class StopConfig(_Model):
+    target_accuracy: float | None = Field(0.9, gt=0, le=1)
+    max_time_s: float | None = Field(600.0, gt=0)
+    max_steps: int | None = Field(None, ge=1)
+
+    @model_validator(mode="after")
+    def _some_stop(self) -> StopConfig:
+        if self.max_time_s is None and self.max_steps is None:
+            raise ValueError("give max_time_s or max_steps (or both) so a run ends")
+        return self
+
+
+class EvalConfig(_Model):
+    every_s: float = Field(5.0, gt=0)
+
+
+class RuntimeConfig(_Model):
+    engine: Literal["sim", "local"] = "sim"
+    bootstrap: str | None = None
+    out: str = "runs/"
+    kafka_client: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("bootstrap")
+    @classmethod
+    def _bootstrap(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        for part in v.split(","):
+            host, _, port = part.strip().rpartition(":")
+            if not host or not port.isdigit() or not 0 < int(port) < 65536:
+                raise ValueError("must be HOST:PORT[,HOST:PORT...]")
+        return v
+
+    @field_validator("kafka_client")
+    @classmethod
+    def _client_keys(cls, v: dict[str, str]) -> dict[str, str]:
+        for key in v:
+            if not key.startswith(CLIENT_KEY_PREFIXES):
+                raise ValueError(f"key {key!r} is not a pass-through client setting; allowed: "
+                                 + ", ".join(p + ("*" if p.endswith(".") else "") for p in CLIENT_KEY_PREFIXES))
+        return {k: str(val) for k, val in v.items()}
+
+
+class ExperimentConfig(_Model):
+    name: str = Field("edgestream", pattern=r"^[A-Za-z0-9][A-Za-z0-9_\-]*$", max_length=100)
+    seed: int = 0
+    data: DataConfig = Field(default_factory=DataConfig)
+    devices: DevicesConfig = Field(default_factory=DevicesConfig)
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    optim: OptimConfig = Field(default_factory=OptimConfig)
+    algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
+    compression: CompressionConfig = Field(default_factory=CompressionConfig)
+    stop: StopConfig = Field(default_factory=StopConfig)
+    eval: EvalConfig = Field(default_factory=EvalConfig)
+    runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)
+
+    def to_yaml(self) -> str:
+        """The fully resolved config as YAML (fields that do not apply to the chosen kind left out)."""
+        raw = self.model_dump(mode="json")
+        for section in (raw["devices"]["rates"], raw["devices"]["variation"], raw["algorithm"]["batch"]):
+            for key in [k for k, v in section.items() if v is None]:
+                del section[key]
+        return yaml.safe_dump(raw, sort_keys=False)
+
+
+# ---------------------------------------------------------------- error formatting
+
+
+
+def _allowed_fields(model: type[BaseModel], loc: tuple) -> list[str]:
+    """Field names allowed at the parent of `loc` (for unknown-field messages)."""
+    cur: Any = model
+    for part in loc[:-1]:
+        if isinstance(part, int) or not (isinstance(cur, type) and issubclass(cur, BaseModel)):
+            return []
+        field = cur.model_fields.get(part)
+        if field is None:
+            return []
+        ann = field.annotation
+        args = getattr(ann, "__args__", ())
+        cur = next((a for a in (ann, *args) if isinstance(a, type) and issubclass(a, BaseModel)), None)
+    if isinstance(cur, type) and issubclass(cur, BaseModel):
+        return list(cur.model_fields)
+    return []
+
+
+def _describe(err: dict, model: type[BaseModel]) -> str:
+    loc = tuple(p for p in err["loc"] if p not in ("function-after",) and not str(p).startswith("function"))
+    path = ".".join(str(p) for p in loc) or "(top level)"
+    typ, ctx, value = err["type"], err.get("ctx", {}), err.get("input")
+    shown = yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("...").strip() \
+        if isinstance(value, (int, float, str, bool, list)) or value is None else repr(value)
+    bounds = {"greater_than_equal": ">=", "greater_than": ">", "less_than_equal": "<=", "less_than": "<"}
+    if typ in bounds:
+        limit = next(iter(ctx.values()))
+        limit = int(limit) if isinstance(limit, float) and limit.is_integer() else limit
+        return f"{path}: {shown} is not allowed; must be {bounds[typ]} {limit}"
+    if typ == "extra_forbidden":
+        allowed = _allowed_fields(model, loc)
+        hint = f"; allowed fields: {', '.join(allowed)}" if allowed else ""
+        return f"{path}: unknown field{hint}"
+    if typ == "literal_error":
+        return f"{path}: {shown} is not allowed; must be one of {ctx.get('expected', '')}"
+    if typ == "missing":
+        return f"{path}: required field is missing"
+    if typ in ("too_short", "too_long"):
+        return f"{path}: {shown} is not allowed; {err['msg'].lower()}"
+    if typ == "string_pattern_mismatch":
+        return f"{path}: {shown} is not allowed; use letters, digits, '-' and '_' (starting with a letter or digit)"
+    msg = err["msg"].removeprefix("Value error, ")
+    head, colon, rest = msg.partition(": ")
+    if typ == "value_error" and colon and " " not in head:  # "field: message" from a model validator
+        return f"{path}.{head}: {rest}"
+    if typ == "value_error":
+        if value is None or isinstance(value, dict):
+            return f"{path}: {msg}"
+        return f"{path}: {shown} is not allowed; {msg}"
+    return f"{path}: {shown} is not allowed; {msg[0].lower() + msg[1:]}"
+
+
+def validate_dict(raw: Any, source: str = "config") -> ExperimentConfig:
+    """Validate a parsed YAML document; raise ConfigError listing every problem."""
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError([f"(top level): must be a mapping of fields, got {type(raw).__name__}"], source)
+    try:
+        return ExperimentConfig.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError([_describe(e, ExperimentConfig) for e in exc.errors()], source) from None
+
+
+def load_config(path: str | Path, overrides: list[str] | None = None) -> ExperimentConfig:
+    """Read, apply `key.path=value` overrides (values parsed as YAML), and validate a config file."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError([f"{p}: no such file"], str(p))
+    try:
+        raw = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as exc:
+        raise ConfigError([f"{p}: not valid YAML: " + " ".join(str(exc).split())], str(p)) from None
+    raw = {} if raw is None else raw
+    for item in overrides or []:
+        apply_override(raw, item)
+    return validate_dict(raw, str(p))
+
+
+def apply_override(raw: dict, item: str) -> None:
+    """Set `a.b.c=value` in a raw config dict (value parsed as YAML)."""
+    key, sep, value = item.partition("=")
+    if not sep or not key:
+        raise ConfigError([f"--set {item!r}: expected KEY.PATH=VALUE"])
+    parts = key.strip().split(".")
+    cur = raw
+    for part in parts[:-1]:
+        nxt = cur.get(part)
+        if not isinstance(nxt, dict):
+            nxt = {}
+            cur[part] = nxt
+        cur = nxt
+    cur[parts[-1]] = yaml.safe_load(value)
+
+
+def uniform_bounds(mean: float, std: float) -> tuple[float, float]:
+    """Bounds of the uniform distribution with this mean and std: mean -/+ sqrt(3) std."""
+    half = math.sqrt(3.0) * std
+    return mean - half, mean + half

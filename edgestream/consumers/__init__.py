@@ -1,0 +1,1 @@
+"""edgestream.consumers — see DESIGN.md."""

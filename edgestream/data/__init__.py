@@ -1,0 +1,1 @@
+"""edgestream.data — see DESIGN.md."""

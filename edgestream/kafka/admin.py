@@ -1,0 +1,108 @@
+"""Topic administration: create a run's topics idempotently, list and delete them, check reachability."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from edgestream.kafka.broker import MAX_MESSAGE_BYTES
+from edgestream.kafka.clients import admin_config
+
+
+class KafkaUnavailable(RuntimeError):
+    """The broker at a bootstrap address did not answer after retries."""
+
+
+def admin_client(bootstrap: str, security: Mapping[str, str] | None = None) -> AdminClient:
+    return AdminClient(admin_config(bootstrap, security, log_level=3))
+
+
+def wait_for_broker(bootstrap: str, security: Mapping[str, str] | None = None, *, attempts: int = 5,
+                    first_backoff_s: float = 0.5) -> None:
+    """Retry cluster metadata with exponential backoff; KafkaUnavailable names the address otherwise."""
+    admin = AdminClient(admin_config(bootstrap, security, log_level=0))
+    backoff, last = first_backoff_s, None
+    for attempt in range(attempts):
+        try:
+            if admin.list_topics(timeout=max(2.0, backoff)).brokers:
+                return
+        except KafkaException as exc:
+            last = exc
+        if attempt < attempts - 1:
+            time.sleep(backoff)
+            backoff *= 2
+    raise KafkaUnavailable(f"no Kafka broker answered at {bootstrap} after {attempts} attempts"
+                           + (f" ({last})" if last else "") + "; check the address, or leave bootstrap unset "
+                           "to use the managed local broker")
+
+
+def create_topics(bootstrap: str, topics: Mapping[str, int] | Iterable[str], *,
+                  max_message_bytes: int = MAX_MESSAGE_BYTES, security: Mapping[str, str] | None = None,
+                  config: Mapping[str, str] | None = None, timeout: float = 30.0) -> list[str]:
+    """Create topics (name -> partitions, or names with 1 partition) unless they exist; return those created.
+
+    Topic-level `max.message.bytes` is set explicitly; auto-creation is never relied on.
+    """
+    wanted = dict(topics) if isinstance(topics, Mapping) else {t: 1 for t in topics}
+    if not wanted:
+        return []
+    admin = admin_client(bootstrap, security)
+    existing = set(admin.list_topics(timeout=timeout).topics)
+    todo = [t for t in wanted if t not in existing]
+    topic_config = {"max.message.bytes": str(max_message_bytes)} | dict(config or {})
+    created: list[str] = []
+    if todo:
+        futures = admin.create_topics([NewTopic(t, num_partitions=wanted[t], replication_factor=1,
+                                                config=topic_config) for t in todo], operation_timeout=timeout)
+        for name, fut in futures.items():
+            try:
+                fut.result()
+                created.append(name)
+            except KafkaException as exc:
+                if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                    raise
+    _wait_visible(admin, list(wanted), timeout)
+    return created
+
+
+def _wait_visible(admin: AdminClient, names: list[str], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        md = admin.list_topics(timeout=timeout)
+        missing = [n for n in names if n not in md.topics or md.topics[n].error is not None
+                   or any(p.leader < 0 for p in md.topics[n].partitions.values())]
+        if not missing:
+            return
+        if time.monotonic() > deadline:
+            raise KafkaUnavailable(f"topics not ready after {timeout:.0f} s: {', '.join(missing[:5])}")
+        time.sleep(0.1)
+
+
+def list_topics(bootstrap: str, prefix: str = "", security: Mapping[str, str] | None = None) -> list[str]:
+    md = admin_client(bootstrap, security).list_topics(timeout=30)
+    return sorted(t for t in md.topics if t.startswith(prefix) and not t.startswith("__"))
+
+
+def delete_topics(bootstrap: str, names: Iterable[str], security: Mapping[str, str] | None = None,
+                  timeout: float = 30.0) -> list[str]:
+    names = list(names)
+    if not names:
+        return []
+    admin = admin_client(bootstrap, security)
+    deleted = []
+    for name, fut in admin.delete_topics(names, operation_timeout=timeout).items():
+        try:
+            fut.result()
+            deleted.append(name)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
+                raise
+    return deleted
+
+
+def delete_run_topics(bootstrap: str, run: str, security: Mapping[str, str] | None = None) -> list[str]:
+    """Delete every topic of a run (`<run>.dev.*`, `.inj.*`, `.dlq`, `.ps.*`)."""
+    return delete_topics(bootstrap, list_topics(bootstrap, f"{run}.", security), security)

@@ -1,0 +1,306 @@
+"""The managed local Apache Kafka broker: one KRaft node (broker + controller) on 127.0.0.1.
+
+`LocalBroker` is used by the CLI (`edgestream broker start|status|stop`), by `make demo` and by the
+test fixture. The data dir identifies an instance: it holds the KRaft storage, server.properties,
+the broker's logs and `broker.json` (pid, ports, bootstrap), so two brokers with two dirs and two
+ports run side by side, and a restart on the same dir keeps the data (and, when free, the ports).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from edgestream.kafka.jars import DEFAULT_KAFKA_VERSION, BrokerError, find_java, resolve_jars
+
+STATE_FILE = "broker.json"
+LOG4J = Path(__file__).with_name("log4j.properties")
+#: Largest message the broker accepts: 16 MiB of sample or model payload plus batch overhead.
+MAX_MESSAGE_BYTES = 16 * 1024 * 1024 + 1024 * 1024
+
+
+def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
+    """True when something listens on (host, port) or the port cannot be bound."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def free_port(avoid: set[int] | None = None) -> int:
+    """An ephemeral port that is free right now (and not in `avoid`)."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in (avoid or set()):
+            return port
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie child counts as gone
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def _is_our_broker(pid: int, data_dir: Path) -> bool:
+    """Guard against pid reuse: the process must be kafka.Kafka started on this data dir."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return _pid_alive(pid)
+    return "kafka.Kafka" in cmdline and str(data_dir) in cmdline
+
+
+def _tcp_open(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def admin_answers(bootstrap: str, timeout: float = 5.0) -> bool:
+    """True when an AdminClient gets cluster metadata from `bootstrap` within `timeout` seconds."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0, "socket.connection.setup.timeout.ms": 2000})
+    try:
+        md = admin.list_topics(timeout=timeout)
+        return bool(md.brokers)
+    except Exception:
+        return False
+
+
+def _tail(path: Path, lines: int = 30) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log written)"
+
+
+class LocalBroker:
+    """A single-node Kafka broker (KRaft, combined broker+controller) bound to 127.0.0.1.
+
+    data_dir None: a temporary dir removed by stop(). port None: the port recorded in the data dir's
+    state (a restart), else a free ephemeral port. Use as a context manager, or start()/stop().
+    """
+
+    def __init__(self, data_dir: str | Path | None = None, port: int | None = None,
+                 kafka_version: str = DEFAULT_KAFKA_VERSION, heap: str = "512m", log=None) -> None:
+        self._temp = data_dir is None
+        self.data_dir = Path(tempfile.mkdtemp(prefix="edgestream-broker-") if data_dir is None else data_dir).resolve()
+        self.port = port
+        self.kafka_version = kafka_version
+        self.heap = heap
+        self.controller_port: int | None = None
+        self.pid: int | None = None
+        self._proc: subprocess.Popen | None = None
+        self._log = log or (lambda msg: None)
+
+    # ------------------------------------------------------------------ state
+    @property
+    def bootstrap(self) -> str:
+        if self.port is None:
+            raise BrokerError("the broker has no port yet: start() it first")
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def state_path(self) -> Path:
+        return self.data_dir / STATE_FILE
+
+    def read_state(self) -> dict:
+        try:
+            return json.loads(self.state_path.read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def _write_state(self, **fields) -> None:
+        state = self.read_state() | fields
+        tmp = self.state_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(state, indent=2))
+        tmp.replace(self.state_path)
+
+    def running_pid(self) -> int | None:
+        """The pid of this dir's broker when it is alive, else None."""
+        pid = self.read_state().get("pid")
+        if pid and _pid_alive(pid) and _is_our_broker(pid, self.data_dir):
+            return pid
+        return None
+
+    def status(self) -> dict:
+        """{'running', 'answering', 'pid', 'bootstrap', 'data_dir', 'kafka_version'} for this data dir."""
+        state = self.read_state()
+        pid = self.running_pid()
+        bootstrap = state.get("bootstrap")
+        return {
+            "running": pid is not None,
+            "answering": bool(pid and bootstrap and admin_answers(bootstrap, timeout=5)),
+            "pid": pid,
+            "bootstrap": bootstrap,
+            "data_dir": str(self.data_dir),
+            "kafka_version": state.get("kafka_version"),
+        }
+
+    # ------------------------------------------------------------------ start
+    def _server_properties(self) -> Path:
+        props = {
+            "process.roles": "broker,controller",
+            "node.id": "1",
+            "controller.quorum.voters": f"1@127.0.0.1:{self.controller_port}",
+            "listeners": f"PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}",
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+            "log.dirs": str(self.data_dir / "kraft"),
+            # fit for tests and a single node
+            "offsets.topic.replication.factor": "1",
+            "offsets.topic.num.partitions": "8",
+            "transaction.state.log.replication.factor": "1",
+            "transaction.state.log.min.isr": "1",
+            "transaction.state.log.num.partitions": "4",
+            "group.initial.rebalance.delay.ms": "0",
+            "auto.create.topics.enable": "false",
+            "num.partitions": "1",
+            "default.replication.factor": "1",
+            "min.insync.replicas": "1",
+            "message.max.bytes": str(MAX_MESSAGE_BYTES),
+            "replica.fetch.max.bytes": str(MAX_MESSAGE_BYTES),
+            "socket.request.max.bytes": str(128 * 1024 * 1024),
+            "num.network.threads": "3",
+            "num.io.threads": "4",
+            "num.recovery.threads.per.data.dir": "1",
+            "log.retention.hours": "168",
+            "log.retention.check.interval.ms": "300000",
+        }
+        path = self.data_dir / "server.properties"
+        path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+        return path
+
+    def _format_storage(self, java: str, cp: str, props: Path) -> None:
+        if (self.data_dir / "kraft" / "meta.properties").exists():
+            return  # restart: keep the data
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        proc = subprocess.run([java, "-Xmx256m", f"-Dlog4j.configuration=file:{LOG4J}",
+                               f"-Dkafka.logs.dir={self.data_dir}", "-cp", cp,
+                               "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(props)],
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise BrokerError(f"formatting KRaft storage in {self.data_dir} failed (exit {proc.returncode}):\n"
+                              + "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-20:]))
+        self._write_state(cluster_id=cluster_id)
+
+    def start(self, timeout: float = 120.0) -> LocalBroker:
+        """Start the broker and wait until an AdminClient answers; BrokerError says why it could not."""
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        pid = self.running_pid()
+        if pid is not None:
+            state = self.read_state()
+            raise BrokerError(f"a broker from {self.data_dir} is already running (pid {pid}, "
+                              f"bootstrap {state.get('bootstrap')}); stop it first")
+        java = find_java()
+        cp = str(resolve_jars(self.kafka_version, log=self._log) / "*")
+        state = self.read_state()
+        if self.port is None:
+            self.port = state.get("port") if state.get("port") and not port_in_use(state["port"]) else free_port()
+        if port_in_use(self.port):
+            raise BrokerError(f"port {self.port} is in use (another broker or program listens on it): "
+                              f"choose a free one with --port")
+        cport = state.get("controller_port")
+        self.controller_port = cport if cport and cport != self.port and not port_in_use(cport) \
+            else free_port({self.port})
+        props = self._server_properties()
+        self._format_storage(java, cp, props)
+        out_path = self.data_dir / "broker.out"
+        cmd = [java, "-Xms128m", f"-Xmx{self.heap}", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
+               "-XX:+ExitOnOutOfMemoryError", "-Djava.awt.headless=true",
+               f"-Dlog4j.configuration=file:{LOG4J}", f"-Dkafka.logs.dir={self.data_dir}",
+               "-cp", cp, "kafka.Kafka", str(props)]
+        with open(out_path, "ab") as out:
+            self._proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                          start_new_session=True, cwd=self.data_dir)
+        self.pid = self._proc.pid
+        self._write_state(pid=self.pid, port=self.port, controller_port=self.controller_port,
+                          bootstrap=self.bootstrap, kafka_version=self.kafka_version, started_at=time.time())
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self._proc.poll() is not None:
+                self._write_state(pid=None)
+                log = self.data_dir / "server.log"
+                raise BrokerError(f"the Kafka broker exited during startup (exit {self._proc.returncode}); "
+                                  f"last lines of {log}:\n{_tail(log)}\n--- {out_path}:\n{_tail(out_path, 15)}")
+            if _tcp_open(self.port) and admin_answers(self.bootstrap, timeout=2):
+                return self
+            time.sleep(0.2)
+        self.stop()
+        raise BrokerError(f"the Kafka broker did not answer on {self.bootstrap} within {timeout:.0f} s; "
+                          f"last lines of its log:\n{_tail(self.data_dir / 'server.log')}")
+
+    # ------------------------------------------------------------------ stop
+    def stop(self, timeout: float = 30.0) -> bool:
+        """Stop gracefully (SIGTERM), then by pid (SIGKILL) after `timeout`. True if one was running."""
+        pid = self.running_pid() or (self._proc.pid if self._proc and self._proc.poll() is None else None)
+        was_running = pid is not None
+        if pid is not None:
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline and self._alive(pid):
+                time.sleep(0.1)
+            if self._alive(pid):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                while self._alive(pid):
+                    time.sleep(0.05)
+        if self.state_path.exists():
+            self._write_state(pid=None, stopped_at=time.time())
+        self.pid = None
+        if self._temp:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
+        return was_running
+
+    def _alive(self, pid: int) -> bool:
+        if self._proc is not None and self._proc.pid == pid:
+            return self._proc.poll() is None
+        return _pid_alive(pid)
+
+    def rss_bytes(self) -> int | None:
+        """Resident memory of the broker process (Linux /proc), for the closing-note figures."""
+        pid = self.running_pid()
+        if pid is None:
+            return None
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+        return None
+
+    def __enter__(self) -> LocalBroker:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

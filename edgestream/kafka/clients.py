@@ -1,0 +1,60 @@
+"""Shared client-config builders for confluent-kafka producers, consumers and admin clients.
+
+Security settings (security.protocol, sasl.*, ssl.*) pass through from the experiment config's
+`runtime.kafka_client`, so the same code talks to the managed local broker and to a broker on a WAN.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from edgestream.kafka.broker import MAX_MESSAGE_BYTES
+
+
+def client_config(bootstrap: str, security: Mapping[str, str] | None = None, **overrides) -> dict:
+    """Base settings every client shares: bootstrap servers plus pass-through security settings."""
+    conf = {"bootstrap.servers": bootstrap}
+    conf.update(dict(security or {}))
+    conf.update({k.replace("_", "."): v for k, v in overrides.items()})
+    return conf
+
+
+def producer_config(bootstrap: str, security: Mapping[str, str] | None = None, **overrides) -> dict:
+    """Idempotent producer batching for throughput; never flush per message."""
+    conf = client_config(bootstrap, security)
+    conf.update({
+        "enable.idempotence": True,
+        "acks": "all",
+        "linger.ms": 5,
+        "batch.size": 1024 * 1024,
+        "message.max.bytes": MAX_MESSAGE_BYTES,
+        "queue.buffering.max.kbytes": 256 * 1024,
+        "queue.buffering.max.messages": 1_000_000,
+        "compression.type": "none",
+    })
+    conf.update(overrides)
+    return conf
+
+
+def consumer_config(bootstrap: str, group: str, security: Mapping[str, str] | None = None, **overrides) -> dict:
+    """Consumer of a named group, starting at the earliest offset, committing only on explicit ack."""
+    conf = client_config(bootstrap, security)
+    conf.update({
+        "group.id": group,
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "auto.offset.reset": "earliest",
+        "fetch.max.bytes": 64 * 1024 * 1024,
+        "max.partition.fetch.bytes": MAX_MESSAGE_BYTES,
+        "fetch.wait.max.ms": 50,
+        "session.timeout.ms": 10000,
+        "heartbeat.interval.ms": 1000,
+    })
+    conf.update(overrides)
+    return conf
+
+
+def admin_config(bootstrap: str, security: Mapping[str, str] | None = None, **overrides) -> dict:
+    conf = client_config(bootstrap, security)
+    conf.update(overrides)
+    return conf

@@ -1,0 +1,1 @@
+"""edgestream.metrics — see DESIGN.md."""

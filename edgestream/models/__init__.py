@@ -1,0 +1,1 @@
+"""edgestream.models — see DESIGN.md."""

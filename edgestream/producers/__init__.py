@@ -1,0 +1,1 @@
+"""edgestream.producers — see DESIGN.md."""

@@ -1,0 +1,1 @@
+"""edgestream.ps — see DESIGN.md."""

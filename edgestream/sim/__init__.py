@@ -1,0 +1,1 @@
+"""edgestream.sim — see DESIGN.md."""

@@ -1,0 +1,1 @@
+"""edgestream.streams — see DESIGN.md."""

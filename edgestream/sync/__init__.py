@@ -1,0 +1,1 @@
+"""edgestream.sync — see DESIGN.md."""

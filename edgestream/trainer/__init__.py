@@ -1,0 +1,1 @@
+"""edgestream.trainer — see DESIGN.md."""

@@ -1,0 +1,47 @@
+"""Session-scoped Kafka for the suite: EDGESTREAM_BOOTSTRAP, else a Docker container when asked for
+(EDGESTREAM_TEST_BROKER=docker and a Docker engine answers), else a managed LocalBroker on a free port
+in a temp dir, stopped at the end. Nothing mocks Kafka."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import uuid
+
+import pytest
+
+
+def _docker_answers() -> bool:
+    if shutil.which("docker") is None:
+        return False
+    return subprocess.run(["docker", "info"], capture_output=True).returncode == 0
+
+
+@pytest.fixture(scope="session")
+def bootstrap() -> str:
+    env = os.environ.get("EDGESTREAM_BOOTSTRAP")
+    if env:
+        yield env
+        return
+    if os.environ.get("EDGESTREAM_TEST_BROKER") == "docker" and _docker_answers():
+        from testcontainers.kafka import KafkaContainer
+
+        with KafkaContainer("apache/kafka:3.9.1").with_kraft() as kafka:
+            yield kafka.get_bootstrap_server()
+        return
+    from edgestream.kafka import LocalBroker
+
+    broker = LocalBroker()
+    broker.start()
+    try:
+        yield broker.bootstrap
+    finally:
+        broker.stop()
+
+
+@pytest.fixture
+def run_prefix(request) -> str:
+    """A unique run name per test so tests sharing the session broker never see each other's topics."""
+    name = request.node.name.replace("[", "-").replace("]", "").replace("_", "-")[:40].strip("-")
+    return f"t-{name}-{uuid.uuid4().hex[:6]}"
