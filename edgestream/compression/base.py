@@ -1,0 +1,172 @@
+"""Core types of the compression layer (GRACE's compressor / memory split) and the factories.
+
+A `Compressor` turns one tensor into a `Compressed` message and back; a `Memory` holds the
+error-feedback state around it. Neither communicates: the algorithm in sync/ decides what to send
+and the engine sends `Compressed.payload`. `floats` and `nbytes` report what goes on the wire so that
+both engines account bytes the same way.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+import torch
+
+COMPRESSOR_NAMES = ("none", "fp16", "topk", "randomk", "qsgd", "adaptive-topk")
+MEMORY_NAMES = ("none", "residual", "dgc")
+
+# Keys of the experiment config's `compression:` block that apply to some compressors only; a spec
+# built from that block carries all of them, so each compressor ignores the ones it does not use.
+_SHARED_KEYS = frozenset({"name", "ratio", "delta", "levels", "memory", "statistic", "seed", "beta"})
+
+
+@dataclass
+class Compressed:
+    """One compressed tensor.
+
+    payload: the tensors that go on the wire (e.g. [values, indices] or [fp16 tensor]).
+    ctx: what the receiver already knows and needs to decompress (shape, numel, dtype); not counted.
+    floats: 32-bit words on the wire (values and int32 indices both count; fp16 counts as half).
+    nbytes: bytes on the wire.
+    """
+
+    payload: list[torch.Tensor]
+    ctx: tuple
+    floats: int
+    nbytes: int
+
+
+@runtime_checkable
+class Compressor(Protocol):
+    """Compresses one named tensor (a layer's gradient).
+
+    `sparse` is True when the payload is (values, indices): a group then aggregates by all-gather
+    and `scatter_add_sparse`; otherwise it decompresses and all-reduces (or sums) dense tensors.
+    """
+
+    name: str
+    sparse: bool
+
+    def compress(self, tensor: torch.Tensor, name: str) -> Compressed: ...
+
+    def decompress(self, c: Compressed) -> torch.Tensor: ...
+
+
+@runtime_checkable
+class Memory(Protocol):
+    """Error-feedback state kept per tensor name across steps.
+
+    Use: t = memory.compensate(g, name); c = compressor.compress(t, name); send c;
+    memory.update(t, name, compressor, c).
+    """
+
+    def compensate(self, tensor: torch.Tensor, name: str) -> torch.Tensor: ...
+
+    def update(
+        self, tensor: torch.Tensor, name: str, compressor: Compressor, compressed: Compressed
+    ) -> None: ...
+
+    def reset(self, name: str | None = None) -> None: ...
+
+
+def wire_counts(payload: Sequence[torch.Tensor]) -> tuple[int, int]:
+    """(floats, nbytes) of a payload: bytes summed over tensors, floats = ceil(bytes / 4)."""
+    nbytes = sum(t.numel() * t.element_size() for t in payload)
+    return math.ceil(nbytes / 4), nbytes
+
+
+def tensor_ctx(tensor: torch.Tensor) -> tuple:
+    """The receiver-side context of a tensor: (shape, numel, dtype)."""
+    return (tuple(tensor.shape), tensor.numel(), tensor.dtype)
+
+
+def k_of(ratio: float, numel: int) -> int:
+    """k = max(1, ceil(ratio * numel)), at most numel; rounding guards 0.1 * 30 = 3.0000000000000004."""
+    if not 0 < ratio <= 1:
+        raise ValueError(f"compression ratio must be in (0, 1], got {ratio}")
+    return min(numel, max(1, math.ceil(round(ratio * numel, 6))))
+
+
+def build_compressor(spec: dict[str, Any]) -> Compressor:
+    """A compressor from a spec such as {"name": "topk", "ratio": 0.1}.
+
+    Names: none, fp16, topk(ratio), randomk(ratio, seed), qsgd(levels, seed),
+    adaptive-topk(ratio, delta, statistic, beta). Keys of the config block that a compressor does
+    not use (e.g. `delta` for topk, `memory`) are ignored; any other key is an error.
+    """
+    from edgestream.compression.adaptive import AdaptiveTopKCompressor
+    from edgestream.compression.fp16 import FP16Compressor
+    from edgestream.compression.identity import NoneCompressor
+    from edgestream.compression.qsgd import QSGDCompressor
+    from edgestream.compression.randomk import RandomKCompressor
+    from edgestream.compression.topk import TopKCompressor
+
+    spec = dict(spec)
+    name = spec.get("name", "none")
+    unknown = set(spec) - _SHARED_KEYS
+    if unknown:
+        raise ValueError(f"unknown compression option(s) {sorted(unknown)}; allowed: {sorted(_SHARED_KEYS)}")
+    ratio = float(spec.get("ratio", 0.1))
+    seed = int(spec.get("seed", 0))
+    if name == "none":
+        return NoneCompressor()
+    if name == "fp16":
+        return FP16Compressor()
+    if name == "topk":
+        return TopKCompressor(ratio)
+    if name == "randomk":
+        return RandomKCompressor(ratio, seed=seed)
+    if name == "qsgd":
+        return QSGDCompressor(levels=int(spec.get("levels", 256)), seed=seed)
+    if name == "adaptive-topk":
+        return AdaptiveTopKCompressor(
+            ratio,
+            delta=float(spec.get("delta", 0.3)),
+            statistic=spec.get("statistic", "ewma"),
+            beta=float(spec.get("beta", 0.9)),
+        )
+    raise ValueError(f"unknown compressor {name!r}; allowed: {', '.join(COMPRESSOR_NAMES)}")
+
+
+def build_memory(name: str | None = "none", **params: Any) -> Memory:
+    """An error-feedback memory: "none", "residual" (e = t - decompress(compress(t))) or
+    "dgc" (momentum correction, param `momentum`, default 0.9). None means "none"."""
+    from edgestream.compression.memory import DGCMemory, NoneMemory, ResidualMemory
+
+    name = name or "none"
+    if name == "none":
+        return NoneMemory()
+    if name == "residual":
+        return ResidualMemory()
+    if name == "dgc":
+        return DGCMemory(momentum=float(params.get("momentum", 0.9)))
+    raise ValueError(f"unknown memory {name!r}; allowed: {', '.join(MEMORY_NAMES)}")
+
+
+def scatter_add_sparse(
+    numel: int,
+    parts: Sequence[tuple[torch.Tensor, torch.Tensor]],
+    weights: Sequence[float] | None,
+    dtype: torch.dtype,
+    device: torch.device | str | None = None,
+) -> torch.Tensor:
+    """Decode an all-gather of sparse payloads: the flat dense sum_j w_j * scatter(values_j, indices_j).
+
+    `parts` are the (values, indices) pairs gathered from all workers for one tensor; `weights`
+    (None = all 1.0) are the aggregation weights, e.g. b_i / sum b for ScaDLES. Repeated indices,
+    within or across parts, add up. The result is flat with `numel` elements: reshape with ctx.
+    """
+    if weights is not None and len(weights) != len(parts):
+        raise ValueError(f"{len(weights)} weights for {len(parts)} parts")
+    if device is None:
+        device = parts[0][0].device if parts else "cpu"
+    out = torch.zeros(numel, dtype=dtype, device=device)
+    for j, (values, indices) in enumerate(parts):
+        v = values.to(device=device, dtype=dtype).reshape(-1)
+        if weights is not None:
+            v = v * weights[j]
+        out.index_add_(0, indices.to(device=device, dtype=torch.int64).reshape(-1), v)
+    return out
