@@ -1,1 +1,41 @@
-"""edgestream.sync — see DESIGN.md."""
+"""edgestream.sync — every algorithm, written once as engine-free worker generators (see DESIGN.md).
+
+A worker `yield`s requests (edgestream.sync.requests) and receives results; the simulator, the real
+runtime and the in-process `driver_local` perform them. `ALGORITHMS` maps names to specs.
+"""
+
+from edgestream.sync.abs_sgd import delay_compensate
+from edgestream.sync.context import WorkerContext
+from edgestream.sync.dbs_sgd import reassign_batches
+from edgestream.sync.exchange import Codec, ExchangeResult, exchange
+from edgestream.sync.local_sgd import adacomm_tau
+from edgestream.sync.registry import ALGORITHMS, AlgorithmSpec, get_algorithm
+from edgestream.sync.requests import (
+    Ack,
+    AllGather,
+    AllReduce,
+    Apply,
+    Batch,
+    Compute,
+    ComputeResult,
+    GetParams,
+    Handle,
+    Inject,
+    Log,
+    Now,
+    Poll,
+    Request,
+    SetParams,
+    Sleep,
+    Start,
+    TakeBatch,
+    Wait,
+)
+from edgestream.sync.scadles import scaled_lr
+
+__all__ = [
+    "ALGORITHMS", "Ack", "AlgorithmSpec", "AllGather", "AllReduce", "Apply", "Batch", "Codec", "Compute",
+    "ComputeResult", "ExchangeResult", "GetParams", "Handle", "Inject", "Log", "Now", "Poll", "Request",
+    "SetParams", "Sleep", "Start", "TakeBatch", "Wait", "WorkerContext", "adacomm_tau", "delay_compensate",
+    "exchange", "get_algorithm", "reassign_batches", "scaled_lr",
+]

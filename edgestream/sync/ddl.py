@@ -1,0 +1,39 @@
+"""ddl: conventional distributed SGD (BSP), the baseline of ScaDLES and ABS-SGD (ALGORITHMS.md).
+
+Every worker takes a batch of b samples (param `batch`; None = the run's batch policy, fixed 64 by
+default), computes g_i, the group averages g = (1/M) sum_i g_i (plain mean: weight 1 each) and every
+worker applies the same update. Compression, when configured, applies to the exchange.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from typing import Any
+
+from edgestream.sync.context import WorkerContext
+from edgestream.sync.exchange import Codec, exchange
+from edgestream.sync.params import Param, coerce
+from edgestream.sync.requests import Ack, Apply, Compute, ComputeResult, Log, TakeBatch
+
+PARAMS = (Param("batch", None, "int", ge=1, optional=True,
+                doc="fixed batch b; null = the run's batch policy (config default: fixed 64)"),)
+
+
+def worker(ctx: WorkerContext) -> Generator[Any, Any, None]:
+    """One ddl worker: take, compute, average (weight 1), apply, ack; until the group agrees to stop."""
+    p = coerce(PARAMS, ctx.params)
+    codec = Codec.from_spec(ctx.compression)
+    while True:
+        batch = yield TakeBatch(p["batch"])
+        res: ComputeResult = yield Compute(batch)
+        ex = yield from exchange(res.grads, 1.0, codec.compressor, codec.memory,
+                                 names=ctx.names(len(res.grads)), adaptive=codec.adaptive,
+                                 stop=ctx.should_stop())
+        lr = ctx.lr_now()
+        yield Apply(ex.update, lr)
+        yield Ack(batch)
+        yield Log(step=ctx.step, batch=res.n, loss=res.loss, lr=lr, floats_sent=ex.floats,
+                  bytes_sent=ex.nbytes, compressed=ex.compressed)
+        ctx.step += 1
+        if ex.stop:
+            return

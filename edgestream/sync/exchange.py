@@ -1,0 +1,185 @@
+"""The gradient exchange shared by ddl, scadles and dbs-sgd: weighted aggregation, any compressor.
+
+    result = yield from exchange(grads, weight, compressor, memory, adaptive=..., stop=...)
+
+returns the weighted mean  sum_i w_i t_i / sum_i w_i  of every worker's (compensated, compressed)
+gradients t_i, together with W = sum_i w_i, so no extra round is needed for ScaDLES' LR scaling. The
+stop flags of all workers travel with the data (one float), so the group agrees on stopping.
+
+Paths (one collective each, plus one tiny all-reduce of votes for adaptive Top-k):
+* dense (compressor None or "none", or an adaptive step voted dense): AllReduce(op="sum") of
+  [w t_l ...] + [[w, stop]], then divide by W. Any error-feedback residual is folded into t and the
+  memory is reset through the identity codec (ScaDLES' dense step; the residual is counted once).
+* compressed: each layer t = memory.compensate(g); c = compress(t); memory.update(t, c); AllGather of
+  all payloads + [[w, stop]]; sparse payloads are scatter-added with weights w_j, others decompressed
+  and summed with weights w_j; then divided by W (GRACE's all-gather communicator).
+* adaptive Top-k (004 section IV): each worker computes its compression loss c, folds it into its
+  statistic and votes; AllReduce(op="sum") of [[vote, 1, w, stop]] gives the group decision
+  (compress when 2 * votes >= M, ties compress), then one of the two paths above.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from edgestream.compression import (
+    AdaptiveTopKState,
+    Compressed,
+    Compressor,
+    Memory,
+    NoneCompressor,
+    build_compressor,
+    build_memory,
+    compression_loss,
+    scatter_add_sparse,
+)
+from edgestream.sync.requests import AllGather, AllReduce
+
+_IDENTITY = NoneCompressor()
+
+
+@dataclass
+class ExchangeResult:
+    """update: the weighted mean of the workers' gradients; total_weight: W = sum_i w_i;
+    compressed: whether this step sent compressed payloads; floats, nbytes: what this worker sent;
+    stop: whether any worker asked to stop; votes: compress votes (adaptive Top-k only)."""
+
+    update: list[Tensor]
+    total_weight: float
+    compressed: bool
+    floats: int
+    nbytes: int
+    stop: bool
+    votes: int | None = None
+
+
+@dataclass
+class Codec:
+    """A worker's compression state: compressor (None = dense), error-feedback memory, and the
+    adaptive Top-k statistic (None unless the compressor is adaptive-topk)."""
+
+    compressor: Compressor | None = None
+    memory: Memory | None = None
+    adaptive: AdaptiveTopKState | None = None
+
+    @classmethod
+    def from_spec(cls, spec: Mapping[str, Any] | None) -> Codec:
+        """From a `compression:` block. Memory default: residual (error feedback) for sparse
+        compressors, none otherwise."""
+        spec = dict(spec or {"name": "none"})
+        compressor = build_compressor(spec)
+        if compressor.name == "none":
+            return cls()
+        memory_name = spec.get("memory") or ("residual" if compressor.sparse else "none")
+        adaptive = compressor.new_state() if hasattr(compressor, "new_state") else None
+        return cls(compressor, build_memory(memory_name), adaptive)
+
+
+def _nbytes(tensors: Sequence[Tensor]) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def _floats(nbytes: int) -> int:
+    return -(-nbytes // 4)
+
+
+def _compression_loss(compressor: Compressor, memory: Memory | None, grads: Sequence[Tensor],
+                      names: Sequence[str]) -> float:
+    """This worker's compression loss c (by the compressor's statistic when it defines one)."""
+    if hasattr(compressor, "loss"):
+        residual = getattr(memory, "residual", None)
+        residuals = [residual(n) for n in names] if residual is not None else None
+        return float(compressor.loss(grads, residuals))
+    return compression_loss(grads, float(getattr(compressor, "ratio", 0.1)))
+
+
+def exchange(
+    grads: Sequence[Tensor],
+    weight: float,
+    compressor: Compressor | None = None,
+    memory: Memory | None = None,
+    *,
+    names: Sequence[str] | None = None,
+    adaptive: AdaptiveTopKState | None = None,
+    stop: bool = False,
+) -> Generator[AllReduce | AllGather, Any, ExchangeResult]:
+    """Aggregate this worker's gradients with the group's: sum_i w_i t_i / sum_i w_i (see module doc).
+
+    grads: mean-loss gradients of this worker; weight: w_i (b_i for ScaDLES, 1.0 for a plain mean);
+    compressor/memory: None for dense; names: per-tensor keys for the memory (default "0", "1", ...);
+    adaptive: this worker's adaptive Top-k statistic (then `compressor` must be Top-k-like).
+    """
+    if weight < 0:
+        raise ValueError(f"exchange weight must be >= 0, got {weight}")
+    grads = list(grads)
+    names = list(names) if names is not None else [str(i) for i in range(len(grads))]
+    dtype = grads[0].dtype if grads else torch.float32
+    flag = 1.0 if stop else 0.0
+    sent = 0
+    votes: int | None = None
+    compress = compressor is not None and compressor.name != "none"
+    meta_known: tuple[float, bool] | None = None  # (W, any stop) once reduced
+
+    if compress and adaptive is not None:
+        adaptive.observe(_compression_loss(compressor, memory, grads, names))
+        meta = torch.tensor([float(adaptive.vote()), 1.0, float(weight), flag], dtype=torch.float64)
+        sent += _nbytes([meta])
+        (reduced,) = yield AllReduce([meta], op="sum")
+        votes, m = int(round(float(reduced[0]))), int(round(float(reduced[1])))
+        compress = 2 * votes >= m
+        meta_known = (float(reduced[2]), bool(float(reduced[3]) > 0))
+
+    if not compress:
+        ts = [g if memory is None else memory.compensate(g, n) for g, n in zip(grads, names, strict=True)]
+        if memory is not None:  # fold the residual in once, then reset it through the identity codec
+            for t, n in zip(ts, names, strict=True):
+                memory.update(t, n, _IDENTITY, _IDENTITY.compress(t, n))
+        out = [weight * t for t in ts]
+        if meta_known is None:
+            out.append(torch.tensor([float(weight), flag], dtype=dtype))
+        sent += _nbytes(out)
+        reduced = yield AllReduce(out, op="sum")
+        if meta_known is None:
+            meta_known = (float(reduced[-1][0]), bool(float(reduced[-1][1]) > 0))
+        total, any_stop = meta_known
+        update = [s / total for s in reduced[: len(ts)]]
+        return ExchangeResult(update, total, False, _floats(sent), sent, any_stop, votes)
+
+    assert compressor is not None
+    sent_compressed: list[Compressed] = []
+    payload: list[Tensor] = []
+    for g, n in zip(grads, names, strict=True):
+        t = g if memory is None else memory.compensate(g, n)
+        c = compressor.compress(t, n)
+        if memory is not None:
+            memory.update(t, n, compressor, c)
+        sent_compressed.append(c)
+        payload.extend(c.payload)
+    payload.append(torch.tensor([float(weight), flag], dtype=dtype))
+    sent += _nbytes(payload)
+    gathered = yield AllGather(payload)
+    weights = [float(p[-1][0]) for p in gathered]
+    total = sum(weights)
+    any_stop = any(float(p[-1][1]) > 0 for p in gathered)
+    if meta_known is not None:
+        total = meta_known[0]
+    update = []
+    offset = 0
+    for g, c in zip(grads, sent_compressed, strict=True):
+        k = len(c.payload)
+        parts = [p[offset : offset + k] for p in gathered]
+        offset += k
+        if compressor.sparse:
+            acc = scatter_add_sparse(g.numel(), [(v, i) for v, i in parts], weights, g.dtype, g.device)
+        else:
+            acc = torch.zeros(g.numel(), dtype=g.dtype, device=g.device)
+            for w_j, part in zip(weights, parts, strict=True):
+                dense = compressor.decompress(Compressed(list(part), c.ctx, 0, 0))
+                acc += w_j * dense.reshape(-1).to(g.dtype)
+        update.append((acc / total).reshape(g.shape))
+    return ExchangeResult(update, total, True, _floats(sent), sent, any_stop, votes)

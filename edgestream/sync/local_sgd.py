@@ -1,0 +1,107 @@
+"""local-sgd, fixed-adacomm, adacomm: tau local SGD steps, then model averaging (000 section 5.1).
+
+Each worker runs tau local steps (take, compute, apply its own gradient, ack), then all models are
+averaged in one collective: AllReduce(weighted_mean, weight 1) of [params..., [F_i, stop]], where
+F_i is worker i's training loss averaged over the period, so the group's mean loss F and the stop
+decision come back with the average and no extra round is needed.
+
+* local-sgd, fixed-adacomm: tau fixed (defaults 8 and 40, the ADSP reference code's 40).
+* adacomm: every `check_every` averaging rounds, tau = `adacomm_tau(F, F_0, tau_0, tau)`, where F_0
+  is the group loss of the first period (Wang & Joshi use F(x_0); the first period's mean is what
+  workers can measure without an extra evaluation). The check counts rounds, not seconds, because
+  every worker must pick the same tau and rounds are the one clock they share.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Generator
+from typing import Any
+
+import torch
+
+from edgestream.sync.context import WorkerContext
+from edgestream.sync.params import Param, coerce
+from edgestream.sync.requests import (
+    Ack,
+    AllReduce,
+    Apply,
+    Compute,
+    ComputeResult,
+    GetParams,
+    Log,
+    SetParams,
+    TakeBatch,
+)
+
+_BATCH = Param("batch", None, "int", ge=1, optional=True, doc="batch size; null = the run's batch policy")
+LOCAL_SGD_PARAMS = (Param("tau", 8, "int", ge=1, doc="local steps between averagings"), _BATCH)
+FIXED_ADACOMM_PARAMS = (Param("tau", 40, "int", ge=1, doc="local steps between averagings"), _BATCH)
+ADACOMM_PARAMS = (
+    Param("tau", 40, "int", ge=1, doc="tau_0, the initial local steps between averagings"),
+    Param("check_every", 10, "int", ge=1, doc="averaging rounds between tau updates"),
+    _BATCH,
+)
+
+
+def adacomm_tau(f_now: float, f_0: float, tau_0: int, tau: int) -> int:
+    """AdaComm's next tau: ceil(sqrt(F_now / F_0) * tau_0), at least 1; when that does not reduce tau,
+    tau is halved instead (max(1, tau // 2), the ADSP reference code). F_0 <= 0 counts as ratio 0."""
+    if tau_0 < 1 or tau < 1:
+        raise ValueError(f"tau_0 and tau must be >= 1, got {tau_0}, {tau}")
+    ratio = f_now / f_0 if f_0 > 0 else 0.0
+    new = max(1, math.ceil(math.sqrt(max(ratio, 0.0)) * tau_0))
+    return new if new < tau else max(1, tau // 2)
+
+
+def _periodic_averaging(
+    ctx: WorkerContext, params: dict[str, Any], adaptive: bool
+) -> Generator[Any, Any, None]:
+    """tau local steps, then one averaging all-reduce; adacomm re-picks tau (see module doc)."""
+    tau, tau_0 = params["tau"], params["tau"]
+    f_0: float | None = None
+    rounds = 0
+    while True:
+        loss_sum = 0.0
+        for _ in range(tau):
+            batch = yield TakeBatch(params["batch"])
+            res: ComputeResult = yield Compute(batch)
+            lr = ctx.lr_now()
+            yield Apply(res.grads, lr)
+            yield Ack(batch)
+            yield Log(step=ctx.step, batch=res.n, loss=res.loss, lr=lr, floats_sent=0, bytes_sent=0,
+                      compressed=False)
+            loss_sum += res.loss
+            ctx.step += 1
+        w = yield GetParams()
+        meta = torch.tensor([loss_sum / tau, 1.0 if ctx.should_stop() else 0.0], dtype=w[0].dtype)
+        sent = [*w, meta]
+        avg = yield AllReduce(sent, weight=1.0, op="weighted_mean")
+        yield SetParams(avg[:-1])
+        f_group, stop = float(avg[-1][0]), float(avg[-1][1]) > 0
+        rounds += 1
+        if adaptive:
+            if f_0 is None:
+                f_0 = f_group
+            elif rounds % params["check_every"] == 0:
+                tau = adacomm_tau(f_group, f_0, tau_0, tau)
+        nbytes = sum(t.numel() * t.element_size() for t in sent)
+        yield Log(step=ctx.step, round=rounds, tau=tau, group_loss=f_group, floats_sent=-(-nbytes // 4),
+                  bytes_sent=nbytes, compressed=False)
+        if stop:
+            return
+
+
+def local_sgd_worker(ctx: WorkerContext) -> Generator[Any, Any, None]:
+    """local-sgd: tau (default 8) local steps, then model averaging."""
+    return _periodic_averaging(ctx, coerce(LOCAL_SGD_PARAMS, ctx.params), adaptive=False)
+
+
+def fixed_adacomm_worker(ctx: WorkerContext) -> Generator[Any, Any, None]:
+    """fixed-adacomm: tau (default 40) local steps, then model averaging."""
+    return _periodic_averaging(ctx, coerce(FIXED_ADACOMM_PARAMS, ctx.params), adaptive=False)
+
+
+def adacomm_worker(ctx: WorkerContext) -> Generator[Any, Any, None]:
+    """adacomm: tau_0 (default 40) local steps per period, tau shrinking by `adacomm_tau`."""
+    return _periodic_averaging(ctx, coerce(ADACOMM_PARAMS, ctx.params), adaptive=True)

@@ -1,0 +1,87 @@
+"""Declarative checks of an algorithm's `params` (the config's ``algorithm.params``).
+
+Each algorithm declares `Param`s; `check_params` returns one line per problem, naming the field in
+the config's style: ``algorithm.params.tau: 0 is not allowed; must be >= 1``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+PREFIX = "algorithm.params"
+
+
+@dataclass(frozen=True)
+class Param:
+    """One parameter: name, default, kind ("int" | "float"), bounds, and whether None is allowed."""
+
+    name: str
+    default: Any
+    kind: str = "int"
+    ge: float | None = None
+    gt: float | None = None
+    le: float | None = None
+    optional: bool = False
+    doc: str = ""
+
+
+def _fmt(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else str(x)
+
+
+def check_value(p: Param, value: Any) -> str | None:
+    """The problem with `value` for parameter `p`, or None when it is fine."""
+    where = f"{PREFIX}.{p.name}"
+    if value is None:
+        return None if p.optional else f"{where}: null is not allowed; must be a number"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return f"{where}: {value!r} is not allowed; must be a number"
+    if p.kind == "int" and not (isinstance(value, int) or float(value).is_integer()):
+        return f"{where}: {value!r} is not allowed; must be a whole number"
+    if math.isnan(value) or math.isinf(value):
+        return f"{where}: {value} is not allowed; must be finite"
+    if p.ge is not None and not value >= p.ge:
+        return f"{where}: {value} is not allowed; must be >= {_fmt(p.ge)}"
+    if p.gt is not None and not value > p.gt:
+        return f"{where}: {value} is not allowed; must be > {_fmt(p.gt)}"
+    if p.le is not None and not value <= p.le:
+        return f"{where}: {value} is not allowed; must be <= {_fmt(p.le)}"
+    return None
+
+
+def check_params(schema: Sequence[Param], params: Mapping[str, Any] | None) -> list[str]:
+    """Problems of `params` against `schema`: unknown fields and bad values, one line each."""
+    if params is None:
+        return []
+    if not isinstance(params, Mapping):
+        return [f"{PREFIX}: must be a mapping, got {type(params).__name__}"]
+    known = {p.name: p for p in schema}
+    problems = []
+    for key, value in params.items():
+        if key not in known:
+            allowed = ", ".join(known) or "(none)"
+            problems.append(f"{PREFIX}.{key}: unknown field; allowed fields: {allowed}")
+            continue
+        problem = check_value(known[key], value)
+        if problem:
+            problems.append(problem)
+    return problems
+
+
+def defaults(schema: Sequence[Param]) -> dict[str, Any]:
+    """{name: default} of a schema."""
+    return {p.name: p.default for p in schema}
+
+
+def coerce(schema: Sequence[Param], params: Mapping[str, Any]) -> dict[str, Any]:
+    """Defaults merged with `params`, ints as int and floats as float (call after `check_params`)."""
+    out = defaults(schema)
+    out.update(params)
+    for p in schema:
+        v = out[p.name]
+        if v is not None:
+            out[p.name] = int(v) if p.kind == "int" else float(v)
+    return out

@@ -1,0 +1,213 @@
+"""The requests an algorithm's worker generator yields, and what an engine sends back.
+
+An algorithm never performs I/O, never reads a clock and never talks to another worker: it yields one
+of these plain dataclasses and receives the result (``result = yield Request(...)``). The simulator
+turns a request into virtual-time events, the real runtime performs it (Kafka poll, torch
+forward/backward, torch.distributed collective), and `driver_local` performs it in one process.
+
+Contract every engine keeps (see each class for its result):
+
+* Collectives (`AllReduce`, `AllGather`, and `Start` of one) are matched by ORDER: every worker of
+  the group issues the same sequence of collectives, and the k-th of each worker form one operation.
+* `TakeBatch` blocks until the worker's stream holds the batch; `Wait` blocks until its collective has
+  completed; `Poll` never blocks.
+* Results handed to different workers are independent tensors (a worker may modify its own).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from torch import Tensor
+
+ReduceOp = Literal["weighted_mean", "sum"]
+
+
+class Batch(Protocol):
+    """What `TakeBatch` returns; engine-defined. `n` counts the samples, injected ones included;
+    x, y are the inputs and labels; anything else (offsets to commit) is opaque to algorithms."""
+
+    n: int
+    x: Any
+    y: Any
+
+
+# ---------------------------------------------------------------- data and compute
+
+
+@dataclass(frozen=True)
+class TakeBatch:
+    """Take the worker's next batch from its stream (result: a `Batch`).
+
+    size None: the engine applies the run's buffer policy and batch policy (e.g. ScaDLES
+    b_i = clip(S_i(t), min, max)) and waits until the policy is ready. An explicit size overrides the
+    batch policy (dbs-sgd assignments, abs-sgd reference batches). Samples injected by other workers
+    since the last batch are added (and counted in `Batch.n`).
+    """
+
+    size: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.size is not None and self.size < 1:
+            raise ValueError(f"TakeBatch.size must be >= 1 or None, got {self.size}")
+
+
+@dataclass(frozen=True)
+class Compute:
+    """Forward/backward of the worker's model replica on `batch` (result: `ComputeResult`)."""
+
+    batch: Any
+
+
+@dataclass
+class ComputeResult:
+    """grads: mean-loss gradients, one per trainable parameter in `parameters()` order; loss: the mean
+    loss of the batch; n: its sample count."""
+
+    grads: list[Tensor]
+    loss: float
+    n: int
+
+
+@dataclass(frozen=True)
+class Ack:
+    """The step that used `batch` is applied: commit its offsets (at-least-once). Result: None."""
+
+    batch: Any
+
+
+@dataclass(frozen=True)
+class Inject:
+    """ScaDLES data injection: send `count` samples of `batch` to each of the `targets` devices'
+    injection queues; they join those devices' next batch. `indices` picks which batch positions
+    (None: the first `count`). The engine counts the bytes. Result: None."""
+
+    batch: Any
+    targets: list[int]
+    count: int
+    indices: list[int] | None = None
+
+
+# ---------------------------------------------------------------- collectives
+
+
+@dataclass
+class AllReduce:
+    """A collective over all workers of the group (result: list[Tensor], same shapes).
+
+    op "weighted_mean": sum_i w_i t_i / sum_i w_i, with w_i this worker's `weight` (weight = b_i gives
+    ScaDLES aggregation, 1.0 a plain average). op "sum": sum_i t_i (weight must stay 1.0).
+    """
+
+    tensors: list[Tensor]
+    weight: float = 1.0
+    op: ReduceOp = "weighted_mean"
+
+    def __post_init__(self) -> None:
+        if self.op not in ("weighted_mean", "sum"):
+            raise ValueError(f"AllReduce.op must be 'weighted_mean' or 'sum', got {self.op!r}")
+        if self.op == "sum" and self.weight != 1.0:
+            raise ValueError("AllReduce.weight applies to op 'weighted_mean' only")
+
+
+@dataclass
+class AllGather:
+    """Every worker contributes `payload`; result: list over workers (rank order) of payloads.
+
+    Used for sparse compressed exchange (values, indices): receivers scatter-add locally. The bytes
+    of `payload` count for the engine's network model.
+    """
+
+    payload: list[Tensor]
+
+
+@dataclass(frozen=True)
+class Handle:
+    """Names a collective started with `Start`; engine-assigned."""
+
+    id: int
+
+
+@dataclass(frozen=True)
+class Start:
+    """Start a collective without waiting (result: `Handle`)."""
+
+    request: AllReduce | AllGather
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.request, (AllReduce, AllGather)):
+            raise TypeError(f"Start takes an AllReduce or AllGather, got {type(self.request).__name__}")
+
+
+@dataclass(frozen=True)
+class Poll:
+    """Never blocks; result: (done, result of the collective or None while in flight). The Poll that
+    reports done hands the result over and spends the handle: do not Poll or Wait on it again."""
+
+    handle: Handle
+
+
+@dataclass(frozen=True)
+class Wait:
+    """Block until the started collective completes; result: its result."""
+
+    handle: Handle
+
+
+# ---------------------------------------------------------------- model and optimizer
+
+
+@dataclass
+class Apply:
+    """One step of the worker's optimizer (SGD with the run's momentum and weight decay) using
+    `update` as the gradient, at learning rate `lr`. Result: None."""
+
+    update: list[Tensor]
+    lr: float
+
+
+@dataclass(frozen=True)
+class GetParams:
+    """Result: detached copies of the trainable parameters, in `parameters()` order."""
+
+
+@dataclass
+class SetParams:
+    """Overwrite the trainable parameters (model averaging). Optimizer state is kept. Result: None."""
+
+    tensors: list[Tensor]
+
+
+# ---------------------------------------------------------------- time and metrics
+
+
+@dataclass(frozen=True)
+class Now:
+    """Result: the engine's time in seconds (virtual in the simulator, monotonic wall time in the
+    runtime, a per-worker work counter in driver_local). Only differences are meaningful."""
+
+
+@dataclass(frozen=True)
+class Sleep:
+    """Let `seconds` of engine time pass (timers, e.g. ADSP commits). Result: None."""
+
+    seconds: float
+
+
+@dataclass(init=False)
+class Log:
+    """Per-step metrics the engine writes to events.jsonl (it adds time and device):
+    step, batch, loss, lr, floats_sent, bytes_sent, compressed, ... Result: None."""
+
+    fields: dict[str, Any] = field(default_factory=dict)
+
+    def __init__(self, **fields: Any) -> None:
+        self.fields = fields
+
+
+Request = (
+    TakeBatch | Compute | Ack | Inject | AllReduce | AllGather | Start | Poll | Wait | Apply | GetParams
+    | SetParams | Now | Sleep | Log
+)
+COLLECTIVES = (AllReduce, AllGather)

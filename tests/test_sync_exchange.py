@@ -1,0 +1,149 @@
+"""The shared gradient exchange: ScaDLES' weighted aggregation oracle, compressed paths, adaptive votes.
+
+Collectives are executed by `run_lockstep` of the local driver (the exchange code path unchanged).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+import torch
+import torch.nn.functional as F
+from sklearn.datasets import load_digits
+from torch import Tensor, nn
+
+from edgestream.compression import AdaptiveTopKState, ResidualMemory, TopKCompressor, build_compressor
+from edgestream.sync import Codec, exchange
+from edgestream.sync.driver_local import run_lockstep
+
+
+def _no_local_requests(rank: int, req: object) -> None:
+    raise AssertionError(f"exchange yielded a non-collective request {req!r}")
+
+
+def _digits() -> tuple[Tensor, Tensor]:
+    d = load_digits()
+    return torch.tensor(d.data / 16.0, dtype=torch.float64), torch.tensor(d.target)
+
+
+def _model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(64, 16), nn.Tanh(), nn.Linear(16, 10)).double()
+
+
+def _mean_loss_grads(model: nn.Module, x: Tensor, y: Tensor) -> list[Tensor]:
+    model.zero_grad()
+    F.cross_entropy(model(x), y).backward()
+    return [p.grad.detach().clone() for p in model.parameters()]
+
+
+def _run(grads: Sequence[list[Tensor]], weights: Sequence[float], spec: dict | None = None, **kw):
+    codecs = [Codec.from_spec(spec) for _ in grads]
+    programs = [exchange(g, w, c.compressor, c.memory, adaptive=c.adaptive, **kw)
+                for g, w, c in zip(grads, weights, codecs, strict=True)]
+    return run_lockstep(programs, _no_local_requests)
+
+
+@pytest.mark.parametrize("spec", [None, {"name": "topk", "ratio": 1.0}], ids=["dense", "sparse-allgather"])
+def test_weighted_aggregation_equals_gradient_of_concatenated_batch(spec: dict | None) -> None:
+    """ScaDLES: sum_i b_i g_i / sum_j b_j == grad of the mean loss over all b_i samples (exact oracle)."""
+    x, y = _digits()
+    model = _model()
+    sizes = [5, 17, 40, 3]
+    bounds = torch.tensor([0, *sizes]).cumsum(0).tolist()
+    grads = [_mean_loss_grads(model, x[a:b], y[a:b]) for a, b in zip(bounds, bounds[1:], strict=False)]
+    oracle = _mean_loss_grads(model, x[: bounds[-1]], y[: bounds[-1]])
+
+    results = _run(grads, [float(b) for b in sizes], spec)
+    for r in results:
+        assert r.total_weight == sum(sizes)
+        assert r.compressed == (spec is not None)
+        assert not r.stop
+        for got, want in zip(r.update, oracle, strict=True):
+            assert torch.allclose(got, want, atol=1e-10, rtol=0)
+    # a plain mean (weight 1 each) is NOT the concatenated-batch gradient for unequal b_i
+    plain = _run(grads, [1.0] * 4)[0]
+    assert not torch.allclose(plain.update[0], oracle[0], atol=1e-6)
+    assert plain.total_weight == 4
+
+
+def test_dense_exchange_counts_floats_and_agrees_on_stop() -> None:
+    grads = [[torch.ones(3, 4), torch.ones(5)], [3 * torch.ones(3, 4), torch.zeros(5)]]
+    a, b = run_lockstep([exchange(grads[0], 1.0, stop=False), exchange(grads[1], 3.0, stop=True)],
+                        _no_local_requests)
+    assert a.stop and b.stop
+    assert torch.allclose(a.update[0], torch.full((3, 4), (1 + 9) / 4))
+    assert a.floats == 12 + 5 + 2 and a.nbytes == 4 * 19  # float32 tensors plus [w, stop]
+
+
+def test_topk_exchange_sends_fewer_floats_and_conserves_mass() -> None:
+    """Top-k with error feedback: sent + residual == gradient, per worker; the group gets the mean of sends."""
+    torch.manual_seed(1)
+    grads = [[torch.randn(10, 10), torch.randn(20)] for _ in range(2)]
+    spec = {"name": "topk", "ratio": 0.1}
+    codecs = [Codec.from_spec(spec) for _ in grads]
+    assert isinstance(codecs[0].memory, ResidualMemory)
+    out = run_lockstep([exchange(g, 1.0, c.compressor, c.memory) for g, c in zip(grads, codecs, strict=True)],
+                       _no_local_requests)
+    dense_floats = 100 + 20
+    assert out[0].compressed and out[0].floats == 2 * (10 + 2) + 2  # (values, int32 indices) per layer + meta
+    assert out[0].floats < dense_floats
+    topk = TopKCompressor(0.1)
+    sends = [[topk.decompress(topk.compress(t, str(i))) for i, t in enumerate(g)] for g in grads]
+    for layer in range(2):
+        want = (sends[0][layer] + sends[1][layer]) / 2
+        assert torch.allclose(out[0].update[layer], want)
+        for w, c in enumerate(codecs):
+            assert torch.allclose(sends[w][layer] + c.memory.residual(str(layer)), grads[w][layer])
+
+
+def test_lossy_dense_compressor_goes_through_allgather() -> None:
+    grads = [[torch.tensor([1.0, 2.0, 3.0])], [torch.tensor([3.0, 2.0, 1.0])]]
+    out = _run(grads, [1.0, 3.0], {"name": "fp16"})
+    assert out[0].compressed
+    assert torch.allclose(out[0].update[0], torch.tensor([2.5, 2.0, 1.5]))
+    assert out[0].nbytes == 3 * 2 + 2 * 4  # fp16 payload + float32 meta
+
+
+def _voter(compress: bool) -> AdaptiveTopKState:
+    """A statistic that votes compress (history 0) or dense (history 1) whatever this step's c is."""
+    s = AdaptiveTopKState(delta=0.3, beta=0.9)
+    s.observe(0.0 if compress else 1.0)
+    return s
+
+
+@pytest.mark.parametrize("votes,expect", [((True, False), True), ((True, False, False), False),
+                                         ((True, True, False), True), ((False, False), False)])
+def test_adaptive_group_decision_needs_half_the_votes(votes: tuple[bool, ...], expect: bool) -> None:
+    torch.manual_seed(2)
+    comp = build_compressor({"name": "adaptive-topk", "ratio": 0.2})
+    grads = [[torch.randn(50)] for _ in votes]
+    programs = [exchange(g, 1.0, comp, ResidualMemory(), adaptive=_voter(v))
+                for g, v in zip(grads, votes, strict=True)]
+    out = run_lockstep(programs, _no_local_requests)
+    assert all(r.compressed == expect for r in out)
+    assert all(r.votes == sum(votes) for r in out)
+    if not expect:  # dense: the exact mean
+        assert torch.allclose(out[0].update[0], sum(g[0] for g in grads) / len(votes))
+
+
+def test_adaptive_dense_step_folds_residual_in_once() -> None:
+    """Compressed step, then dense step: sum of updates == sum of gradients (residual counted once), e == 0."""
+    torch.manual_seed(3)
+    comp = build_compressor({"name": "adaptive-topk", "ratio": 0.1})
+    mems = [ResidualMemory(), ResidualMemory()]
+    g1 = [[torch.randn(40)] for _ in range(2)]
+    g2 = [[torch.randn(40)] for _ in range(2)]
+    step1 = run_lockstep([exchange(g, 1.0, comp, m, adaptive=_voter(True)) for g, m in zip(g1, mems, strict=True)],
+                         _no_local_requests)
+    assert step1[0].compressed
+    assert any(float(m.residual("0").abs().sum()) > 0 for m in mems)
+    step2 = run_lockstep([exchange(g, 1.0, comp, m, adaptive=_voter(False)) for g, m in zip(g2, mems, strict=True)],
+                         _no_local_requests)
+    assert not step2[0].compressed
+    total = step1[0].update[0] + step2[0].update[0]
+    want = (g1[0][0] + g1[1][0] + g2[0][0] + g2[1][0]) / 2
+    assert torch.allclose(total, want, atol=1e-6)
+    for m in mems:
+        assert torch.count_nonzero(m.residual("0")) == 0
