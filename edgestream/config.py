@@ -398,9 +398,21 @@ def validate_dict(raw: Any, source: str = "config") -> ExperimentConfig:
     if not isinstance(raw, dict):
         raise ConfigError([f"(top level): must be a mapping of fields, got {type(raw).__name__}"], source)
     try:
-        return ExperimentConfig.model_validate(raw)
+        cfg = ExperimentConfig.model_validate(raw)
     except ValidationError as exc:
         raise ConfigError([_describe(e, ExperimentConfig) for e in exc.errors()], source) from None
+    problems = algorithm_param_problems(cfg.algorithm.name, cfg.algorithm.params)
+    if problems:
+        raise ConfigError(problems, source)
+    return cfg
+
+
+def algorithm_param_problems(name: str, params: dict) -> list[str]:
+    """Problems with `algorithm.params` per the algorithm's own schema (edgestream.sync registry)."""
+    from edgestream.sync import ALGORITHMS
+
+    spec = ALGORITHMS.get(name)
+    return spec.validate(params) if spec is not None else []
 
 
 def load_config(path: str | Path, overrides: list[str] | None = None) -> ExperimentConfig:

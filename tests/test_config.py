@@ -46,6 +46,7 @@ def test_examples_validate(path):
         ({"runtime": {"kafka_client": {"bootstrap.servers": "x:1"}}}, "is not a pass-through client setting"),
         ({"devices": {"variation": {"kind": "sinusoid", "sigma": 1}}}, "variation 'sinusoid' takes only period_s, amplitude"),
         ({"stop": {"max_time_s": None, "max_steps": None}}, "stop: give max_time_s or max_steps"),
+        ({"algorithm": {"name": "local-sgd", "params": {"tau": 0}}}, "algorithm.params.tau: 0 is not allowed; must be >= 1"),
     ],
 )
 def test_bad_input_messages(raw, expected):
