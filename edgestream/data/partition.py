@@ -1,0 +1,104 @@
+"""Split a train split among devices: `partition_indices(labels, num_devices, scheme)`.
+
+Every scheme returns one int64 index array per device, each SORTED ascending (the producer owns the
+streaming order: it shuffles each shard with its own seed). The arrays are disjoint, together cover
+every train sample exactly once, every device gets at least one sample, and the result is a pure
+function of (labels, num_devices, scheme, seed, labels_per_device, alpha).
+
+- `iid`: a seeded permutation split into near-equal parts (sizes differ by at most one).
+- `labels` (ScaDLES non-IID, paper 004 section V: "mapping a device to a unique subset of labels"):
+  device d holds the k = `labels_per_device` classes (d*k + j) mod K, j < k, of the K classes present
+  (round-robin, so with num_devices*k == K each class lives on exactly one device, and with more
+  devices classes are shared); each class's samples are split evenly (seeded) among the devices
+  holding it. num_devices*k must be >= K, or some samples would have no device.
+- `dirichlet`: per class, proportions p ~ Dirichlet(alpha * 1) over devices; the class's shuffled
+  samples are cut by those proportions. Devices left empty then take one sample each from the
+  largest device (deterministic), so every device is non-empty.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+SCHEMES = ("iid", "labels", "dirichlet")
+
+
+def _check(labels: np.ndarray, num_devices: int, scheme: str, labels_per_device: int, alpha: float) -> None:
+    if scheme not in SCHEMES:
+        raise ValueError(f"scheme: must be one of {', '.join(SCHEMES)}, got {scheme!r}")
+    if labels.ndim != 1 or not np.issubdtype(labels.dtype, np.integer):
+        raise ValueError(f"labels: must be a 1-D integer array, got {labels.dtype} of shape {labels.shape}")
+    if isinstance(num_devices, bool) or int(num_devices) != num_devices or num_devices < 1:
+        raise ValueError(f"num_devices: must be an integer >= 1, got {num_devices!r}")
+    if num_devices > len(labels):
+        raise ValueError(f"num_devices: {num_devices} devices but only {len(labels)} train samples; "
+                         "every device needs at least one")
+    if scheme == "labels" and (int(labels_per_device) != labels_per_device or labels_per_device < 1):
+        raise ValueError(f"labels_per_device: must be an integer >= 1, got {labels_per_device!r}")
+    if scheme == "dirichlet" and not (math.isfinite(alpha) and alpha > 0):
+        raise ValueError(f"alpha: must be a finite number > 0, got {alpha!r}")
+
+
+def _iid(n: int, num_devices: int, rng: np.random.Generator) -> list[np.ndarray]:
+    return list(np.array_split(rng.permutation(n), num_devices))
+
+
+def _by_labels(labels: np.ndarray, num_devices: int, k: int, rng: np.random.Generator) -> list[np.ndarray]:
+    classes = np.unique(labels)
+    n_cls = len(classes)
+    if k > n_cls:
+        raise ValueError(f"labels_per_device: must be <= the number of classes present ({n_cls}), got {k}")
+    if num_devices * k < n_cls:
+        raise ValueError(f"labels_per_device: num_devices * labels_per_device = {num_devices * k} < {n_cls} "
+                         f"classes, so some samples would have no device; use labels_per_device >= "
+                         f"{math.ceil(n_cls / num_devices)} or more devices")
+    holders: list[list[int]] = [[] for _ in range(n_cls)]
+    for d in range(num_devices):
+        for j in range(k):
+            holders[(d * k + j) % n_cls].append(d)
+    parts: list[list[np.ndarray]] = [[] for _ in range(num_devices)]
+    for ci, c in enumerate(classes):
+        idx = rng.permutation(np.flatnonzero(labels == c))
+        for d, chunk in zip(holders[ci], np.array_split(idx, len(holders[ci])), strict=True):
+            parts[d].append(chunk)
+    out = [np.concatenate(p) for p in parts]
+    empty = [d for d, a in enumerate(out) if len(a) == 0]
+    if empty:
+        raise ValueError(f"labels_per_device: devices {empty[:5]} got no samples (their classes have fewer "
+                         "samples than holders); use fewer devices or more labels per device")
+    return out
+
+
+def _dirichlet(labels: np.ndarray, num_devices: int, alpha: float,
+               rng: np.random.Generator) -> list[np.ndarray]:
+    parts: list[list[np.ndarray]] = [[] for _ in range(num_devices)]
+    for c in np.unique(labels):
+        idx = rng.permutation(np.flatnonzero(labels == c))
+        p = rng.dirichlet(np.full(num_devices, float(alpha)))
+        cuts = np.rint(np.cumsum(p)[:-1] * len(idx)).astype(np.int64)
+        for d, chunk in enumerate(np.split(idx, cuts)):
+            parts[d].append(chunk)
+    out = [np.concatenate(p) for p in parts]
+    # Fill empty devices: each takes the last sample of the currently largest device.
+    for d in range(num_devices):
+        if len(out[d]) == 0:
+            big = max(range(num_devices), key=lambda i: (len(out[i]), -i))
+            out[d], out[big] = out[big][-1:], out[big][:-1]
+    return out
+
+
+def partition_indices(labels: np.ndarray, num_devices: int, scheme: str = "iid", *, seed: int = 0,
+                      labels_per_device: int = 1, alpha: float = 0.5) -> list[np.ndarray]:
+    """Index arrays into the train split, one per device (sorted int64); see the module docstring."""
+    labels = np.asarray(labels)
+    _check(labels, num_devices, scheme, labels_per_device, alpha)
+    rng = np.random.default_rng([seed, 0x9A27])
+    if scheme == "iid":
+        parts = _iid(len(labels), int(num_devices), rng)
+    elif scheme == "labels":
+        parts = _by_labels(labels, int(num_devices), int(labels_per_device), rng)
+    else:
+        parts = _dirichlet(labels, int(num_devices), alpha, rng)
+    return [np.sort(p).astype(np.int64, copy=False) for p in parts]

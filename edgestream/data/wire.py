@@ -1,0 +1,254 @@
+"""The wire format of one streamed sample (one Kafka message value): a fixed binary header + raw bytes.
+
+Layout (little-endian, `HEADER`, 48 bytes, so the payload starts 8-byte aligned):
+
+    offset  size  field
+    0       4     magic          b"EDGS"
+    4       1     version        u8, = VERSION (1)
+    5       1     dtype code     u8, see DTYPE_CODES
+    6       1     ndim           u8, 1..4
+    7       1     pad            u8, 0
+    8       16    dims           4 x u32, the first `ndim` >= 1, the rest 0
+    24      4     label          i32
+    28      4     device         u32
+    32      8     seq            u64, per-device sequence number
+    40      8     produce_time   f64, unix seconds at produce
+    48      ...   payload        exactly prod(dims) * itemsize bytes, C order, little-endian
+
+uint8 images travel as uint8 (normalisation happens on the consumer). No pickle anywhere. Malformed
+values raise `WireError` with a short machine-readable `reason` that the consumer copies into the
+dead-letter message's headers; `decode_batch` also sets `index`, the position of the bad value.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from dataclasses import dataclass
+
+import numpy as np
+
+MAGIC = b"EDGS"
+VERSION = 1
+MAX_NDIM = 4
+HEADER = struct.Struct("<4sBBBB4IiIQd")
+HEADER_SIZE = HEADER.size  # 48
+
+#: dtype code on the wire -> numpy dtype (always little-endian on the wire).
+DTYPE_CODES: dict[int, np.dtype] = {
+    0: np.dtype("u1"),
+    1: np.dtype("<f4"),
+    2: np.dtype("<f2"),
+    3: np.dtype("<i2"),
+    4: np.dtype("<i4"),
+    5: np.dtype("<f8"),
+    6: np.dtype("i1"),
+}
+_CODE_OF: dict[str, int] = {dt.str.replace("|", "<"): code for code, dt in DTYPE_CODES.items()}
+
+#: numpy view of the 48-byte header, for validating many headers at once.
+HEADER_DTYPE = np.dtype([
+    ("magic", "S4"), ("version", "u1"), ("dtype", "u1"), ("ndim", "u1"), ("pad", "u1"),
+    ("dims", "<u4", (4,)), ("label", "<i4"), ("device", "<u4"), ("seq", "<u8"), ("produce_time", "<f8"),
+])
+assert HEADER_DTYPE.itemsize == HEADER_SIZE
+
+REASONS = ("truncated_header", "bad_magic", "bad_version", "unknown_dtype", "bad_shape", "bad_length",
+           "shape_mismatch")
+
+
+class WireError(ValueError):
+    """A value that is not a valid sample. `reason` is one of REASONS; `index` is set by batch decoders."""
+
+    def __init__(self, reason: str, detail: str = "", index: int | None = None) -> None:
+        self.reason, self.detail, self.index = reason, detail, index
+        where = f" (message {index})" if index is not None else ""
+        super().__init__(f"{reason}{where}: {detail}" if detail else f"{reason}{where}")
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """One decoded sample. `x` is a read-only view into the message buffer where possible (no copy)."""
+
+    x: np.ndarray
+    label: int
+    device: int
+    seq: int
+    produce_time: float
+    dtype: np.dtype
+    shape: tuple[int, ...]
+
+
+def dtype_code(dtype: np.dtype | type | str) -> int:
+    """The wire code of `dtype` (any byte order); WireError('unknown_dtype') when it has none."""
+    dt = np.dtype(dtype)
+    code = _CODE_OF.get(dt.newbyteorder("<").str.replace("|", "<"))
+    if code is None:
+        raise WireError("unknown_dtype", f"dtype {dt} has no wire code; allowed: "
+                        + ", ".join(str(d) for d in DTYPE_CODES.values()))
+    return code
+
+
+def _dims(shape: tuple[int, ...]) -> tuple[int, int, int, int]:
+    if not 1 <= len(shape) <= MAX_NDIM or any(d < 1 or d > 0xFFFFFFFF for d in shape):
+        raise WireError("bad_shape", f"shape {shape}: need 1..{MAX_NDIM} dims, each >= 1")
+    return tuple(shape) + (0,) * (MAX_NDIM - len(shape))  # type: ignore[return-value]
+
+
+def _le_bytes(x: np.ndarray) -> bytes:
+    if x.dtype.byteorder == ">":
+        x = x.astype(x.dtype.newbyteorder("<"))
+    return x.tobytes()
+
+
+def encode_sample(x: np.ndarray, label: int, device: int, seq: int, produce_time: float) -> bytes:
+    """One message value for sample `x` (shape 1..4 dims, dtype in DTYPE_CODES) and its metadata."""
+    x = np.asarray(x)
+    code = dtype_code(x.dtype)
+    return HEADER.pack(MAGIC, VERSION, code, x.ndim, 0, *_dims(x.shape), label, device, seq,
+                       produce_time) + _le_bytes(x)
+
+
+class SampleEncoder:
+    """`encode_sample` for a fixed dtype and shape: the constant header prefix is packed once."""
+
+    _TAIL = struct.Struct("<iIQd")
+
+    def __init__(self, dtype: np.dtype | type | str, shape: tuple[int, ...]) -> None:
+        self.dtype, self.shape = np.dtype(dtype), tuple(int(d) for d in shape)
+        code = dtype_code(self.dtype)
+        self._prefix = struct.pack("<4sBBBB4I", MAGIC, VERSION, code, len(self.shape), 0, *_dims(self.shape))
+        self.nbytes = HEADER_SIZE + math.prod(self.shape) * self.dtype.itemsize
+
+    def __call__(self, x: np.ndarray, label: int, device: int, seq: int, produce_time: float) -> bytes:
+        if x.shape != self.shape or x.dtype != self.dtype:
+            raise WireError("shape_mismatch",
+                            f"encoder is for {self.dtype}{self.shape}, got {x.dtype}{x.shape}")
+        return self._prefix + self._TAIL.pack(label, device, seq, produce_time) + _le_bytes(x)
+
+
+def _check_header(magic: bytes, version: int, code: int, ndim: int, dims: tuple[int, ...],
+                  length: int) -> tuple[np.dtype, tuple[int, ...]]:
+    """Validate the unpacked header fields against the value's total `length`; return (dtype, shape)."""
+    if magic != MAGIC:
+        raise WireError("bad_magic", f"expected {MAGIC!r}, got {magic!r}")
+    if version != VERSION:
+        raise WireError("bad_version", f"expected {VERSION}, got {version}")
+    dt = DTYPE_CODES.get(code)
+    if dt is None:
+        raise WireError("unknown_dtype", f"code {code}; known: {sorted(DTYPE_CODES)}")
+    if not 1 <= ndim <= MAX_NDIM or any(d < 1 for d in dims[:ndim]) or any(dims[ndim:]):
+        raise WireError("bad_shape", f"ndim {ndim}, dims {dims}")
+    shape = dims[:ndim]
+    want = HEADER_SIZE + math.prod(shape) * dt.itemsize
+    if length != want:
+        raise WireError("bad_length", f"{length} bytes, header says {want}")
+    return dt, shape
+
+
+def decode_sample(buf: bytes | bytearray | memoryview) -> Sample:
+    """Parse and validate one message value; `x` is a view of `buf` (read-only for bytes)."""
+    if len(buf) < HEADER_SIZE:
+        raise WireError("truncated_header", f"{len(buf)} bytes < header {HEADER_SIZE}")
+    magic, version, code, ndim, _pad, d0, d1, d2, d3, label, device, seq, t = HEADER.unpack_from(buf, 0)
+    dt, shape = _check_header(magic, version, code, ndim, (d0, d1, d2, d3), len(buf))
+    x = np.frombuffer(buf, dtype=dt, offset=HEADER_SIZE).reshape(shape)
+    return Sample(x, label, device, seq, t, dt, shape)
+
+
+def _scan(values: list[bytes]) -> tuple[list[int], list[tuple[int, str]]]:
+    """Per-message validation (slow path): valid indices and (index, reason) of the others.
+
+    A message that is valid alone but whose dtype/shape differs from the first valid message gets
+    reason 'shape_mismatch' (a batch needs one shape).
+    """
+    valid: list[int] = []
+    bad: list[tuple[int, str]] = []
+    ref: tuple[np.dtype, tuple[int, ...]] | None = None
+    for i, v in enumerate(values):
+        try:
+            s = decode_sample(v)
+        except WireError as e:
+            bad.append((i, e.reason))
+            continue
+        if ref is None:
+            ref = (s.dtype, s.shape)
+        elif (s.dtype, s.shape) != ref:
+            bad.append((i, "shape_mismatch"))
+            continue
+        valid.append(i)
+    return valid, bad
+
+
+def _headers(values: list[bytes]) -> np.ndarray | None:
+    """The headers of `values` viewed as HEADER_DTYPE (one small join), or None if any is truncated."""
+    if any(len(v) < HEADER_SIZE for v in values):
+        return None
+    return np.frombuffer(b"".join([memoryview(v)[:HEADER_SIZE] for v in values]), dtype=HEADER_DTYPE)
+
+
+def _uniform_ok(values: list[bytes], h: np.ndarray) -> bool:
+    """True when every value is valid and has the first one's dtype, shape and length (vectorised)."""
+    length = len(values[0])
+    if any(len(v) != length for v in values):
+        return False
+    first = h[0]
+    try:
+        _check_header(bytes(first["magic"]), int(first["version"]), int(first["dtype"]), int(first["ndim"]),
+                      tuple(int(d) for d in first["dims"]), length)
+    except WireError:
+        return False
+    return bool((h["magic"] == first["magic"]).all() and (h["version"] == first["version"]).all()
+                and (h["dtype"] == first["dtype"]).all() and (h["ndim"] == first["ndim"]).all()
+                and (h["dims"] == first["dims"]).all())
+
+
+def split_valid(values: list[bytes]) -> tuple[list[int], list[tuple[int, str]]]:
+    """(indices of values that decode_batch accepts together, [(index, reason)] of the rest).
+
+    Fast path: equal lengths and identical, valid header prefixes are checked vectorised; otherwise
+    every message is checked on its own (see `_scan` for the 'shape_mismatch' rule).
+    """
+    if not values:
+        return [], []
+    h = _headers(values)
+    if h is not None and _uniform_ok(values, h):
+        return list(range(len(values))), []
+    return _scan(values)
+
+
+def decode_batch(values: list[bytes], out: np.ndarray | None = None
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Decode many messages of one dtype/shape into one contiguous array.
+
+    Returns (x [B, *shape], labels int64[B], devices int64[B], seqs uint64[B], produce_times float64[B]).
+    `out`, if given, must be C-contiguous with the messages' dtype and shape (B' >= B, *shape); x is
+    then `out[:B]`. Raises WireError with `index` set at the first bad message (malformed, or dtype/
+    shape differing from message 0) so the caller can dead-letter it and retry without it. With no
+    values, x is `out[:0]` or an empty uint8 array of shape (0,).
+    """
+    n = len(values)
+    if n == 0:
+        x0 = out[:0] if out is not None else np.zeros((0,), dtype=np.uint8)
+        z = np.zeros(0, dtype=np.int64)
+        return x0, z, z.copy(), np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.float64)
+    h = _headers(values)
+    if h is None or not _uniform_ok(values, h):
+        _, bad = _scan(values)
+        index, reason = bad[0]
+        raise WireError(reason, f"batch of {n}", index=index)
+    first = h[0]
+    dt = DTYPE_CODES[int(first["dtype"])]
+    shape = tuple(int(d) for d in first["dims"][: int(first["ndim"])])
+    # One join of payload views into a fresh (writable) bytearray: a single copy, a single allocation.
+    payload = bytearray().join([memoryview(v)[HEADER_SIZE:] for v in values])
+    x = np.frombuffer(payload, dtype=dt).reshape(n, *shape)
+    if out is not None:
+        if (out.dtype.newbyteorder("<") != dt or out.shape[1:] != shape or out.shape[0] < n
+                or not out.flags.c_contiguous):
+            raise ValueError(f"out: need a C-contiguous {dt} array of shape (>= {n}, *{shape}), "
+                             f"got {out.dtype} {out.shape}")
+        out[:n] = x
+        x = out[:n]
+    return (x, h["label"].astype(np.int64), h["device"].astype(np.int64), h["seq"].astype(np.uint64),
+            h["produce_time"].astype(np.float64))
