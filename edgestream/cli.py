@@ -127,6 +127,81 @@ def broker_fetch(kafka_version: str = typer.Option(DEFAULT_KAFKA_VERSION, help="
     print(path)
 
 
+# ---------------------------------------------------------------- produce
+def _load(config: Path, overrides: list[str] | None = None):
+    from edgestream.config import ConfigError, load_config
+
+    try:
+        return load_config(config, overrides or [])
+    except ConfigError as exc:
+        for line in exc.problems:
+            typer.echo(line, err=True)
+        raise typer.Exit(2) from None
+
+
+@app.command("produce")
+def produce(config: Path = typer.Argument(..., help="experiment YAML file"),
+            bootstrap: str = typer.Option(None, help="HOST:PORT; default runtime.bootstrap, else a managed broker"),
+            run_id: str = typer.Option(None, help="run id (topics <name>-<run id>.dev.<i>); default: a new one"),
+            duration: float = typer.Option(None, help="seconds to stream; default: until SIGINT/SIGTERM"),
+            devices: str = typer.Option(None, help="device range this process drives, e.g. 0-15 or 0-7,12"),
+            report_every: float = typer.Option(5.0, help="seconds between effective-rate reports"),
+            set_: list[str] = typer.Option(None, "--set", help="override KEY.PATH=VALUE (repeatable)")) -> None:
+    """Stream every device's shard into Kafka at its rate S_i(t); print a JSON summary at exit."""
+    import signal
+
+    from edgestream.kafka.admin import KafkaUnavailable, wait_for_broker
+    from edgestream.kafka.topics import new_run_id, run_name
+    from edgestream.producers import parse_device_range, producer_from_config
+
+    cfg = _load(config, set_)
+    try:
+        ids = parse_device_range(devices, cfg.devices.count)
+        run = run_name(cfg.name, run_id or new_run_id())
+    except ValueError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    stop = {"flag": False}
+
+    def _on_signal(signum, frame):
+        stop["flag"] = True
+
+    signal.signal(signal.SIGINT, _on_signal)
+    signal.signal(signal.SIGTERM, _on_signal)
+    broker = None
+    bootstrap = bootstrap or cfg.runtime.bootstrap
+    try:
+        if bootstrap is None:
+            broker = _broker(None)
+            if broker.running_pid() is None:
+                typer.echo("no bootstrap given: starting the managed local broker (stopped at exit)", err=True)
+                broker.start()
+            else:
+                broker = None
+            bootstrap = _broker(None).read_state()["bootstrap"]
+        wait_for_broker(bootstrap, cfg.runtime.kafka_client)
+        producer = producer_from_config(cfg, bootstrap, run, ids)
+        typer.echo(f"run {run}: devices {ids[0]}-{ids[-1]} -> {bootstrap}", err=True)
+
+        def _report(r: dict) -> None:
+            eff = sorted(rate / target for _, target, rate in r["devices"] if target > 0)
+            typer.echo(f"[{r['t']:7.1f}s] delivered {r['delivered']:,} queued {r['queued']:,} | effective/target "
+                       f"min {eff[0]:.1%} median {eff[len(eff) // 2]:.1%}", err=True)
+            if len(r["devices"]) <= 16:
+                typer.echo("    " + "  ".join(f"{d}:{rate:.0f}/{target:.0f}" for d, target, rate in r["devices"]),
+                           err=True)
+
+        summary = producer.run_for(duration, should_stop=lambda: stop["flag"], report=_report,
+                                   report_every_s=report_every)
+    except (BrokerError, KafkaUnavailable) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    finally:
+        if broker is not None:
+            broker.stop()
+    print(summary.to_json())
+
+
 # ---------------------------------------------------------------- demo
 @app.command("demo")
 def demo(samples: int = typer.Option(4000, help="samples to stream through Kafka"),
@@ -139,6 +214,83 @@ def demo(samples: int = typer.Option(4000, help="samples to stream through Kafka
     except BrokerError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
+
+
+# ---------------------------------------------------------------- run / compare (simulator)
+def _sim_config(config: Path, overrides: list[str] | None):
+    """load_config, or exit 2 with one line per problem (as `config validate`)."""
+    from edgestream.config import ConfigError, load_config
+
+    try:
+        return load_config(config, overrides or [])
+    except ConfigError as exc:
+        for line in exc.problems:
+            typer.echo(line, err=True)
+        raise typer.Exit(2) from None
+
+
+def _config_problems(exc: Exception) -> None:
+    for line in getattr(exc, "problems", None) or str(exc).splitlines():
+        typer.echo(line, err=True)
+    raise typer.Exit(2) from None
+
+
+@app.command("run")
+def run_cmd(config: Path = typer.Argument(..., help="experiment YAML file"),
+            engine: str = typer.Option(None, "--engine", help="sim | local; default runtime.engine"),
+            out: Path = typer.Option(None, "--out", help="parent of the run directory; default runtime.out"),
+            run_id: str = typer.Option(None, "--run-id", help="run id (folder <name>-<run id>); default new"),
+            set_: list[str] = typer.Option(None, "--set", help="override KEY.PATH=VALUE (repeatable)"),
+            quiet: bool = typer.Option(False, "--quiet", help="no progress bar")) -> None:
+    """Train CONFIG once and write its run directory (config.yaml, events.jsonl, summary.json, plots)."""
+    from edgestream.config import ConfigError
+    from edgestream.sim.engine import SimConfigError
+    from edgestream.sim.run import run_sim
+
+    cfg = _sim_config(config, set_)
+    engine = engine or cfg.runtime.engine
+    if engine == "local":
+        typer.echo("engine 'local' is not available yet; use --engine sim", err=True)
+        raise typer.Exit(2)
+    if engine != "sim":
+        typer.echo(f"--engine: {engine!r} is not allowed; must be one of sim, local", err=True)
+        raise typer.Exit(2)
+    try:
+        path, summary = run_sim(cfg, out=out, run_id=run_id, progress=not quiet, base_dir=config.parent)
+    except (SimConfigError, ConfigError) as exc:
+        _config_problems(exc)
+    keys = ("time_to_target_s", "final_accuracy", "steps", "buffer_max_samples", "dropped_total",
+            "floats_sent_total", "cnc_ratio", "stop_reason", "virtual_time_s", "wall_s")
+    typer.echo(f"run directory: {path}", err=True)
+    print(json.dumps({k: summary.get(k) for k in keys}))
+
+
+@app.command("compare")
+def compare_cmd(config: Path = typer.Argument(..., help="experiment YAML file"),
+                algorithms: str = typer.Option(
+                    ..., "--algorithms", help="comma list: ddl,scadles or scadles[algorithm.buffer=persist]"),
+                set_: list[str] = typer.Option(None, "--set", help="override KEY.PATH=VALUE (repeatable)"),
+                out: Path = typer.Option(None, "--out", help="parent folder; default runtime.out"),
+                run_id: str = typer.Option(None, "--run-id", help="id of the compare folder; default new"),
+                quiet: bool = typer.Option(False, "--quiet", help="no progress bars")) -> None:
+    """Simulate CONFIG once per algorithm; write compare.md and compare.png and print the table.
+
+    Batch rule: the config's algorithm.batch is kept for an algorithm it suits (rate/available for
+    scadles, fixed for the others); otherwise the algorithm's default (scadles rate 8..1024, fixed 64).
+    """
+    from edgestream.config import ConfigError
+    from edgestream.sim.compare import parse_variants, run_compare
+    from edgestream.sim.engine import SimConfigError
+
+    cfg = _sim_config(config, set_)
+    try:
+        variants = parse_variants(algorithms)
+        folder, _, table = run_compare(cfg, variants, out=out, run_id=run_id, progress=not quiet,
+                                       base_dir=config.parent)
+    except (SimConfigError, ConfigError, ValueError) as exc:
+        _config_problems(exc)
+    typer.echo(f"compare folder: {folder}", err=True)
+    sys.stdout.write(table)
 
 
 def main() -> None:

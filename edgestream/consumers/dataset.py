@@ -1,0 +1,147 @@
+"""PyTorch integration: a device's Kafka stream as a `torch.utils.data.IterableDataset` of batches.
+
+Each item is `(x, y, meta)`: x float32 (uint8 samples normalised here, on the consumer side), y int64,
+and meta with the batch size, wait time, buffer size, dropped/injected/DLQ counts and what `ack(meta)`
+needs to commit the batch's offsets. Offsets are committed only on ack, so a crash re-delivers every
+unacknowledged sample (at-least-once). Use it with `make_dataloader` (batch_size=None, num_workers=0:
+the consumer and its commits live in the trainer process).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, IterableDataset
+
+from edgestream.consumers.device_stream import DeviceStream
+from edgestream.consumers.dlq import DeadLetters
+from edgestream.consumers.injection import InjectionChannel
+from edgestream.data.wire import decode_batch, split_valid
+from edgestream.streams import build_batch_policy, build_buffer_policy, injection_count, injection_targets
+
+
+class KafkaStreamDataset(IterableDataset):
+    """Batches of device `device` of run `run`; see the module docstring."""
+
+    def __init__(self, bootstrap: str, run: str, device: int, *, num_devices: int, batch: dict,
+                 buffer: str = "persist", injection: dict | None = None, seed: int = 0,
+                 normalize: Callable[[torch.Tensor], torch.Tensor] | None = None, window_s: float = 1.0,
+                 security: dict | None = None, max_batches: int | None = None, timeout: float | None = None,
+                 pin_memory: bool = False) -> None:
+        super().__init__()
+        self.device, self.num_devices, self.seed = device, num_devices, seed
+        self.stream = DeviceStream(bootstrap, run, device, batch_policy=build_batch_policy(batch),
+                                   buffer_policy=build_buffer_policy(buffer, window_s=window_s), window_s=window_s,
+                                   security=security)
+        self.injection = injection
+        self.channel = InjectionChannel(bootstrap, run, device, security) if injection else None
+        self.dlq = DeadLetters(bootstrap, run, security)
+        self.normalize = normalize or (lambda x: x.float().div_(255.0))
+        self.max_batches, self.timeout, self.pin_memory = max_batches, timeout, pin_memory
+        self.step = 0
+        self.totals = {"samples": 0, "dropped": 0, "injected_in": 0, "injected_out": 0, "injected_bytes": 0,
+                       "dlq": 0}
+
+    @classmethod
+    def from_config(cls, cfg, bootstrap: str, run: str, device: int, **kw) -> KafkaStreamDataset:
+        """Build from an ExperimentConfig (algorithm.batch/buffer/injection, data normalisation)."""
+        from edgestream.data import load_dataset
+
+        ds = load_dataset(cfg.data.dataset, cfg.data.root, seed=cfg.seed,
+                          shape=tuple(cfg.data.shape) if cfg.data.shape else None)
+        inj = cfg.algorithm.injection.model_dump() if cfg.algorithm.injection else None
+        return cls(bootstrap, run, device, num_devices=cfg.devices.count, batch=cfg.algorithm.batch.spec(),
+                   buffer=cfg.algorithm.buffer, injection=inj, seed=cfg.seed, normalize=ds.normalize,
+                   security=cfg.runtime.kafka_client, **kw)
+
+    # ------------------------------------------------------------------ decoding
+    def _decode(self, values: list[bytes], offsets: list[int] | None, topic: str):
+        valid, bad = split_valid(values)
+        for index, reason in bad:
+            off = offsets[index] if offsets is not None else -1
+            self.dlq.send(values[index], reason, source_topic=topic, offset=off)
+        if bad:
+            values = [values[i] for i in valid]
+        return decode_batch(values) if values else None, len(bad)
+
+    def _inject(self, raw_values: list[bytes]) -> tuple[int, int]:
+        if not self.channel or not raw_values:
+            return 0, 0
+        rng = np.random.default_rng([self.seed, self.device, self.step])
+        targets = injection_targets(rng, self.device, self.num_devices, self.injection["alpha"])
+        count = min(injection_count(self.injection["beta"], len(raw_values)), len(raw_values))
+        if not targets or count == 0:
+            return 0, 0
+        chosen = [raw_values[i] for i in rng.choice(len(raw_values), size=count, replace=False)]
+        nbytes = self.channel.send(chosen, targets)
+        return count * len(targets), nbytes
+
+    def next_batch(self) -> tuple[torch.Tensor, torch.Tensor, dict] | None:
+        """One batch, or None when `timeout` passed without the policy's samples arriving."""
+        raw = self.stream.take(timeout=self.timeout)
+        if raw is None:
+            return None
+        own, bad_own = self._decode(raw.values, raw.offsets, self.stream.reader.topic)
+        injected_values, inj_next = self.channel.receive() if self.channel else ([], None)
+        inj, bad_inj = self._decode(injected_values, None, f"inj.{self.device}") if injected_values else (None, 0)
+        parts = [p for p in (own, inj) if p is not None]
+        if parts:
+            x = np.concatenate([p[0] for p in parts]) if len(parts) > 1 else parts[0][0]
+            y = np.concatenate([p[1] for p in parts]) if len(parts) > 1 else parts[0][1]
+            seq = np.concatenate([p[3] for p in parts]) if len(parts) > 1 else parts[0][3]
+            src = np.concatenate([p[2] for p in parts]) if len(parts) > 1 else parts[0][2]
+        else:
+            x = np.zeros((0,), dtype=np.uint8)
+            y = seq = src = np.zeros((0,), dtype=np.int64)
+        sent, sent_bytes = self._inject(raw.values)
+        xt = self.normalize(torch.from_numpy(np.ascontiguousarray(x))) if x.size else torch.zeros(0)
+        yt = torch.from_numpy(np.asarray(y, dtype=np.int64))
+        if self.pin_memory and torch.cuda.is_available():
+            xt, yt = xt.pin_memory(), yt.pin_memory()
+        n_inj = 0 if inj is None else len(inj[1])
+        meta = {
+            "device": self.device, "step": self.step, "batch": int(len(yt)), "target": raw.target,
+            "wait_s": raw.wait_s, "buffer_samples": raw.buffer_samples, "buffer_bytes": raw.buffer_bytes,
+            "dropped": raw.dropped, "injected": n_inj, "injected_out": sent, "injected_bytes": sent_bytes,
+            "dlq": bad_own + bad_inj, "rate": raw.rate,
+            "seq": torch.from_numpy(np.asarray(seq, dtype=np.int64)),
+            "source": torch.from_numpy(np.asarray(src, dtype=np.int64)),
+            "ack": {"dev": raw.next_offset, "inj": inj_next},
+        }
+        self.step += 1
+        t = self.totals
+        t["samples"] += meta["batch"]
+        t["dropped"] += raw.dropped
+        t["injected_in"] += n_inj
+        t["injected_out"] += sent
+        t["injected_bytes"] += sent_bytes
+        t["dlq"] += meta["dlq"]
+        return xt, yt, meta
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor, dict]]:
+        while self.max_batches is None or self.step < self.max_batches:
+            item = self.next_batch()
+            if item is None:
+                return
+            yield item
+
+    def ack(self, meta: dict) -> None:
+        """Commit the offsets of the batch `meta` describes (and everything before it)."""
+        self.stream.ack(int(meta["ack"]["dev"]))
+        if self.channel is not None and meta["ack"]["inj"] is not None:
+            self.channel.ack(int(meta["ack"]["inj"]))
+
+    def close(self) -> None:
+        self.dlq.flush()
+        if self.channel is not None:
+            self.channel.close()
+        self.stream.close()
+
+
+def make_dataloader(dataset: KafkaStreamDataset, pin_memory: bool = False) -> DataLoader:
+    """A DataLoader over the stream's batches (batch_size=None: the stream already batches; num_workers=0
+    so the Kafka consumer and its commits stay in the trainer process)."""
+    dataset.pin_memory = pin_memory
+    return DataLoader(dataset, batch_size=None, num_workers=0)

@@ -1,0 +1,197 @@
+"""One device's Kafka stream as a sequence of batches, applying the streams/ policies to offsets.
+
+The consumer belongs to a group named for the run and device, starts at the group's committed offset
+(or the topic's first offset: data produced before the trainer connects is not lost), never
+auto-commits, and commits only when the trainer acknowledges a batch (at-least-once).
+
+Buffer: `persist` trains on the oldest unconsumed samples (the buffer is the consumer lag);
+`truncate` first seeks forward to the first sample that arrived within the last window (Kafka's
+offsets_for_times), counting every skipped sample in `dropped`. Batch size b_i comes from the batch
+policy with the measured arrival rate (samples that arrived in the last window / window).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException, TopicPartition
+
+from edgestream.kafka.clients import consumer_config
+from edgestream.kafka.topics import device_topic
+
+
+_RETRIABLE = {KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+              KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError._TIMED_OUT, KafkaError.REQUEST_TIMED_OUT}
+
+
+def with_retries(fn, what: str, attempts: int = 12, backoff_s: float = 0.1):
+    """Call fn(), retrying the group-coordinator errors a new or restarting broker answers with
+    (the offsets topic is created on first use) with exponential backoff."""
+    for attempt in range(attempts):
+        try:
+            return fn()
+        except KafkaException as exc:
+            err = exc.args[0]
+            if err.code() not in _RETRIABLE or attempt == attempts - 1:
+                raise RuntimeError(f"{what} failed: {err.str()}") from exc
+            time.sleep(min(backoff_s * 2 ** attempt, 2.0))
+    raise AssertionError("unreachable")
+
+
+def trainer_group(run: str, device: int, kind: str = "dev") -> str:
+    """The consumer group of a run's device stream (kind 'dev') or injection topic (kind 'inj')."""
+    return f"{run}.{kind}.{device}.trainer"
+
+
+@dataclass
+class RawBatch:
+    """Undecoded messages of one batch plus what the trainer needs to report and acknowledge it."""
+
+    values: list[bytes]
+    offsets: list[int]
+    next_offset: int            # commit this to acknowledge the batch (covers truncated samples too)
+    target: int                 # b_i the batch policy asked for
+    wait_s: float               # time spent waiting for samples
+    dropped: int                # samples skipped by truncation before this batch
+    buffer_samples: int         # unconsumed samples left after taking the batch (consumer lag)
+    buffer_bytes: int
+    rate: float                 # measured arrival rate used by the batch policy (samples/s)
+    extra: dict = field(default_factory=dict)
+
+
+class PartitionReader:
+    """A manually assigned single-partition consumer with a local read-ahead queue."""
+
+    def __init__(self, bootstrap: str, topic: str, group: str, security: dict | None = None,
+                 overrides: dict | None = None) -> None:
+        self.topic = topic
+        self.tp = TopicPartition(topic, 0)
+        self.consumer = Consumer(consumer_config(bootstrap, group, security, **(overrides or {})))
+        committed = with_retries(lambda: self.consumer.committed([TopicPartition(topic, 0)], timeout=30),
+                                 f"reading the committed offset of group {group} on {topic}")[0].offset
+        if committed == OFFSET_INVALID or committed < 0:
+            low, _ = self.consumer.get_watermark_offsets(self.tp, timeout=30)
+            committed = low
+        self.next_offset = committed        # oldest sample not yet handed out
+        self.consumer.assign([TopicPartition(topic, 0, committed)])
+        self.queue: deque = deque()         # (offset, value, timestamp_ms)
+        self.queued_bytes = 0
+        self.committed = committed
+
+    def fill(self, timeout: float, max_messages: int = 5000) -> int:
+        """Fetch what is available (waiting up to `timeout`); return how many messages arrived."""
+        n = 0
+        for msg in self.consumer.consume(max_messages, timeout=timeout):
+            err = msg.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    continue
+                raise RuntimeError(f"consumer error on {self.topic}: {err}")
+            off = msg.offset()
+            if off < self.next_offset:
+                continue  # behind a truncation seek
+            value = msg.value()
+            self.queue.append((off, value, msg.timestamp()[1]))
+            self.queued_bytes += len(value)
+            n += 1
+        return n
+
+    def high_watermark(self) -> int:
+        _, high = self.consumer.get_watermark_offsets(self.tp, cached=True)
+        if high is None or high < 0:
+            _, high = self.consumer.get_watermark_offsets(self.tp, timeout=10)
+        last = self.queue[-1][0] + 1 if self.queue else self.next_offset
+        return max(high, last)
+
+    def lag(self) -> int:
+        return max(0, self.high_watermark() - self.next_offset)
+
+    def offset_for_time(self, ts_ms: int) -> int:
+        """The first offset whose timestamp is >= ts_ms (the high watermark when none is)."""
+        res = self.consumer.offsets_for_times([TopicPartition(self.topic, 0, ts_ms)], timeout=10)[0]
+        return res.offset if res.offset >= 0 else self.high_watermark()
+
+    def skip_to(self, offset: int) -> int:
+        """Advance the read position to `offset`, dropping what lies before; return how many were skipped."""
+        skipped = max(0, offset - self.next_offset)
+        if skipped == 0:
+            return 0
+        while self.queue and self.queue[0][0] < offset:
+            self.queued_bytes -= len(self.queue.popleft()[1])
+        if not self.queue:
+            self.consumer.seek(TopicPartition(self.topic, 0, offset))
+        self.next_offset = offset
+        return skipped
+
+    def take(self, n: int) -> tuple[list[bytes], list[int]]:
+        values, offsets = [], []
+        for _ in range(min(n, len(self.queue))):
+            off, value, _ = self.queue.popleft()
+            self.queued_bytes -= len(value)
+            values.append(value)
+            offsets.append(off)
+        if offsets:
+            self.next_offset = offsets[-1] + 1
+        return values, offsets
+
+    def take_all(self) -> tuple[list[bytes], list[int]]:
+        return self.take(len(self.queue))
+
+    def commit(self, offset: int) -> None:
+        if offset > self.committed:
+            tp = [TopicPartition(self.topic, 0, offset)]
+            with_retries(lambda: self.consumer.commit(offsets=tp, asynchronous=False),
+                         f"committing offset {offset} on {self.topic}")
+            self.committed = offset
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+class DeviceStream:
+    """Batches of one device's stream, shaped by a buffer policy and a batch policy (edgestream.streams)."""
+
+    def __init__(self, bootstrap: str, run: str, device: int, *, batch_policy, buffer_policy,
+                 window_s: float = 1.0, security: dict | None = None, group: str | None = None) -> None:
+        self.device, self.window_s = device, window_s
+        self.batch_policy, self.buffer_policy = batch_policy, buffer_policy
+        self.reader = PartitionReader(bootstrap, device_topic(run, device), group or trainer_group(run, device),
+                                      security)
+        self.dropped_total = 0
+        self._avg_msg_bytes = 0.0
+
+    def _arrivals_in_window(self) -> int:
+        start = self.reader.offset_for_time(int((time.time() - self.window_s) * 1000))
+        return max(0, self.reader.high_watermark() - start)
+
+    def take(self, timeout: float | None = None) -> RawBatch | None:
+        """The next batch, waiting for the policy's b_i samples; None if `timeout` passes first."""
+        t0 = time.monotonic()
+        self.reader.fill(0.0)
+        available = self.reader.lag()
+        arrived = self._arrivals_in_window()
+        skip = self.buffer_policy.truncate(available, arrived)
+        dropped = self.reader.skip_to(self.reader.next_offset + skip) if skip > 0 else 0
+        self.dropped_total += dropped
+        rate = arrived / self.window_s
+        available = self.reader.lag()
+        target = int(self.batch_policy.target(rate, available))
+        while not (self.batch_policy.ready(target, len(self.reader.queue))):
+            if timeout is not None and time.monotonic() - t0 > timeout:
+                return None
+            self.reader.fill(0.05)
+        values, offsets = self.reader.take(target)
+        wait_s = time.monotonic() - t0
+        if values:
+            self._avg_msg_bytes = sum(len(v) for v in values) / len(values)
+        lag = self.reader.lag()
+        return RawBatch(values, offsets, self.reader.next_offset, target, wait_s, dropped, lag,
+                        int(lag * self._avg_msg_bytes), rate)
+
+    def ack(self, next_offset: int) -> None:
+        self.reader.commit(next_offset)
+
+    def close(self) -> None:
+        self.reader.close()

@@ -1,0 +1,33 @@
+"""Dead-letter queue: malformed messages are copied to `<run>.dlq` with the reason in a header."""
+
+from __future__ import annotations
+
+from confluent_kafka import Producer
+
+from edgestream.kafka.clients import producer_config
+from edgestream.kafka.topics import dlq_topic
+
+
+class DeadLetters:
+    """Copies rejected messages to the run's DLQ topic; `count` is what was sent there."""
+
+    def __init__(self, bootstrap: str, run: str, security: dict | None = None) -> None:
+        self.topic = dlq_topic(run)
+        self._producer = Producer(producer_config(bootstrap, security, **{"linger.ms": 0}))
+        self.count = 0
+
+    def send(self, value: bytes, reason: str, *, source_topic: str, offset: int, key: bytes | None = None) -> None:
+        headers = [("reason", reason.encode()), ("source_topic", source_topic.encode()),
+                   ("source_offset", str(offset).encode())]
+        while True:
+            try:
+                self._producer.produce(self.topic, value=value, key=key, headers=headers)
+                break
+            except BufferError:
+                self._producer.poll(0.05)
+        self._producer.poll(0)
+        self.count += 1
+
+    def flush(self, timeout: float = 30.0) -> None:
+        if self._producer.flush(timeout):
+            raise RuntimeError(f"DLQ messages to {self.topic} were not acknowledged within {timeout} s")

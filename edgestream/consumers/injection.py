@@ -1,0 +1,66 @@
+"""ScaDLES randomized data injection over Kafka: `<run>.inj.<j>` topics.
+
+Each step a device sends floor(beta * b_i) samples of its batch to ceil(alpha * M) other devices
+(the decision is edgestream.streams' injection policy); receivers mix what arrived into their next
+batch. Injected samples travel as their original wire bytes, so nothing is re-encoded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from confluent_kafka import Producer
+
+from edgestream.consumers.device_stream import PartitionReader, trainer_group
+from edgestream.kafka.clients import producer_config
+from edgestream.kafka.topics import injection_topic
+
+
+class InjectionChannel:
+    """Send samples to other devices' injection topics; receive this device's injected samples."""
+
+    def __init__(self, bootstrap: str, run: str, device: int, security: dict | None = None) -> None:
+        self.run, self.device = run, device
+        self._producer = Producer(producer_config(bootstrap, security, **{"linger.ms": 1}))
+        self.reader = PartitionReader(bootstrap, injection_topic(run, device),
+                                      trainer_group(run, device, "inj"), security)
+        self.sent_samples = self.sent_bytes = 0
+        self.received_samples = self.received_bytes = 0
+
+    def send(self, values: Sequence[bytes], targets: Sequence[int]) -> int:
+        """Send `values` to every target device; return bytes sent."""
+        nbytes = 0
+        key = str(self.device).encode()
+        for target in targets:
+            topic = injection_topic(self.run, target)
+            for value in values:
+                while True:
+                    try:
+                        self._producer.produce(topic, value=value, key=key)
+                        break
+                    except BufferError:
+                        self._producer.poll(0.05)
+                nbytes += len(value)
+        self._producer.poll(0)
+        self.sent_samples += len(values) * len(targets)
+        self.sent_bytes += nbytes
+        return nbytes
+
+    def flush(self, timeout: float = 30.0) -> None:
+        if self._producer.flush(timeout):
+            raise RuntimeError(f"injected samples of device {self.device} not acknowledged within {timeout} s")
+
+    def receive(self, wait_s: float = 0.0) -> tuple[list[bytes], int]:
+        """Everything injected into this device so far (not yet taken); returns (values, next_offset)."""
+        self.reader.fill(wait_s)
+        values, _ = self.reader.take_all()
+        self.received_samples += len(values)
+        self.received_bytes += sum(len(v) for v in values)
+        return values, self.reader.next_offset
+
+    def ack(self, next_offset: int) -> None:
+        self.reader.commit(next_offset)
+
+    def close(self) -> None:
+        self.flush()
+        self.reader.close()

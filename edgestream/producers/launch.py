@@ -1,0 +1,20 @@
+"""Build a StreamProducer from an experiment config (dataset, partition, rate model, wire encoder)."""
+
+from __future__ import annotations
+
+from edgestream.producers.stream_producer import StreamProducer
+
+
+def producer_from_config(cfg, bootstrap: str, run: str, devices: list[int], **kw) -> StreamProducer:
+    from edgestream.data import encode_sample, load_dataset, partition_indices
+    from edgestream.streams import build_rate_model
+
+    d = cfg.data
+    ds = load_dataset(d.dataset, d.root, seed=cfg.seed, shape=tuple(d.shape) if d.shape else None,
+                      num_classes=d.num_classes, n_train=d.n_train, n_test=d.n_test)
+    shards = partition_indices(ds.y_train, cfg.devices.count, d.partition, seed=cfg.seed,
+                               labels_per_device=d.labels_per_device, alpha=d.alpha)
+    rates = build_rate_model(cfg.devices.rates.spec(), cfg.devices.variation.spec(), cfg.devices.count, cfg.seed,
+                             min_rate=cfg.devices.rates.min_rate)
+    return StreamProducer(bootstrap, run, devices, ds.x_train, ds.y_train, shards, rates, encode_sample,
+                          seed=cfg.seed, security=cfg.runtime.kafka_client, **kw)
