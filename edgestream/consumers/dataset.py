@@ -18,7 +18,7 @@ from torch.utils.data import DataLoader, IterableDataset
 from edgestream.consumers.device_stream import DeviceStream
 from edgestream.consumers.dlq import DeadLetters
 from edgestream.consumers.injection import InjectionChannel
-from edgestream.data.wire import decode_batch, split_valid
+from edgestream.data.wire import WireError, decode_batch, split_valid
 from edgestream.streams import build_batch_policy, build_buffer_policy, injection_count, injection_targets
 
 
@@ -58,13 +58,16 @@ class KafkaStreamDataset(IterableDataset):
 
     # ------------------------------------------------------------------ decoding
     def _decode(self, values: list[bytes], offsets: list[int] | None, topic: str):
-        valid, bad = split_valid(values)
+        """Decode a batch; malformed messages go to the DLQ with their reason and are skipped."""
+        try:
+            return (decode_batch(values) if values else None), 0
+        except WireError:
+            valid, bad = split_valid(values)
         for index, reason in bad:
             off = offsets[index] if offsets is not None else -1
             self.dlq.send(values[index], reason, source_topic=topic, offset=off)
-        if bad:
-            values = [values[i] for i in valid]
-        return decode_batch(values) if values else None, len(bad)
+        values = [values[i] for i in valid]
+        return (decode_batch(values) if values else None), len(bad)
 
     def _inject(self, raw_values: list[bytes]) -> tuple[int, int]:
         if not self.channel or not raw_values:
