@@ -10,7 +10,6 @@ import sys
 import time
 
 import numpy as np
-import pytest
 import yaml
 from confluent_kafka import Consumer, Producer, TopicPartition
 
@@ -193,7 +192,12 @@ def test_sigterm_to_produce_loses_nothing(bootstrap, run_prefix, tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "edgestream.cli", "produce", str(cfg_file), "--bootstrap", bootstrap,
                              "--run-id", run_id, "--report-every", "1"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ.copy())
-    time.sleep(6)
+    # wait for the first effective-rate report (streaming has begun), then stop it mid-stream
+    first_report = ""
+    deadline = time.monotonic() + 120
+    while "delivered" not in first_report and time.monotonic() < deadline and proc.poll() is None:
+        first_report = proc.stderr.readline()
+    time.sleep(1.0)
     proc.send_signal(signal.SIGTERM)
     out, errtext = proc.communicate(timeout=90)
     assert proc.returncode == 0, errtext

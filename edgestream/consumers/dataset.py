@@ -3,7 +3,10 @@
 Each item is `(x, y, meta)`: x float32 (uint8 samples normalised here, on the consumer side), y int64,
 and meta with the batch size, wait time, buffer size, dropped/injected/DLQ counts and what `ack(meta)`
 needs to commit the batch's offsets. Offsets are committed only on ack, so a crash re-delivers every
-unacknowledged sample (at-least-once). Use it with `make_dataloader` (batch_size=None, num_workers=0:
+unacknowledged sample (at-least-once).
+`commit="sync"` (default) makes each ack durable before it
+returns, so a restart re-delivers exactly the unacknowledged samples; `commit="async"` is faster and
+may also re-deliver the last acknowledged batches after a crash (duplicates, never losses). Use it with `make_dataloader` (batch_size=None, num_workers=0:
 the consumer and its commits live in the trainer process).
 """
 
@@ -29,7 +32,7 @@ class KafkaStreamDataset(IterableDataset):
                  buffer: str = "persist", injection: dict | None = None, seed: int = 0,
                  normalize: Callable[[torch.Tensor], torch.Tensor] | None = None, window_s: float = 1.0,
                  security: dict | None = None, max_batches: int | None = None, timeout: float | None = None,
-                 pin_memory: bool = False) -> None:
+                 pin_memory: bool = False, commit: str = "sync") -> None:
         super().__init__()
         self.device, self.num_devices, self.seed = device, num_devices, seed
         self.stream = DeviceStream(bootstrap, run, device, batch_policy=build_batch_policy(batch),
@@ -38,8 +41,11 @@ class KafkaStreamDataset(IterableDataset):
         self.injection = injection
         self.channel = InjectionChannel(bootstrap, run, device, security) if injection else None
         self.dlq = DeadLetters(bootstrap, run, security)
-        self.normalize = normalize or (lambda x: x.float().div_(255.0))
+        self.normalize = normalize or (lambda x: torch.mul(x, 1.0 / 255.0))  # one pass: uint8 -> float32
+        if commit not in ("sync", "async"):
+            raise ValueError(f"commit: {commit!r} is not allowed; must be 'sync' or 'async'")
         self.max_batches, self.timeout, self.pin_memory = max_batches, timeout, pin_memory
+        self.commit_wait = commit == "sync"
         self.step = 0
         self.totals = {"samples": 0, "dropped": 0, "injected_in": 0, "injected_out": 0, "injected_bytes": 0,
                        "dlq": 0}
@@ -132,7 +138,7 @@ class KafkaStreamDataset(IterableDataset):
 
     def ack(self, meta: dict) -> None:
         """Commit the offsets of the batch `meta` describes (and everything before it)."""
-        self.stream.ack(int(meta["ack"]["dev"]))
+        self.stream.ack(int(meta["ack"]["dev"]), self.commit_wait)
         if self.channel is not None and meta["ack"]["inj"] is not None:
             self.channel.ack(int(meta["ack"]["inj"]))
 

@@ -20,7 +20,7 @@ from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException
 
 from edgestream.kafka.clients import consumer_config
 from edgestream.kafka.topics import device_topic
-
+from edgestream.streams.policies import PersistBuffer, RateBatch
 
 _RETRIABLE = {KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
               KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError._TIMED_OUT, KafkaError.REQUEST_TIMED_OUT}
@@ -76,27 +76,26 @@ class PartitionReader:
             committed = low
         self.next_offset = committed        # oldest sample not yet handed out
         self.consumer.assign([TopicPartition(topic, 0, committed)])
-        self.queue: deque = deque()         # (offset, value, timestamp_ms)
+        self.queue: deque = deque()         # (offset, value)
         self.queued_bytes = 0
         self.committed = committed
 
     def fill(self, timeout: float, max_messages: int = 5000) -> int:
-        """Fetch what is available (waiting up to `timeout`); return how many messages arrived."""
-        n = 0
-        for msg in self.consumer.consume(max_messages, timeout=timeout):
-            err = msg.error()
-            if err is not None:
-                if err.code() == KafkaError._PARTITION_EOF:
-                    continue
-                raise RuntimeError(f"consumer error on {self.topic}: {err}")
-            off = msg.offset()
-            if off < self.next_offset:
-                continue  # behind a truncation seek
-            value = msg.value()
-            self.queue.append((off, value, msg.timestamp()[1]))
-            self.queued_bytes += len(value)
-            n += 1
-        return n
+        """Fetch what is available (waiting up to `timeout` for `max_messages`); return how many arrived."""
+        msgs = self.consumer.consume(max_messages, timeout=timeout)
+        if not msgs:
+            return 0
+        good = [(m.offset(), m.value()) for m in msgs if m.error() is None]
+        if len(good) != len(msgs):
+            for m in msgs:
+                err = m.error()
+                if err is not None and err.code() != KafkaError._PARTITION_EOF:
+                    raise RuntimeError(f"consumer error on {self.topic}: {err}")
+        if good and good[0][0] < self.next_offset:  # behind a truncation seek
+            good = [g for g in good if g[0] >= self.next_offset]
+        self.queue.extend(good)
+        self.queued_bytes += sum(len(v) for _, v in good)
+        return len(good)
 
     def high_watermark(self) -> int:
         _, high = self.consumer.get_watermark_offsets(self.tp, cached=True)
@@ -126,27 +125,36 @@ class PartitionReader:
         return skipped
 
     def take(self, n: int) -> tuple[list[bytes], list[int]]:
-        values, offsets = [], []
-        for _ in range(min(n, len(self.queue))):
-            off, value, _ = self.queue.popleft()
-            self.queued_bytes -= len(value)
-            values.append(value)
-            offsets.append(off)
-        if offsets:
-            self.next_offset = offsets[-1] + 1
+        q = self.queue
+        taken = [q.popleft() for _ in range(min(n, len(q)))]
+        if not taken:
+            return [], []
+        offsets = [o for o, _ in taken]
+        values = [v for _, v in taken]
+        self.queued_bytes -= sum(len(v) for v in values)
+        self.next_offset = offsets[-1] + 1
         return values, offsets
 
     def take_all(self) -> tuple[list[bytes], list[int]]:
         return self.take(len(self.queue))
 
-    def commit(self, offset: int) -> None:
+    def commit(self, offset: int, wait: bool = True) -> None:
+        """Commit `offset` (the next one to read). wait=False commits asynchronously: faster, and
+        still at-least-once (a crash before it lands re-delivers, never loses)."""
         if offset > self.committed:
             tp = [TopicPartition(self.topic, 0, offset)]
-            with_retries(lambda: self.consumer.commit(offsets=tp, asynchronous=False),
-                         f"committing offset {offset} on {self.topic}")
+            if wait:
+                with_retries(lambda: self.consumer.commit(offsets=tp, asynchronous=False),
+                             f"committing offset {offset} on {self.topic}")
+            else:
+                self.consumer.commit(offsets=tp, asynchronous=True)
+                self._pending = offset
             self.committed = offset
 
     def close(self) -> None:
+        if getattr(self, "_pending", None) is not None:  # make the last asynchronous commit durable
+            tp = [TopicPartition(self.topic, 0, self._pending)]
+            with_retries(lambda: self.consumer.commit(offsets=tp, asynchronous=False), f"final commit on {self.topic}")
         self.consumer.close()
 
 
@@ -161,6 +169,8 @@ class DeviceStream:
                                       security)
         self.dropped_total = 0
         self._avg_msg_bytes = 0.0
+        self._high: int | None = None
+        self._needs_window = not isinstance(buffer_policy, PersistBuffer) or isinstance(batch_policy, RateBatch)
 
     def _arrivals_in_window(self) -> int:
         start = self.reader.offset_for_time(int((time.time() - self.window_s) * 1000))
@@ -170,28 +180,32 @@ class DeviceStream:
         """The next batch, waiting for the policy's b_i samples; None if `timeout` passes first."""
         t0 = time.monotonic()
         self.reader.fill(0.0)
-        available = self.reader.lag()
-        arrived = self._arrivals_in_window()
-        skip = self.buffer_policy.truncate(available, arrived)
-        dropped = self.reader.skip_to(self.reader.next_offset + skip) if skip > 0 else 0
-        self.dropped_total += dropped
-        rate = arrived / self.window_s
-        available = self.reader.lag()
-        target = int(self.batch_policy.target(rate, available))
-        while not (self.batch_policy.ready(target, len(self.reader.queue))):
+        dropped, rate = 0, 0.0
+        if self._needs_window:  # truncation and rate-proportional batches look at the last window
+            available = self.reader.lag()
+            arrived = self._arrivals_in_window()
+            skip = self.buffer_policy.truncate(available, arrived)
+            dropped = self.reader.skip_to(self.reader.next_offset + skip) if skip > 0 else 0
+            self.dropped_total += dropped
+            rate = arrived / self.window_s
+        self._high = self.reader.high_watermark()
+        target = int(self.batch_policy.target(rate, max(0, self._high - self.reader.next_offset)))
+        while not self.batch_policy.ready(target, len(self.reader.queue)):
             if timeout is not None and time.monotonic() - t0 > timeout:
                 return None
-            self.reader.fill(0.05)
+            # returns as soon as the missing samples are fetched (or after 50 ms), then reads ahead
+            self.reader.fill(0.05, max_messages=max(1, target - len(self.reader.queue)))
+            self.reader.fill(0.0)
         values, offsets = self.reader.take(target)
         wait_s = time.monotonic() - t0
         if values:
             self._avg_msg_bytes = sum(len(v) for v in values) / len(values)
-        lag = self.reader.lag()
+        lag = max(0, self._high - self.reader.next_offset) if self._high is not None else self.reader.lag()
         return RawBatch(values, offsets, self.reader.next_offset, target, wait_s, dropped, lag,
                         int(lag * self._avg_msg_bytes), rate)
 
-    def ack(self, next_offset: int) -> None:
-        self.reader.commit(next_offset)
+    def ack(self, next_offset: int, wait: bool = True) -> None:
+        self.reader.commit(next_offset, wait)
 
     def close(self) -> None:
         self.reader.close()

@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 
 
-
 def due_count(rate_model, device: int, t: float) -> int:
     """How many samples of `device` are due by run time t (seconds since the producer started)."""
     if t < 0:

@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 import numpy as np
 from confluent_kafka import Producer
 
+from edgestream.data.order import ShardOrder
 from edgestream.kafka.clients import producer_config
 from edgestream.kafka.run_topics import ensure_run_topics
 from edgestream.kafka.topics import device_topic
-from edgestream.data.order import ShardOrder
 from edgestream.producers.schedule import due_count
 
 

@@ -1,0 +1,105 @@
+"""events.jsonl: one JSON line per step per device and per evaluation.
+
+Step lines carry: time, device, step, batch, wait_s, compute_s, comm_s, buffer_samples, buffer_bytes,
+dropped, injected, bytes_sent, floats_sent, compressed, loss. Evaluation lines: kind "eval", time,
+step, accuracy, loss. `EventLog` also keeps the running aggregates the summary needs, so a summary
+never re-reads the file.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+STEP_FIELDS = ("time", "device", "step", "batch", "wait_s", "compute_s", "comm_s", "buffer_samples",
+               "buffer_bytes", "dropped", "injected", "bytes_sent", "floats_sent", "compressed", "loss")
+
+
+def _clean(v):
+    if isinstance(v, float):
+        return None if math.isnan(v) or math.isinf(v) else round(v, 6)
+    if hasattr(v, "item"):
+        return _clean(v.item())
+    return v
+
+
+class EventLog:
+    """Append-only JSONL event writer with running aggregates.
+
+    keep=True also keeps every record in `records` (in memory, as written), for callers that want the
+    events without reading the file back (tests, in-process comparisons).
+    """
+
+    def __init__(self, path: str | Path | None, keep: bool = False) -> None:
+        self._f = open(path, "w", buffering=1 << 16) if path is not None else None  # noqa: SIM115
+        self.records: list[dict] | None = [] if keep else None
+        self.steps = 0
+        self.samples = 0
+        self.buffer_max = 0
+        self.dropped = 0
+        self.injected = 0
+        self.floats_sent = 0
+        self.bytes_sent = 0
+        self.exchanges = 0
+        self.compressed = 0
+        self.evals: list[tuple[float, float]] = []   # (time, accuracy)
+        self.last_loss: float | None = None
+
+    def step(self, **fields) -> None:
+        rec = {"kind": "step", **{k: _clean(v) for k, v in fields.items()}}
+        self.steps += 1
+        self.samples += int(fields.get("batch", 0) or 0)
+        self.buffer_max = max(self.buffer_max, int(fields.get("buffer_samples", 0) or 0))
+        self.dropped += int(fields.get("dropped", 0) or 0)
+        self.injected += int(fields.get("injected", 0) or 0)
+        self.floats_sent += int(fields.get("floats_sent", 0) or 0)
+        self.bytes_sent += int(fields.get("bytes_sent", 0) or 0)
+        if fields.get("compressed") is not None:
+            self.exchanges += 1
+            self.compressed += int(bool(fields["compressed"]))
+        if fields.get("loss") is not None:
+            self.last_loss = float(fields["loss"])
+        self._write(rec)
+
+    def evaluation(self, time: float, step: int, accuracy: float, loss: float) -> None:
+        self.evals.append((float(time), float(accuracy)))
+        self._write({"kind": "eval", "time": _clean(float(time)), "step": step, "accuracy": _clean(accuracy),
+                     "loss": _clean(loss)})
+
+    def _write(self, rec: dict) -> None:
+        if self.records is not None:
+            self.records.append(rec)
+        if self._f is not None:
+            self._f.write(json.dumps(rec, separators=(",", ":")) + "\n")
+
+    def close(self) -> None:
+        if self._f is not None:
+            self._f.close()
+            self._f = None
+
+    def summary(self, *, target_accuracy: float | None, wall_s: float, engine: str, **extra) -> dict:
+        """summary.json fields (DESIGN.md "Run directory")."""
+        ttt = next((t for t, a in self.evals if target_accuracy is not None and a >= target_accuracy), None)
+        return {
+            "time_to_target_s": ttt,
+            "final_accuracy": self.evals[-1][1] if self.evals else None,
+            "best_accuracy": max((a for _, a in self.evals), default=None),
+            "steps": self.steps,
+            "samples_trained": self.samples,
+            "buffer_max_samples": self.buffer_max,
+            "dropped_total": self.dropped,
+            "injected_total": self.injected,
+            "cnc_ratio": (self.compressed / self.exchanges) if self.exchanges else 0.0,
+            "floats_sent_total": self.floats_sent,
+            "bytes_sent_total": self.bytes_sent,
+            "final_loss": self.last_loss,
+            "wall_s": round(wall_s, 3),
+            "engine": engine,
+            **extra,
+        }
+
+
+def read_events(path: str | Path) -> list[dict]:
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
