@@ -3,11 +3,12 @@
 Each item is `(x, y, meta)`: x float32 (uint8 samples normalised here, on the consumer side), y int64,
 and meta with the batch size, wait time, buffer size, dropped/injected/DLQ counts and what `ack(meta)`
 needs to commit the batch's offsets. Offsets are committed only on ack, so a crash re-delivers every
-unacknowledged sample (at-least-once).
-`commit="sync"` (default) makes each ack durable before it
+unacknowledged sample (at-least-once). `commit="sync"` (default) makes each ack durable before it
 returns, so a restart re-delivers exactly the unacknowledged samples; `commit="async"` is faster and
-may also re-deliver the last acknowledged batches after a crash (duplicates, never losses). Use it with `make_dataloader` (batch_size=None, num_workers=0:
-the consumer and its commits live in the trainer process).
+may also re-deliver the last acknowledged batches after a crash (duplicates, never losses).
+
+Use it with `make_dataloader` (batch_size=None, num_workers=0: the consumer and its commits live in
+the trainer process).
 """
 
 from __future__ import annotations
