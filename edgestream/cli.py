@@ -204,13 +204,13 @@ def produce(config: Path = typer.Argument(..., help="experiment YAML file"),
 
 # ---------------------------------------------------------------- demo
 @app.command("demo")
-def demo(samples: int = typer.Option(4000, help="samples to stream through Kafka"),
-         bootstrap: str = typer.Option(None, help="HOST:PORT of a broker; default: a managed local broker")) -> None:
-    """The main job: start the managed broker, stream samples through it and report what happened."""
+def demo(bootstrap: str = typer.Option(None, help="HOST:PORT of a broker; default: a managed local broker"),
+         out: str = typer.Option("runs/demo", help="where the simulator comparison is written")) -> None:
+    """The main job: stream devices through Kafka into PyTorch batches, then compare DDL and ScaDLES."""
     from edgestream.demo import run_demo
 
     try:
-        run_demo(samples=samples, bootstrap=bootstrap, console=console)
+        run_demo(bootstrap=bootstrap, console=console, out=out)
     except BrokerError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
