@@ -165,7 +165,10 @@ def test_context_from_config() -> None:
     assert (ctx.rank, ctx.world_size, ctx.lr) == (2, 3, 0.05)
     assert ctx.params == {"ref_batch": 32, "lambda": 0.25}
     assert ctx.compression["name"] == "topk" and ctx.compression["ratio"] == 0.2
-    bad = validate_dict({"algorithm": {"name": "local-sgd", "params": {"tau": 0}}})
+    with pytest.raises(ValueError, match="algorithm.params.tau"):  # the config rejects it at load time
+        validate_dict({"algorithm": {"name": "local-sgd", "params": {"tau": 0}}})
+    bad = validate_dict({"algorithm": {"name": "local-sgd"}})
+    bad.algorithm.params = {"tau": 0}  # and the context checks again for configs built in code
     with pytest.raises(ValueError, match="algorithm.params.tau"):
         WorkerContext.from_config(bad, rank=0)
 

@@ -201,10 +201,12 @@ class LocalBroker:
     def _format_storage(self, java: str, cp: str, props: Path) -> None:
         if (self.data_dir / "kraft" / "meta.properties").exists():
             return  # restart: keep the data
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        cluster_id = "-"
+        while cluster_id.startswith("-"):  # like Kafka's Uuid.randomUuid: never a leading '-'
+            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         proc = subprocess.run([java, "-Xmx256m", f"-Dlog4j.configuration=file:{LOG4J}",
                                f"-Dkafka.logs.dir={self.data_dir}", "-cp", cp,
-                               "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(props)],
+                               "kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}", f"--config={props}"],
                               capture_output=True, text=True)
         if proc.returncode != 0:
             raise BrokerError(f"formatting KRaft storage in {self.data_dir} failed (exit {proc.returncode}):\n"
