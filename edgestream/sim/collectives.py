@@ -1,0 +1,187 @@
+"""Collectives in virtual time: matched by order across workers, timed by the network model.
+
+The k-th collective (AllReduce or AllGather, blocking or `Start`ed) of every worker forms operation k.
+When the last worker posts it, the result is computed at once (rank order, so the floating-point sum
+does not depend on arrival order) and the operation completes NetworkModel time for its payload later
+(all-reduce: ring/tree cost of the largest contribution; all-gather: the other workers' payloads).
+Operations use the network one at a time: one that is ready while another is still transferring
+starts when that one ends (as NCCL serialises collectives on one communicator).
+
+Results: an all-reduce hands every worker its own fresh tensors. An all-gather snapshots every
+contribution once and hands all receivers the same snapshots (copying them per receiver would cost
+O(M^2) per step); receivers must treat them as read-only, and `check_gathers` raises if one was
+modified in place (tensor version counters).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from edgestream.sim.models import NetworkModel
+from edgestream.sync.requests import AllGather, AllReduce
+
+
+def _nbytes(tensors: list[Tensor]) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+@dataclass
+class CollectiveOp:
+    """Operation `index`: the posted requests by rank, when each worker arrived, and the outcome."""
+
+    index: int
+    world: int
+    requests: list[Any] = field(default_factory=list)
+    arrived_at: list[float | None] = field(default_factory=list)
+    posted: int = 0
+    results: list[Any] | None = None
+    complete_at: float | None = None
+    comm_s: float = 0.0
+    done: bool = False
+    event: Any = None            # engine event fired at completion
+    taken: set[int] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        self.requests = [None] * self.world
+        self.arrived_at = [None] * self.world
+
+
+def reduce_all(requests: list[AllReduce]) -> list[Tensor]:
+    """sum_i t_i (op "sum") or sum_i w_i t_i / sum_i w_i (op "weighted_mean"), per tensor, rank order."""
+    first = requests[0]
+    ops = {r.op for r in requests}
+    if len(ops) != 1:
+        raise RuntimeError(f"all-reduce mismatch: workers asked for ops {sorted(ops)}")
+    shapes = [t.shape for t in first.tensors]
+    for r in requests[1:]:
+        if len(r.tensors) != len(shapes) or any(t.shape != s for t, s in zip(r.tensors, shapes, strict=True)):
+            raise RuntimeError(f"all-reduce mismatch: tensor shapes differ between workers "
+                               f"({[tuple(s) for s in shapes]} vs {[tuple(t.shape) for t in r.tensors]})")
+    with torch.no_grad():
+        if first.op == "sum":
+            acc = [t.detach().clone() for t in first.tensors]
+            for r in requests[1:]:
+                torch._foreach_add_(acc, [t.detach() for t in r.tensors])
+            return acc
+        total = float(sum(float(r.weight) for r in requests))
+        if total <= 0:
+            raise RuntimeError("weighted_mean all-reduce with total weight <= 0")
+        acc = torch._foreach_mul([t.detach() for t in first.tensors], float(first.weight))
+        for r in requests[1:]:
+            torch._foreach_add_(acc, [t.detach() for t in r.tensors], alpha=float(r.weight))
+        torch._foreach_div_(acc, total)
+        return acc
+
+
+class Collectives:
+    """Matches, times and resolves the collectives of `world` workers.
+
+    `schedule(delay, callback)` is the engine's timer (SimPy); `new_event()` makes the completion event.
+    `reduce_s` accumulates the wall time of the tensor arithmetic (a torch share, for profiling).
+    """
+
+    def __init__(self, world: int, network: NetworkModel,
+                 schedule: Callable[[float, Callable[[], None]], None], new_event: Callable[[], Any]) -> None:
+        self.world = world
+        self.network = network
+        self._schedule, self._new_event = schedule, new_event
+        self.ops: dict[int, CollectiveOp] = {}
+        self.next_slot = [0] * world
+        self.net_free_at = 0.0
+        self.finished: set[int] = set()
+        self.completed = 0
+        self.bytes_moved = 0
+        self.reduce_s = 0.0
+        self._shared: list[tuple[CollectiveOp, Tensor, int]] = []  # (op, payload, version) to check
+
+    def post(self, rank: int, request: AllReduce | AllGather, now: float) -> CollectiveOp:
+        """Worker `rank` contributes its next collective at virtual time `now`."""
+        if not isinstance(request, (AllReduce, AllGather)):
+            raise TypeError(f"not a collective: {type(request).__name__}")
+        slot = self.next_slot[rank]
+        self.next_slot[rank] += 1
+        op = self.ops.get(slot)
+        if op is None:
+            op = self.ops[slot] = CollectiveOp(slot, self.world)
+            op.event = self._new_event()
+        if op.posted and type(request) is not type(next(r for r in op.requests if r is not None)):
+            kinds = sorted({type(r).__name__ for r in op.requests if r is not None}
+                           | {type(request).__name__})
+            raise RuntimeError(f"collective #{slot} mismatch: workers issued {kinds}")
+        if isinstance(request, AllGather):  # snapshot once: the sender may reuse its buffers
+            request = AllGather([t.detach().clone() for t in request.payload])
+        op.requests[rank] = request
+        op.arrived_at[rank] = now
+        op.posted += 1
+        missing = self.finished.difference(r for r in range(self.world) if op.requests[r] is not None)
+        if missing:
+            raise RuntimeError(f"deadlock: worker(s) {sorted(missing)} finished without joining collective "
+                               f"#{slot}, which worker {rank} waits on")
+        if op.posted == self.world:
+            self._resolve(op, now)
+        return op
+
+    def _resolve(self, op: CollectiveOp, now: float) -> None:
+        t0 = time.perf_counter()
+        reqs = op.requests
+        if isinstance(reqs[0], AllReduce):
+            acc = reduce_all(reqs)
+            op.results = [acc] + [torch._foreach_mul(acc, 1.0) for _ in range(self.world - 1)]
+            nbytes = max(_nbytes(r.tensors) for r in reqs)
+            op.comm_s = self.network.allreduce(nbytes, self.world)
+            self.bytes_moved += nbytes * self.world
+        else:
+            payloads = [r.payload for r in reqs]
+            self._shared.extend((op, t, t._version) for p in payloads for t in p)
+            op.results = [list(payloads) for _ in range(self.world)]
+            sizes = [_nbytes(p) for p in payloads]
+            op.comm_s = self.network.allgather(sizes)
+            self.bytes_moved += sum(sizes)
+        op.requests = [None] * self.world  # free the contributions
+        self.reduce_s += time.perf_counter() - t0
+        start = max(now, self.net_free_at)
+        op.complete_at = start + op.comm_s
+        self.net_free_at = op.complete_at
+        self._schedule(op.complete_at - now, lambda: self._complete(op))
+
+    def _complete(self, op: CollectiveOp) -> None:
+        self.check_gathers()  # payloads handed out by earlier operations have been read by now
+        op.done = True
+        self.completed += 1
+        op.event.succeed()
+
+    def result(self, op: CollectiveOp, rank: int) -> Any:
+        """Worker `rank`'s result of a completed operation (the same object on every call)."""
+        if not op.done or op.results is None:
+            raise RuntimeError(f"collective #{op.index} has not completed")
+        return op.results[rank]
+
+    def release(self, op: CollectiveOp, rank: int) -> None:
+        """Worker `rank` has its result for good (Wait, a blocking collective, or a done Poll)."""
+        op.taken.add(rank)
+        if len(op.taken) >= self.world:
+            self.ops.pop(op.index, None)
+
+    def worker_finished(self, rank: int) -> None:
+        """Raise if a finished worker leaves an operation that others have joined incomplete."""
+        self.finished.add(rank)
+        for op in self.ops.values():
+            if not op.done and op.posted and op.requests[rank] is None and op.results is None:
+                waiting = [r for r in range(self.world) if op.requests[r] is not None]
+                raise RuntimeError(f"deadlock: worker {rank} finished without joining collective "
+                                   f"#{op.index}, which worker(s) {waiting} wait on")
+
+    def check_gathers(self) -> None:
+        """Raise if an algorithm modified a handed-out all-gather payload in place; then forget the
+        payloads of completed operations (they were checked at least once after being read)."""
+        for _, t, version in self._shared:
+            if t._version != version:
+                raise RuntimeError("an algorithm modified an AllGather result in place; all-gather results "
+                                   "are shared between receivers in the simulator and must be read-only")
+        self._shared = [entry for entry in self._shared if not entry[0].done]

@@ -1,0 +1,185 @@
+"""`run_compare`: the same config simulated once per algorithm (or variant), side by side.
+
+Variants: ``ddl,scadles`` or, with per-variant config overrides, ``scadles[algorithm.buffer=persist]`` or
+``scadles[compression.name=adaptive-topk,compression.ratio=0.1]`` (KEY.PATH=VALUE as with --set; the
+whole entry is the variant's label).
+
+Batch rule (the config's algorithm.batch applies only when it suits the algorithm): rate-proportional
+algorithms (scadles) take `rate` or `available` batch policies, every other algorithm takes `fixed`;
+an unsuitable policy is replaced by the algorithm's default (scadles: rate 8..1024, others: fixed 64).
+algorithm.params belong to the config's own algorithm and are dropped for the others. Variant
+overrides apply last, so ``ddl[algorithm.batch.size=32]`` sets ddl's batch explicitly.
+
+Output folder `<out>/<name>-compare-<run id>/`: one run directory per variant, compare.md (the
+markdown table with the speedup of every variant over the first) and compare.png (accuracy vs
+virtual time, overlaid).
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from edgestream.config import ConfigError, apply_override, validate_dict
+from edgestream.metrics import accuracy_plot, markdown_table, read_events
+from edgestream.sim.run import new_run_id, run_sim
+
+#: batch policies that suit an algorithm; the rest take DEFAULT_FAMILY.
+SUITABLE_BATCH: dict[str, tuple[str, ...]] = {"scadles": ("rate", "available")}
+DEFAULT_FAMILY = ("fixed",)
+DEFAULT_BATCH: dict[str, dict[str, Any]] = {"scadles": {"policy": "rate", "min": 8, "max": 1024}}
+FIXED_64 = {"policy": "fixed", "size": 64}
+
+
+@dataclass
+class Variant:
+    """One compared run: its label, algorithm name and KEY.PATH=VALUE overrides."""
+
+    label: str
+    algorithm: str
+    overrides: list[str] = field(default_factory=list)
+
+    @property
+    def short(self) -> str:
+        """A plot legend label: the algorithm and its override values, e.g. scadles[truncate,topk]."""
+        if not self.overrides:
+            return self.algorithm
+        values = ",".join(o.partition("=")[2] for o in self.overrides)
+        text = f"{self.algorithm}[{values}]"
+        return text if len(text) <= 48 else text[:45] + "...]"
+
+
+def parse_variants(spec: str) -> list[Variant]:
+    """``a,b[k=v,k=v],c`` -> Variants (commas inside brackets belong to the overrides)."""
+    entries, depth, cur = [], 0, ""
+    for ch in spec:
+        if ch == "[":
+            depth += 1
+        elif ch == "]":
+            depth -= 1
+            if depth < 0:
+                raise ValueError(f"--algorithms: unbalanced ']' in {spec!r}")
+        if ch == "," and depth == 0:
+            entries.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    if depth != 0:
+        raise ValueError(f"--algorithms: unbalanced '[' in {spec!r}")
+    entries.append(cur)
+    variants = []
+    for raw in (e.strip() for e in entries):
+        if not raw:
+            continue
+        m = re.fullmatch(r"([A-Za-z0-9_\-]+)(?:\[(.*)\])?", raw)
+        if m is None:
+            raise ValueError(f"--algorithms: {raw!r} is not NAME or NAME[KEY.PATH=VALUE,...]")
+        overrides = [o.strip() for o in (m.group(2) or "").split(",") if o.strip()]
+        variants.append(Variant(raw, m.group(1), overrides))
+    if not variants:
+        raise ValueError("--algorithms: give at least one algorithm")
+    labels = [v.label for v in variants]
+    if len(set(labels)) != len(labels):
+        raise ValueError(f"--algorithms: repeated entries in {spec!r}")
+    return variants
+
+
+def batch_for(algorithm: str, batch: dict[str, Any] | None) -> dict[str, Any]:
+    """The batch policy `algorithm` runs with, given the config's algorithm.batch (see module doc)."""
+    suitable = SUITABLE_BATCH.get(algorithm, DEFAULT_FAMILY)
+    if batch is not None and batch.get("policy") in suitable:
+        return {k: v for k, v in batch.items() if v is not None}
+    return dict(DEFAULT_BATCH.get(algorithm, FIXED_64))
+
+
+def variant_config(cfg: Any, variant: Variant) -> Any:
+    """The ExperimentConfig of one variant of `cfg`; ConfigError lists problems of its overrides."""
+    raw = copy.deepcopy(cfg.model_dump(mode="json"))
+    algo = raw["algorithm"]
+    if variant.algorithm != algo["name"]:
+        algo["params"] = {}
+    algo["batch"] = batch_for(variant.algorithm, algo.get("batch"))
+    algo["name"] = variant.algorithm
+    for item in variant.overrides:
+        apply_override(raw, item)
+    try:
+        return validate_dict(raw, f"variant {variant.label}")
+    except ConfigError as exc:
+        raise ConfigError([f"{variant.label}: {p}" for p in exc.problems], exc.source) from None
+
+
+def _label_id(label: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_\-]+", "-", label).strip("-")[:64] or "run"
+
+
+def run_compare(cfg: Any, variants: list[Variant], out: str | Path | None = None, run_id: str | None = None,
+                progress: bool = True, base_dir: str | Path | None = None
+                ) -> tuple[Path, dict[str, dict], str]:
+    """Simulate every variant of `cfg`; returns (compare folder, {label: summary}, markdown table).
+
+    All variant configs are built (and validated) before the first run starts.
+    """
+    configs = [(v, variant_config(cfg, v)) for v in variants]
+    parent = Path(out if out is not None else cfg.runtime.out)
+    folder = parent / f"{cfg.name}-compare-{run_id or new_run_id()}"
+    folder.mkdir(parents=True, exist_ok=True)
+    summaries: dict[str, dict] = {}
+    curves: dict[str, list[tuple[float, float]]] = {}
+    for v, vcfg in configs:
+        path, summary = run_sim(vcfg, out=folder, run_id=_label_id(v.label), progress=progress,
+                                base_dir=base_dir)
+        summary["run_dir"] = str(path)
+        summary["batch"] = vcfg.algorithm.batch.spec() if vcfg.algorithm.batch else None
+        summaries[v.label] = summary
+        curves[v.short if v.short not in curves else v.label] = [(float(e["time"]), float(e["accuracy"]))
+                           for e in read_events(path / "events.jsonl")
+                           if e.get("kind") == "eval" and e.get("accuracy") is not None]
+    baseline = variants[0].label
+    table = markdown_table(summaries, baseline=baseline)
+    lines = [f"# {cfg.name}: {', '.join(summaries)}", "",
+             f"{cfg.devices.count} devices, rates {cfg.devices.rates.spec()}, model {cfg.model.name}, "
+             f"dataset {cfg.data.dataset}, target accuracy {cfg.stop.target_accuracy}, "
+             f"max virtual time {cfg.stop.max_time_s} s; times are virtual seconds.", "", table, ""]
+    for label, s in summaries.items():
+        lines.append(f"- {label}: batch {s['batch']}, stop {s.get('stop_reason')}, "
+                     f"run {Path(s['run_dir']).name}")
+    (folder / "compare.md").write_text("\n".join(lines) + "\n")
+    accuracy_plot(curves, folder / "compare.png", title=f"{cfg.name}: test accuracy")
+    return folder, summaries, table
+
+
+def compare_algorithms(cfg: Any, algorithms: list[str], out: str | Path | None = None,
+                       console: Any = None, run_id: str | None = None) -> dict[str, Any]:
+    """`run_compare` for a list of variant specs (e.g. ["ddl", "scadles"]), printing the table on a rich
+    `console` (progress bars when it is a terminal); returns {"folder", "table", "runs": {label: key
+    figures}} (what `make demo` shows)."""
+    variants = parse_variants(",".join(algorithms))
+    progress = bool(console is not None and getattr(console, "is_terminal", False))
+    folder, summaries, table = run_compare(cfg, variants, out=out, run_id=run_id, progress=progress)
+    if console is not None:
+        console.print(rich_table(summaries, variants[0].label))
+        console.print(f"compare.md and compare.png in {folder}")
+    keys = ("time_to_target_s", "final_accuracy", "buffer_max_samples", "floats_sent_total", "cnc_ratio",
+            "stop_reason", "virtual_time_s")
+    return {"folder": str(folder), "table": table,
+            "runs": {label: {k: s.get(k) for k in keys} for label, s in summaries.items()}}
+
+
+def rich_table(summaries: dict[str, dict], baseline: str) -> Any:
+    """A compact rich Table of the headline figures (for terminals; compare.md has them all)."""
+    from rich.table import Table
+
+    table = Table(title="simulated, virtual time")
+    for col in ("run", "time to target (s)", "final acc", "buffer max", "floats sent", "CNC", "speedup"):
+        table.add_column(col, justify="left" if col == "run" else "right")
+    base_t = summaries.get(baseline, {}).get("time_to_target_s")
+    for label, s in summaries.items():
+        t = s.get("time_to_target_s")
+        table.add_row(label, f"{t:.1f}" if t is not None else "not reached",
+                      f"{s.get('final_accuracy') or 0:.3f}", str(s.get("buffer_max_samples")),
+                      f"{s.get('floats_sent_total') or 0:.3g}", f"{s.get('cnc_ratio') or 0:.2f}",
+                      f"{base_t / t:.2f}x" if base_t and t else "n/a")
+    return table

@@ -1,0 +1,101 @@
+"""The simulator's data: the run's dataset, one shard per device, and batches as real tensors.
+
+Devices stream their shards in exactly the order the Kafka producers use (`ShardOrder`: seeded
+shuffle per device and epoch), so own-stream position k of device i is dataset index
+`orders[i].index(k)`. Inputs are normalised once up front (`Dataset.normalize`) when the float copy of
+the train split is small (<= `PRENORMALIZE_MAX_BYTES`); otherwise each batch is normalised on the fly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from edgestream.data import HEADER_SIZE, Dataset, load_dataset, partition_indices
+from edgestream.data.order import ShardOrder
+
+PRENORMALIZE_MAX_BYTES = 512 * 2**20
+
+
+@dataclass
+class SimBatch:
+    """A batch as algorithms see it (`n`, `x`, `y`) plus what the engine needs: the dataset indices,
+    the device, and how many samples came from its own stream (the rest were injected)."""
+
+    n: int
+    x: Tensor
+    y: Tensor
+    indices: np.ndarray
+    device: int
+    own: int
+    injected: int
+
+
+class SimData:
+    """Dataset, shards and stream orders of one run (`from_config`)."""
+
+    def __init__(self, dataset: Dataset, shards: list[np.ndarray], seed: int) -> None:
+        self.dataset = dataset
+        self.shards = shards
+        self.orders = [ShardOrder(s, seed, d) for d, s in enumerate(shards)]
+        self.y_train = torch.from_numpy(np.ascontiguousarray(dataset.y_train))
+        float_bytes = dataset.x_train.size * 4
+        self.x_train: Tensor | None = None
+        if float_bytes <= PRENORMALIZE_MAX_BYTES:
+            self.x_train = dataset.normalize(torch.from_numpy(dataset.x_train))
+        self.x_test = dataset.normalize(torch.from_numpy(dataset.x_test))
+        self.y_test = torch.from_numpy(np.ascontiguousarray(dataset.y_test))
+        self.sample_bytes = HEADER_SIZE + int(dataset.x_train[0].nbytes)  # one wire message
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> SimData:
+        """Load `cfg.data` and partition it over `cfg.devices.count` devices (as the producers do)."""
+        d = cfg.data
+        ds = load_dataset(d.dataset, d.root, seed=cfg.seed, shape=tuple(d.shape) if d.shape else None,
+                          num_classes=d.num_classes, n_train=d.n_train, n_test=d.n_test)
+        shards = partition_indices(ds.y_train, cfg.devices.count, d.partition, seed=cfg.seed,
+                                   labels_per_device=d.labels_per_device, alpha=d.alpha)
+        return cls(ds, [np.asarray(s) for s in shards], cfg.seed)
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        return tuple(self.dataset.shape)  # type: ignore[return-value]
+
+    @property
+    def num_classes(self) -> int:
+        return int(self.dataset.num_classes)
+
+    def stream_indices(self, device: int, start: int, stop: int) -> np.ndarray:
+        """Dataset indices of own-stream positions [start, stop) of `device` (= ShardOrder.index(k) for
+        each k, taken a whole epoch slice at a time from the order's current permutation)."""
+        order = self.orders[device]
+        if hasattr(order, "indices"):
+            return np.asarray(order.indices(start, stop), dtype=np.int64)
+        n = len(order.shard)
+        parts, k = [], start
+        while k < stop:
+            pos = k % n
+            first = order.index(k)  # makes the order hold epoch k // n's permutation
+            perm = getattr(order, "_perm", None)
+            take = min(stop - k, n - pos)
+            if perm is None or int(perm[pos]) != first:  # an order without a cached permutation
+                each = (order.index(j) for j in range(k, k + take))
+                parts.append(np.fromiter(each, dtype=np.int64, count=take))
+            else:
+                parts.append(np.asarray(perm[pos:pos + take], dtype=np.int64))
+            k += take
+        return np.concatenate(parts) if len(parts) != 1 else parts[0]
+
+    def batch(self, device: int, indices: np.ndarray, own: int) -> SimBatch:
+        """The tensors of dataset `indices` (the first `own` from the device's stream, then injected)."""
+        index = torch.from_numpy(indices)
+        if self.x_train is not None:
+            x = self.x_train.index_select(0, index)
+        else:
+            x = self.dataset.normalize(torch.from_numpy(self.dataset.x_train[indices]))
+        y = self.y_train.index_select(0, index)
+        return SimBatch(len(indices), x, y, indices, device, own, len(indices) - own)

@@ -1,0 +1,122 @@
+"""One device's stream in virtual time: what has arrived, what is consumed, what truncation dropped.
+
+Counting follows the producers (producers/schedule.py `due_count`): sample k (k = 0, 1, ...) of device i
+is due at due_time_i(k), so by time t >= 0 the stream holds floor(C_i(t)) + 1 samples (sample 0 at
+t = 0). A batch is taken exactly as the Kafka consumer (consumers/device_stream.py) takes it:
+
+1. at the request time t0, the buffer policy truncates once: `truncate` skips the oldest
+   max(0, available - arrived_in_window) samples (counted in `dropped`), `persist` skips none;
+2. the measured rate is the arrivals in (t0 - window, t0] divided by the window, and the batch policy
+   turns it into b_i (an explicit size overrides the policy);
+3. if fewer than b_i samples are buffered, the worker waits until sample pos + b_i - 1 is due;
+4. it takes the b_i oldest samples plus everything peers injected since its last batch.
+
+`DeviceStream` is plain state with no SimPy: the engine asks `plan` for (b_i, ready time) and then
+calls `take` at the ready time.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from edgestream.streams import time_until_available
+
+_EPS = 1e-9
+
+
+@dataclass
+class TakePlan:
+    """What `DeviceStream.plan` decided at the request time: b_i, when it is ready, what was dropped."""
+
+    target: int
+    ready_at: float
+    dropped: int
+    rate: float
+
+
+@dataclass
+class Taken:
+    """The own-stream positions [start, stop) of a batch, the injected dataset indices that join it, and
+    the buffer right after taking (own samples arrived but not consumed)."""
+
+    start: int
+    stop: int
+    injected: np.ndarray
+    backlog: int
+    held: int
+
+
+@dataclass
+class DeviceStream:
+    """The virtual stream of `device` under `rate_model` with a buffer and a batch policy."""
+
+    device: int
+    rate_model: object
+    buffer_policy: object
+    batch_policy: object
+    pos: int = 0                       # next own stream position not yet consumed (or skipped)
+    dropped_total: int = 0
+    taken_total: int = 0
+    inbox: list[tuple[float, np.ndarray]] = field(default_factory=list)  # (arrival time, dataset indices)
+
+    @property
+    def window_s(self) -> float:
+        return float(getattr(self.buffer_policy, "window_s", 1.0))
+
+    def arrived(self, t: float) -> int:
+        """Samples streamed in by time t (producer convention: floor(C(t)) + 1, 0 before t = 0)."""
+        if t < 0:
+            return 0
+        return int(math.floor(self.rate_model.cumulative(self.device, t) + _EPS)) + 1
+
+    def available(self, t: float) -> int:
+        """Own samples buffered at time t (arrived, not yet consumed or skipped)."""
+        return max(0, self.arrived(t) - self.pos)
+
+    def plan(self, t0: float, size: int | None) -> TakePlan:
+        """Truncate (once, now), then decide b_i and the time the buffer will hold it."""
+        w = self.window_s
+        arrived_now = self.arrived(t0)
+        in_window = arrived_now - self.arrived(t0 - w)
+        available = max(0, arrived_now - self.pos)
+        skip = int(self.buffer_policy.truncate(available, in_window))
+        if skip:
+            self.pos += skip
+            self.dropped_total += skip
+            available -= skip
+        rate = in_window / w
+        target = int(size) if size is not None else int(self.batch_policy.target(rate, available))
+        ready_at = t0
+        if available < target:
+            ready_at = t0 + time_until_available(self.rate_model, self.device, t0, target - available)
+            # due_time inverts a float integral: make sure the count really holds at ready_at
+            bump = max(ready_at, 1.0) * 1e-15
+            while self.arrived(ready_at) - self.pos < target:
+                ready_at += bump
+                bump *= 2.0
+        return TakePlan(target, ready_at, skip, rate)
+
+    def take(self, t: float, target: int) -> Taken:
+        """Consume `target` own samples at time t (they must have arrived) and the injected inbox."""
+        have = self.arrived(t) - self.pos
+        if have < target:
+            raise RuntimeError(f"device {self.device}: taking {target} samples at t={t:.6f}, {have} arrived")
+        start = self.pos
+        self.pos += target
+        self.taken_total += target
+        if self.inbox:
+            ready = [idx for when, idx in self.inbox if when <= t]
+            self.inbox = [(when, idx) for when, idx in self.inbox if when > t]
+            injected = np.concatenate(ready) if ready else np.zeros(0, dtype=np.int64)
+        else:
+            injected = np.zeros(0, dtype=np.int64)
+        backlog = have - target
+        return Taken(start, self.pos, injected, backlog, have + len(injected))
+
+    def deliver(self, t: float, indices: np.ndarray) -> None:
+        """Injected samples (dataset indices) that reach this device's queue at time t."""
+        if len(indices):
+            self.inbox.append((t, np.asarray(indices, dtype=np.int64)))
