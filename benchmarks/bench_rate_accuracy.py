@@ -23,7 +23,7 @@ from confluent_kafka import Consumer, TopicPartition
 sys.path.insert(0, str(Path(__file__).parent))
 from common import bench_broker, record  # noqa: E402
 
-from edgestream.data import decode_sample  # noqa: E402
+from edgestream.data import HEADER  # noqa: E402
 from edgestream.kafka import consumer_config, device_topic  # noqa: E402
 
 
@@ -43,6 +43,7 @@ def measure(bootstrap: str, streams: int, rate: float, seconds: float) -> dict:
     # independent consumer, on all device topics, started while the producer runs
     times: dict[int, list[float]] = {d: [] for d in range(streams)}
     done = threading.Event()
+    expected = {"n": None}
 
     def consume():
         c = Consumer(consumer_config(bootstrap, f"{run}.bench"))
@@ -56,20 +57,24 @@ def measure(bootstrap: str, streams: int, rate: float, seconds: float) -> dict:
                     time.sleep(0.2)
                     continue
             for m in c.consume(10000, timeout=0.2):
-                if m.error() is None:
-                    s = decode_sample(m.value())
-                    times[s.device].append(s.produce_time)
+                if m.error() is None:  # header only: (..., label, device, seq, produce_time)
+                    h = HEADER.unpack_from(m.value())
+                    times[h[-3]].append(h[-1])
+            if expected["n"] is not None and sum(len(t) for t in times.values()) >= expected["n"]:
+                break
         c.close()
 
     th = threading.Thread(target=consume, daemon=True)
     th.start()
     out, err = proc.communicate(timeout=seconds + 120)
-    time.sleep(2.0)
-    done.set()
-    th.join()
     if proc.returncode != 0:
+        done.set()
         raise RuntimeError(err[-2000:])
     summary = json.loads(out.strip().splitlines()[-1])
+    expected["n"] = summary["delivered"]  # the consumer drains everything the producer delivered
+    th.join(timeout=120)
+    done.set()
+    th.join()
     t_start = min(min(ts) for ts in times.values() if ts)
     lo, hi = t_start + warmup, t_start + warmup + seconds
     pct, jitter = [], []

@@ -65,11 +65,17 @@ class Dataset:
         A tensor stays on its device; the input is never modified.
         """
         if isinstance(x, np.ndarray):
-            t = torch.from_numpy(np.array(x, dtype=np.float32))  # a fresh, writable copy
-        else:
-            t = x.to(torch.float32)
-            if t is x:
-                t = t.clone()
+            # numpy path (the consumer's): single-threaded, no OpenMP pool contending with Kafka's threads
+            if x.ndim < 3 or x.shape[-3] != self.shape[0]:
+                raise ValueError(f"x: expected (B, {self.shape[0]}, H, W) or ({self.shape[0]}, H, W), "
+                                 f"got {tuple(x.shape)}")
+            scale, bias = self._scale_bias(torch.device("cpu"))
+            out = np.multiply(x, scale.numpy(), dtype=np.float32)
+            out += bias.numpy()
+            return torch.from_numpy(out)
+        t = x.to(torch.float32)
+        if t is x:
+            t = t.clone()
         if t.dim() < 3 or t.shape[-3] != self.shape[0]:
             raise ValueError(f"x: expected (B, {self.shape[0]}, H, W) or ({self.shape[0]}, H, W), "
                              f"got {tuple(t.shape)}")

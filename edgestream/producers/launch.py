@@ -6,7 +6,7 @@ from edgestream.producers.stream_producer import StreamProducer
 
 
 def producer_from_config(cfg, bootstrap: str, run: str, devices: list[int], **kw) -> StreamProducer:
-    from edgestream.data import encode_sample, load_dataset, partition_indices
+    from edgestream.data import SampleEncoder, load_dataset, partition_indices
     from edgestream.streams import build_rate_model
 
     d = cfg.data
@@ -16,5 +16,6 @@ def producer_from_config(cfg, bootstrap: str, run: str, devices: list[int], **kw
                                labels_per_device=d.labels_per_device, alpha=d.alpha)
     rates = build_rate_model(cfg.devices.rates.spec(), cfg.devices.variation.spec(), cfg.devices.count, cfg.seed,
                              min_rate=cfg.devices.rates.min_rate)
-    return StreamProducer(bootstrap, run, devices, ds.x_train, ds.y_train, shards, rates, encode_sample,
+    encode = SampleEncoder(ds.x_train.dtype, ds.x_train.shape[1:])  # header prefix packed once
+    return StreamProducer(bootstrap, run, devices, ds.x_train, ds.y_train, shards, rates, encode,
                           seed=cfg.seed, security=cfg.runtime.kafka_client, **kw)

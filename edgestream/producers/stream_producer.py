@@ -89,9 +89,9 @@ class StreamProducer:
         else:
             st.failed += 1
 
-    def _send(self, d: int, k: int) -> None:
+    def _send(self, d: int, k: int, now: float) -> None:
         idx = self.orders[d].index(k)
-        value = self.encode(self.x[idx], int(self.y[idx]), d, k, time.time())
+        value = self.encode(self.x[idx], int(self.y[idx]), d, k, now)
         while True:
             try:
                 self.producer.produce(self.topics[d], value=value, key=self._keys[d], on_delivery=self._on_delivery)
@@ -122,8 +122,10 @@ class StreamProducer:
                 # at most `max_burst` per device per pass, so an overloaded producer (behind its
                 # schedule) still round-robins devices and sees the clock and stop requests
                 due = min(due_count(self.rates, d, horizon), sent[d] + max_burst)
-                for k in range(sent[d], due):
-                    self._send(d, k)
+                if due > sent[d]:
+                    wall = time.time()  # produce time stamped once per device pass
+                    for k in range(sent[d], due):
+                        self._send(d, k, wall)
                 sent[d] = max(sent[d], due)
                 next_due = min(next_due, self.rates.due_time(d, sent[d]))
             if report is not None and now >= next_report:

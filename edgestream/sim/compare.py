@@ -25,7 +25,8 @@ from typing import Any
 
 from edgestream.config import ConfigError, apply_override, validate_dict
 from edgestream.metrics import accuracy_plot, markdown_table, read_events
-from edgestream.sim.run import new_run_id, run_sim
+from edgestream.runid import new_run_id
+from edgestream.sim.run import run_sim
 
 #: batch policies that suit an algorithm; the rest take DEFAULT_FAMILY.
 SUITABLE_BATCH: dict[str, tuple[str, ...]] = {"scadles": ("rate", "available")}

@@ -6,22 +6,14 @@ accuracy vs virtual time) and buffer.png (buffer samples, max over devices, vs s
 
 from __future__ import annotations
 
-import re
-import secrets
 import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from edgestream.metrics import EventLog, RunDir, accuracy_plot, buffer_plot, read_events
+from edgestream.runid import check_run_id, new_run_id
 from edgestream.sim.engine import SimEngine
-
-_RUN_ID = re.compile(r"^[A-Za-z0-9_\-]{1,64}$")
-
-
-def new_run_id() -> str:
-    """A short sortable run id (UTC time plus 4 random hex digits), as the Kafka runtime makes them."""
-    return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(2)
 
 
 def buffer_series(events: Iterable[dict]) -> list[tuple[int, float]]:
@@ -41,10 +33,7 @@ def run_sim(cfg: Any, out: str | Path | None = None, run_id: str | None = None, 
     out: parent folder (default cfg.runtime.out); run_id: default a new one; progress: a rich bar when
     stderr is a terminal; base_dir: folder for relative paths in the config (rate traces).
     """
-    run_id = run_id or new_run_id()
-    if not _RUN_ID.match(run_id):
-        raise ValueError(f"run id {run_id!r} is not allowed; use 1-64 letters, digits, '-' or '_'")
-    run = f"{cfg.name}-{run_id}"
+    run = f"{cfg.name}-{check_run_id(run_id or new_run_id())}"
     rd = RunDir(out if out is not None else cfg.runtime.out, run)
     rd.write_config(cfg.to_yaml())
     t_start = time.perf_counter()
