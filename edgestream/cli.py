@@ -25,18 +25,23 @@ def default_broker_dir() -> Path:
     return cache_dir() / "broker"
 
 
-# ---------------------------------------------------------------- config
-@config_app.command("validate")
-def config_validate(file: Path = typer.Argument(..., help="experiment YAML file")) -> None:
-    """Exit 0 when FILE is a valid config; otherwise exit 2 with one line per problem."""
+def _load(config: Path, overrides: list[str] | None = None):
+    """load_config, or exit 2 with one line per problem (what `config validate` prints)."""
     from edgestream.config import ConfigError, load_config
 
     try:
-        load_config(file)
+        return load_config(config, overrides or [])
     except ConfigError as exc:
         for line in exc.problems:
             typer.echo(line, err=True)
         raise typer.Exit(2) from None
+
+
+# ---------------------------------------------------------------- config
+@config_app.command("validate")
+def config_validate(file: Path = typer.Argument(..., help="experiment YAML file")) -> None:
+    """Exit 0 when FILE is a valid config; otherwise exit 2 with one line per problem."""
+    _load(file)
     typer.echo(f"{file}: valid")
 
 
@@ -44,14 +49,7 @@ def config_validate(file: Path = typer.Argument(..., help="experiment YAML file"
 def config_show(file: Path = typer.Argument(..., help="experiment YAML file"),
                 set_: list[str] = typer.Option(None, "--set", help="override KEY.PATH=VALUE (repeatable)")) -> None:
     """Print the fully resolved config (defaults filled in)."""
-    from edgestream.config import ConfigError, load_config
-
-    try:
-        cfg = load_config(file, set_ or [])
-    except ConfigError as exc:
-        for line in exc.problems:
-            typer.echo(line, err=True)
-        raise typer.Exit(2) from None
+    cfg = _load(file, set_)
     sys.stdout.write(cfg.to_yaml())
 
 
@@ -128,17 +126,6 @@ def broker_fetch(kafka_version: str = typer.Option(DEFAULT_KAFKA_VERSION, help="
 
 
 # ---------------------------------------------------------------- produce
-def _load(config: Path, overrides: list[str] | None = None):
-    from edgestream.config import ConfigError, load_config
-
-    try:
-        return load_config(config, overrides or [])
-    except ConfigError as exc:
-        for line in exc.problems:
-            typer.echo(line, err=True)
-        raise typer.Exit(2) from None
-
-
 @app.command("produce")
 def produce(config: Path = typer.Argument(..., help="experiment YAML file"),
             bootstrap: str = typer.Option(None, help="HOST:PORT; default runtime.bootstrap, else a managed broker"),
@@ -217,18 +204,6 @@ def demo(bootstrap: str = typer.Option(None, help="HOST:PORT of a broker; defaul
 
 
 # ---------------------------------------------------------------- run / compare (simulator)
-def _sim_config(config: Path, overrides: list[str] | None):
-    """load_config, or exit 2 with one line per problem (as `config validate`)."""
-    from edgestream.config import ConfigError, load_config
-
-    try:
-        return load_config(config, overrides or [])
-    except ConfigError as exc:
-        for line in exc.problems:
-            typer.echo(line, err=True)
-        raise typer.Exit(2) from None
-
-
 def _config_problems(exc: Exception) -> None:
     for line in getattr(exc, "problems", None) or str(exc).splitlines():
         typer.echo(line, err=True)
@@ -247,7 +222,7 @@ def run_cmd(config: Path = typer.Argument(..., help="experiment YAML file"),
     from edgestream.sim.engine import SimConfigError
     from edgestream.sim.run import run_sim
 
-    cfg = _sim_config(config, set_)
+    cfg = _load(config, set_)
     engine = engine or cfg.runtime.engine
     if engine == "local":
         typer.echo("engine 'local' is not available yet; use --engine sim", err=True)
@@ -282,7 +257,7 @@ def compare_cmd(config: Path = typer.Argument(..., help="experiment YAML file"),
     from edgestream.sim.compare import parse_variants, run_compare
     from edgestream.sim.engine import SimConfigError
 
-    cfg = _sim_config(config, set_)
+    cfg = _load(config, set_)
     try:
         variants = parse_variants(algorithms)
         folder, _, table = run_compare(cfg, variants, out=out, run_id=run_id, progress=not quiet,
