@@ -23,7 +23,7 @@ from edgestream.consumers.device_stream import DeviceStream
 from edgestream.consumers.dlq import DeadLetters
 from edgestream.consumers.injection import InjectionChannel
 from edgestream.data.wire import WireError, decode_batch, split_valid
-from edgestream.streams import build_batch_policy, build_buffer_policy, injection_count, injection_targets
+from edgestream.streams import build_batch_policy, build_buffer_policy, build_injection
 
 
 class KafkaStreamDataset(IterableDataset):
@@ -39,8 +39,8 @@ class KafkaStreamDataset(IterableDataset):
         self.stream = DeviceStream(bootstrap, run, device, batch_policy=build_batch_policy(batch),
                                    buffer_policy=build_buffer_policy(buffer, window_s=window_s), window_s=window_s,
                                    security=security)
-        self.injection = injection
-        self.channel = InjectionChannel(bootstrap, run, device, security) if injection else None
+        self.injection = build_injection(injection)
+        self.channel = InjectionChannel(bootstrap, run, device, security) if self.injection else None
         self.dlq = DeadLetters(bootstrap, run, security)
         # uint8 -> float32 in numpy: one pass, and no OpenMP pool contending with librdkafka's threads
         self.normalize = normalize or (lambda x: torch.from_numpy(np.multiply(x, np.float32(1 / 255),
@@ -81,14 +81,11 @@ class KafkaStreamDataset(IterableDataset):
     def _inject(self, raw_values: list[bytes]) -> tuple[int, int]:
         if not self.channel or not raw_values:
             return 0, 0
-        rng = np.random.default_rng([self.seed, self.device, self.step])
-        targets = injection_targets(rng, self.device, self.num_devices, self.injection["alpha"])
-        count = min(injection_count(self.injection["beta"], len(raw_values)), len(raw_values))
-        if not targets or count == 0:
+        plan = self.injection.plan(self.seed, self.device, self.step, self.num_devices, len(raw_values))
+        if not plan.indices:
             return 0, 0
-        chosen = [raw_values[i] for i in rng.choice(len(raw_values), size=count, replace=False)]
-        nbytes = self.channel.send(chosen, targets)
-        return count * len(targets), nbytes
+        nbytes = self.channel.send([raw_values[i] for i in plan.indices], plan.targets)
+        return plan.samples_sent, nbytes
 
     def next_batch(self) -> tuple[torch.Tensor, torch.Tensor, dict] | None:
         """One batch, or None when `timeout` passed without the policy's samples arriving."""

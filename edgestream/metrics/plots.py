@@ -11,39 +11,35 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 
-def accuracy_plot(series: Mapping[str, list[tuple[float, float]]], path: str | Path, title: str = "",
-                  xlabel: str = "virtual time (s)") -> Path:
-    """One line per label of (time, accuracy) points."""
+def _line_plot(series: Mapping[str, list[tuple[float, float]]], path: str | Path, *, title: str, xlabel: str,
+               ylabel: str, log_y: bool = False, floor: float | None = None) -> Path:
+    """One line per label of (x, y) points, saved as a PNG."""
     fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=110)
     for label, pts in series.items():
         if pts:
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], label=label, linewidth=1.6)
+            ys = [p[1] if floor is None else max(p[1], floor) for p in pts]
+            ax.plot([p[0] for p in pts], ys, label=label, linewidth=1.4)
+    if log_y:
+        ax.set_yscale("log")
     ax.set_xlabel(xlabel)
-    ax.set_ylabel("test accuracy")
+    ax.set_ylabel(ylabel)
     ax.set_title(title)
-    ax.grid(alpha=0.3)
+    ax.grid(alpha=0.3, which="both" if log_y else "major")
     if len(series) > 1:
         ax.legend()
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
     return Path(path)
+
+
+def accuracy_plot(series: Mapping[str, list[tuple[float, float]]], path: str | Path, title: str = "",
+                  xlabel: str = "virtual time (s)") -> Path:
+    """Test accuracy against time, one line per label."""
+    return _line_plot(series, path, title=title, xlabel=xlabel, ylabel="test accuracy")
 
 
 def buffer_plot(series: Mapping[str, list[tuple[int, float]]], path: str | Path, title: str = "") -> Path:
     """Buffer samples vs step, log scale (paper 004 Fig. 7)."""
-    fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=110)
-    for label, pts in series.items():
-        if pts:
-            ax.plot([p[0] for p in pts], [max(p[1], 1) for p in pts], label=label, linewidth=1.2)
-    ax.set_yscale("log")
-    ax.set_xlabel("step")
-    ax.set_ylabel("buffer (samples, max over devices)")
-    ax.set_title(title)
-    ax.grid(alpha=0.3, which="both")
-    if len(series) > 1:
-        ax.legend()
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return Path(path)
+    return _line_plot(series, path, title=title, xlabel="step", ylabel="buffer (samples, max over devices)",
+                      log_y=True, floor=1)

@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from edgestream.models import build_optimizer, grads_of, set_grads, set_lr
+from edgestream.sync.reduction import reduce_all
 from edgestream.sync.requests import (
     Ack,
     AllGather,
@@ -55,19 +56,8 @@ def resolve_collective(requests: Sequence[AllReduce | AllGather]) -> list[Any]:
     if isinstance(requests[0], AllGather):
         gathered = [[t.detach().clone() for t in r.payload] for r in requests]
         return [[[t.clone() for t in p] for p in gathered] for _ in requests]
-    ops = {r.op for r in requests}
-    sizes = {tuple(tuple(t.shape) for t in r.tensors) for r in requests}
-    if len(ops) != 1 or len(sizes) != 1:
-        raise RuntimeError(f"all-reduce mismatch: ops {ops}, shapes {sizes}")
-    if requests[0].op == "sum":
-        out = [sum(r.tensors[j].detach() for r in requests) for j in range(len(requests[0].tensors))]
-    else:
-        total = sum(float(r.weight) for r in requests)
-        if total <= 0:
-            raise RuntimeError("weighted_mean all-reduce with total weight <= 0")
-        out = [sum(r.weight * r.tensors[j].detach() for r in requests) / total
-               for j in range(len(requests[0].tensors))]
-    return [[t.clone() for t in out] for _ in requests]
+    out = reduce_all(list(requests))
+    return [out] + [[t.clone() for t in out] for _ in requests[1:]]
 
 
 def run_lockstep(

@@ -1,0 +1,40 @@
+"""What an `AllReduce` computes, written once for every engine that reduces in-process.
+
+The simulator and the local driver both call `reduce_all`; the real runtime gets the same result
+from torch.distributed (sum, or a sum of w_i t_i and of w_i). Workers' requests are combined in
+rank order, so the floating-point result does not depend on arrival order.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from edgestream.sync.requests import AllReduce
+
+
+def reduce_all(requests: list[AllReduce]) -> list[Tensor]:
+    """sum_i t_i (op "sum") or sum_i w_i t_i / sum_i w_i (op "weighted_mean"), per tensor, rank order."""
+    first = requests[0]
+    ops = {r.op for r in requests}
+    if len(ops) != 1:
+        raise RuntimeError(f"all-reduce mismatch: workers asked for ops {sorted(ops)}")
+    shapes = [t.shape for t in first.tensors]
+    for r in requests[1:]:
+        if len(r.tensors) != len(shapes) or any(t.shape != s for t, s in zip(r.tensors, shapes, strict=True)):
+            raise RuntimeError(f"all-reduce mismatch: tensor shapes differ between workers "
+                               f"({[tuple(s) for s in shapes]} vs {[tuple(t.shape) for t in r.tensors]})")
+    with torch.no_grad():
+        if first.op == "sum":
+            acc = [t.detach().clone() for t in first.tensors]
+            for r in requests[1:]:
+                torch._foreach_add_(acc, [t.detach() for t in r.tensors])
+            return acc
+        total = float(sum(float(r.weight) for r in requests))
+        if total <= 0:
+            raise RuntimeError("weighted_mean all-reduce with total weight <= 0")
+        acc = torch._foreach_mul([t.detach() for t in first.tensors], float(first.weight))
+        for r in requests[1:]:
+            torch._foreach_add_(acc, [t.detach() for t in r.tensors], alpha=float(r.weight))
+        torch._foreach_div_(acc, total)
+        return acc
