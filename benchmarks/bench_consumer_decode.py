@@ -41,14 +41,15 @@ def fill(bootstrap: str, run: str, n: int) -> None:
     p.flush()
 
 
-def raw_poll(bootstrap: str, run: str, n: int, group: str = "raw") -> float:
+def raw_poll(bootstrap: str, run: str, n: int, per_call: int, group: str = "raw") -> float:
     c = Consumer(consumer_config(bootstrap, f"{run}.{group}"))
     c.assign([TopicPartition(device_topic(run, 0), 0, 0)])
     got, t0 = 0, time.perf_counter()
     while got < n:
-        # a raw poll that receives the bytes (value()), without decoding them
-        # (ask only for what remains: consume() waits its full timeout for a count that never comes)
-        got += sum(1 for m in c.consume(min(5000, n - got), timeout=1.0) if m.error() is None and m.value())
+        # a raw poll that receives the bytes (value()), without decoding them, asking consume() for
+        # `per_call` messages a call (the dataset asks for one batch; ask only for what remains:
+        # consume() waits its full timeout for a count that never comes)
+        got += sum(1 for m in c.consume(min(per_call, n - got), timeout=1.0) if m.error() is None and m.value())
     dt = time.perf_counter() - t0
     c.close()
     return n / dt
@@ -82,10 +83,10 @@ def main() -> None:
     with bench_broker() as (bootstrap, _):
         run = f"decode-{int(time.time())}"
         fill(bootstrap, run, args.samples)
-        raw_poll(bootstrap, run, args.samples, "warmup")  # the first read of a fresh topic is slower
+        raw_poll(bootstrap, run, args.samples, args.batch, "warmup")  # the first read of a fresh topic is slower
         raws, ourss = [], []
         for i in range(args.passes):  # interleaved passes, so both see the same machine state
-            raws.append(raw_poll(bootstrap, run, args.samples, f"raw{i}"))
+            raws.append(raw_poll(bootstrap, run, args.samples, args.batch, f"raw{i}"))
             ourss.append(dataset_rate(bootstrap, run, args.samples, args.batch, f"ds{i}"))
         raw, ours = float(np.median(raws)), float(np.median(ourss))
         pair_ratios = [o / r for o, r in zip(ourss, raws, strict=True)]

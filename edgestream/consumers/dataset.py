@@ -19,10 +19,10 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
-from edgestream.consumers.device_stream import DeviceStream
+from edgestream.consumers.device_stream import DeviceStream, RawBatch
 from edgestream.consumers.dlq import DeadLetters
 from edgestream.consumers.injection import InjectionChannel
-from edgestream.data.wire import WireError, decode_batch, split_valid
+from edgestream.data.wire import Affine, WireError, decode_batch, decode_normalized, split_valid
 from edgestream.streams import build_batch_policy, build_buffer_policy, build_injection
 
 
@@ -31,7 +31,7 @@ class KafkaStreamDataset(IterableDataset):
 
     def __init__(self, bootstrap: str, run: str, device: int, *, num_devices: int, batch: dict,
                  buffer: str = "persist", injection: dict | None = None, seed: int = 0,
-                 normalize: Callable[[np.ndarray], torch.Tensor] | None = None, window_s: float = 1.0,
+                 normalize: Affine | Callable[[np.ndarray], torch.Tensor] | None = None, window_s: float = 1.0,
                  security: dict | None = None, max_batches: int | None = None, timeout: float | None = None,
                  pin_memory: bool = False, commit: str = "sync") -> None:
         super().__init__()
@@ -42,9 +42,9 @@ class KafkaStreamDataset(IterableDataset):
         self.injection = build_injection(injection)
         self.channel = InjectionChannel(bootstrap, run, device, security) if self.injection else None
         self.dlq = DeadLetters(bootstrap, run, security)
-        # uint8 -> float32 in numpy: one pass, and no OpenMP pool contending with librdkafka's threads
-        self.normalize = normalize or (lambda x: torch.from_numpy(np.multiply(x, np.float32(1 / 255),
-                                                                              dtype=np.float32)))
+        # an Affine (default x / 255) is applied while decoding, in one pass over the messages; any other
+        # callable gets the decoded (B, *shape) array (a read-only view) and returns a float tensor
+        self.normalize = normalize if normalize is not None else Affine()
         if commit not in ("sync", "async"):
             raise ValueError(f"commit: {commit!r} is not allowed; must be 'sync' or 'async'")
         self.max_batches, self.timeout, self.pin_memory = max_batches, timeout, pin_memory
@@ -62,21 +62,30 @@ class KafkaStreamDataset(IterableDataset):
                           shape=tuple(cfg.data.shape) if cfg.data.shape else None)
         inj = cfg.algorithm.injection.model_dump() if cfg.algorithm.injection else None
         return cls(bootstrap, run, device, num_devices=cfg.devices.count, batch=cfg.algorithm.batch.spec(),
-                   buffer=cfg.algorithm.buffer, injection=inj, seed=cfg.seed, normalize=ds.normalize,
+                   buffer=cfg.algorithm.buffer, injection=inj, seed=cfg.seed, normalize=ds.affine,
                    security=cfg.runtime.kafka_client, **kw)
 
     # ------------------------------------------------------------------ decoding
-    def _decode(self, values: list[bytes], offsets: list[int] | None, topic: str):
-        """Decode a batch; malformed messages go to the DLQ with their reason and are skipped."""
+    def _decode(self, values: list[bytes], raw: RawBatch | None, topic: str):
+        """Decode and normalise a batch; malformed messages go to the DLQ with their reason and are skipped."""
         try:
-            return (decode_batch(values) if values else None), 0
+            return (self._decode_values(values) if values else None), 0
         except WireError:
             valid, bad = split_valid(values)
         for index, reason in bad:
-            off = offsets[index] if offsets is not None else -1
+            off = raw.messages[index].offset() if raw is not None else -1
             self.dlq.send(values[index], reason, source_topic=topic, offset=off)
         values = [values[i] for i in valid]
-        return (decode_batch(values) if values else None), len(bad)
+        return (self._decode_values(values) if values else None), len(bad)
+
+    def _decode_values(self, values: list[bytes]) -> tuple[torch.Tensor, np.ndarray, np.ndarray, np.ndarray]:
+        """(x float tensor, labels, source devices, seqs) of valid messages."""
+        if isinstance(self.normalize, Affine):
+            x, y, src, seq, _ = decode_normalized(values, self.normalize)
+        else:
+            raw_x, y, src, seq, _ = decode_batch(values, copy=False)
+            x = self.normalize(raw_x)
+        return (torch.from_numpy(x) if isinstance(x, np.ndarray) else x), y, src, seq
 
     def _inject(self, raw_values: list[bytes]) -> tuple[int, int]:
         if not self.channel or not raw_values:
@@ -92,20 +101,20 @@ class KafkaStreamDataset(IterableDataset):
         raw = self.stream.take(timeout=self.timeout)
         if raw is None:
             return None
-        own, bad_own = self._decode(raw.values, raw.offsets, self.stream.reader.topic)
+        values = raw.values
+        own, bad_own = self._decode(values, raw, self.stream.reader.topic)
         injected_values, inj_next = self.channel.receive() if self.channel else ([], None)
         inj, bad_inj = self._decode(injected_values, None, f"inj.{self.device}") if injected_values else (None, 0)
         parts = [p for p in (own, inj) if p is not None]
-        if parts:
-            x = np.concatenate([p[0] for p in parts]) if len(parts) > 1 else parts[0][0]
-            y = np.concatenate([p[1] for p in parts]) if len(parts) > 1 else parts[0][1]
-            seq = np.concatenate([p[3] for p in parts]) if len(parts) > 1 else parts[0][3]
-            src = np.concatenate([p[2] for p in parts]) if len(parts) > 1 else parts[0][2]
+        if len(parts) == 1:
+            xt, y, src, seq = parts[0]
+        elif parts:
+            xt = torch.cat([p[0] for p in parts])
+            y, src, seq = (np.concatenate([p[i] for p in parts]) for i in (1, 2, 3))
         else:
-            x = np.zeros((0,), dtype=np.uint8)
+            xt = torch.zeros(0)
             y = seq = src = np.zeros((0,), dtype=np.int64)
-        sent, sent_bytes = self._inject(raw.values)
-        xt = self.normalize(np.ascontiguousarray(x)) if x.size else torch.zeros(0)
+        sent, sent_bytes = self._inject(values)
         yt = torch.from_numpy(np.asarray(y, dtype=np.int64))
         if self.pin_memory and torch.cuda.is_available():
             xt, yt = xt.pin_memory(), yt.pin_memory()

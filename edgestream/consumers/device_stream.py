@@ -13,10 +13,11 @@ policy with the measured arrival rate (samples that arrived in the last window /
 from __future__ import annotations
 
 import time
+from bisect import bisect_left
 from collections import deque
 from dataclasses import dataclass, field
 
-from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from edgestream.kafka.clients import consumer_config
 from edgestream.kafka.topics import device_topic
@@ -24,6 +25,10 @@ from edgestream.streams.policies import PersistBuffer, RateBatch
 
 _RETRIABLE = {KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
               KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError._TIMED_OUT, KafkaError.REQUEST_TIMED_OUT}
+
+
+#: asynchronous acks are coalesced into at most one commit request per this many seconds
+ASYNC_COMMIT_INTERVAL_S = 0.1
 
 
 def with_retries(fn, what: str, attempts: int = 12, backoff_s: float = 0.1):
@@ -49,8 +54,7 @@ def trainer_group(run: str, device: int, kind: str = "dev") -> str:
 class RawBatch:
     """Undecoded messages of one batch plus what the trainer needs to report and acknowledge it."""
 
-    values: list[bytes]
-    offsets: list[int]
+    messages: list[Message]     # the batch's Kafka messages, in offset order
     next_offset: int            # commit this to acknowledge the batch (covers truncated samples too)
     target: int                 # b_i the batch policy asked for
     wait_s: float               # time spent waiting for samples
@@ -60,9 +64,22 @@ class RawBatch:
     rate: float                 # measured arrival rate used by the batch policy (samples/s)
     extra: dict = field(default_factory=dict)
 
+    @property
+    def values(self) -> list[bytes]:
+        return [m.value() for m in self.messages]
+
+    @property
+    def offsets(self) -> list[int]:
+        return [m.offset() for m in self.messages]
+
 
 class PartitionReader:
-    """A manually assigned single-partition consumer with a local read-ahead queue."""
+    """A manually assigned single-partition consumer with a local read-ahead queue.
+
+    The queue holds the lists of messages `consume()` returned, as they came: no per-message Python
+    objects are made between the consumer and the batch, so the hot path stays at the speed of a raw
+    poll loop.
+    """
 
     def __init__(self, bootstrap: str, topic: str, group: str, security: dict | None = None,
                  overrides: dict | None = None) -> None:
@@ -76,33 +93,38 @@ class PartitionReader:
             committed = low
         self.next_offset = committed        # oldest sample not yet handed out
         self.consumer.assign([TopicPartition(topic, 0, committed)])
-        self.queue: deque = deque()         # (offset, value)
-        self.queued_bytes = 0
-        self.committed = committed
+        self._chunks: deque[list[Message]] = deque()  # fetched, not yet taken; offsets increase
+        self._head = 0                      # first untaken index in _chunks[0]
+        self.queued = 0                     # messages in the queue
+        self._tail = committed              # offset after the last queued message
+        self.committed = committed          # newest acknowledged offset
+        self._sent, self._sent_at, self._async = committed, 0.0, False  # newest offset sent to the broker
 
     def fill(self, timeout: float, max_messages: int = 5000) -> int:
         """Fetch what is available (waiting up to `timeout` for `max_messages`); return how many arrived."""
         msgs = self.consumer.consume(max_messages, timeout=timeout)
         if not msgs:
             return 0
-        good = [(m.offset(), m.value()) for m in msgs if m.error() is None]
-        if len(good) != len(msgs):
+        if any(map(Message.error, msgs)):  # rare: keep the data, raise on anything but end-of-partition
             for m in msgs:
                 err = m.error()
                 if err is not None and err.code() != KafkaError._PARTITION_EOF:
                     raise RuntimeError(f"consumer error on {self.topic}: {err}")
-        if good and good[0][0] < self.next_offset:  # behind a truncation seek
-            good = [g for g in good if g[0] >= self.next_offset]
-        self.queue.extend(good)
-        self.queued_bytes += sum(len(v) for _, v in good)
-        return len(good)
+            msgs = [m for m in msgs if m.error() is None]
+        if msgs and msgs[0].offset() < self._tail:  # behind a truncation seek
+            msgs = [m for m in msgs if m.offset() >= self._tail]
+        if not msgs:
+            return 0
+        self._chunks.append(msgs)
+        self.queued += len(msgs)
+        self._tail = msgs[-1].offset() + 1
+        return len(msgs)
 
     def high_watermark(self) -> int:
         _, high = self.consumer.get_watermark_offsets(self.tp, cached=True)
         if high is None or high < 0:
             _, high = self.consumer.get_watermark_offsets(self.tp, timeout=10)
-        last = self.queue[-1][0] + 1 if self.queue else self.next_offset
-        return max(high, last)
+        return max(high, self._tail)
 
     def lag(self) -> int:
         return max(0, self.high_watermark() - self.next_offset)
@@ -117,43 +139,73 @@ class PartitionReader:
         skipped = max(0, offset - self.next_offset)
         if skipped == 0:
             return 0
-        while self.queue and self.queue[0][0] < offset:
-            self.queued_bytes -= len(self.queue.popleft()[1])
-        if not self.queue:
+        chunks = self._chunks
+        while chunks and chunks[0][-1].offset() < offset:
+            self.queued -= len(chunks.popleft()) - self._head
+            self._head = 0
+        if chunks:
+            first = bisect_left(chunks[0], offset, lo=self._head, key=Message.offset)
+            self.queued -= first - self._head
+            self._head = first
+        else:
             self.consumer.seek(TopicPartition(self.topic, 0, offset))
+            self._tail = offset
         self.next_offset = offset
         return skipped
 
-    def take(self, n: int) -> tuple[list[bytes], list[int]]:
-        q = self.queue
-        taken = [q.popleft() for _ in range(min(n, len(q)))]
-        if not taken:
-            return [], []
-        offsets = [o for o, _ in taken]
-        values = [v for _, v in taken]
-        self.queued_bytes -= sum(len(v) for v in values)
-        self.next_offset = offsets[-1] + 1
-        return values, offsets
+    def take(self, n: int) -> list[Message]:
+        """Up to `n` queued messages, oldest first."""
+        taken: list[Message] = []
+        chunks = self._chunks
+        while n > 0 and chunks:
+            chunk, head = chunks[0], self._head
+            if len(chunk) - head <= n:
+                taken += chunk[head:] if head else chunk
+                n -= len(chunk) - head
+                chunks.popleft()
+                self._head = 0
+            else:
+                taken += chunk[head:head + n]
+                self._head = head + n
+                n = 0
+        if taken:
+            self.queued -= len(taken)
+            self.next_offset = taken[-1].offset() + 1
+        return taken
 
-    def take_all(self) -> tuple[list[bytes], list[int]]:
-        return self.take(len(self.queue))
+    def take_all(self) -> list[Message]:
+        return self.take(self.queued)
 
     def commit(self, offset: int, wait: bool = True) -> None:
-        """Commit `offset` (the next one to read). wait=False commits asynchronously: faster, and
-        still at-least-once (a crash before it lands re-delivers, never loses)."""
-        if offset > self.committed:
+        """Commit `offset` (the next one to read).
+
+        wait=True: durable before it returns. wait=False: asynchronous and coalesced -- at most one
+        commit request per ASYNC_COMMIT_INTERVAL_S carries the newest acknowledged offset (the rest
+        are sent by `flush_commits`, the next ack, or `close`); still at-least-once: a crash
+        re-delivers what the broker had not recorded, never loses.
+        """
+        if offset <= self.committed:
+            return
+        self.committed = offset
+        if wait:
             tp = [TopicPartition(self.topic, 0, offset)]
-            if wait:
-                with_retries(lambda: self.consumer.commit(offsets=tp, asynchronous=False),
-                             f"committing offset {offset} on {self.topic}")
-            else:
-                self.consumer.commit(offsets=tp, asynchronous=True)
-                self._pending = offset
-            self.committed = offset
+            with_retries(lambda: self.consumer.commit(offsets=tp, asynchronous=False),
+                         f"committing offset {offset} on {self.topic}")
+            self._sent = offset
+        else:
+            self.flush_commits()
+
+    def flush_commits(self, force: bool = False) -> None:
+        """Send the newest acknowledged offset asynchronously if it is not sent yet and the last
+        asynchronous commit is ASYNC_COMMIT_INTERVAL_S old (or `force`)."""
+        now = time.monotonic()
+        if self.committed > self._sent and (force or now - self._sent_at >= ASYNC_COMMIT_INTERVAL_S):
+            self.consumer.commit(offsets=[TopicPartition(self.topic, 0, self.committed)], asynchronous=True)
+            self._sent, self._sent_at, self._async = self.committed, now, True
 
     def close(self) -> None:
-        if getattr(self, "_pending", None) is not None:  # make the last asynchronous commit durable
-            tp = [TopicPartition(self.topic, 0, self._pending)]
+        if self._async or self.committed > self._sent:  # make the last acknowledged offset durable
+            tp = [TopicPartition(self.topic, 0, self.committed)]
             with_retries(lambda: self.consumer.commit(offsets=tp, asynchronous=False), f"final commit on {self.topic}")
         self.consumer.close()
 
@@ -179,7 +231,7 @@ class DeviceStream:
     def take(self, timeout: float | None = None) -> RawBatch | None:
         """The next batch, waiting for the policy's b_i samples; None if `timeout` passes first."""
         t0 = time.monotonic()
-        self.reader.fill(0.0)
+        self.reader.flush_commits()
         dropped, rate = 0, 0.0
         if self._needs_window:  # truncation and rate-proportional batches look at the last window
             available = self.reader.lag()
@@ -190,18 +242,22 @@ class DeviceStream:
             rate = arrived / self.window_s
         self._high = self.reader.high_watermark()
         target = int(self.batch_policy.target(rate, max(0, self._high - self.reader.next_offset)))
-        while not self.batch_policy.ready(target, len(self.reader.queue)):
-            if timeout is not None and time.monotonic() - t0 > timeout:
+        # Fetch exactly what the batch still misses: librdkafka prefetches in its own thread, and
+        # small consume() calls keep each batch's bytes in cache from fetch to tensor. Wait (up to
+        # 50 ms a call) while the policy is not ready; once it is, take only what is already here.
+        while self.reader.queued < target:
+            ready = self.batch_policy.ready(target, self.reader.queued)
+            if not ready and timeout is not None and time.monotonic() - t0 > timeout:
                 return None
-            # returns as soon as the missing samples are fetched (or after 50 ms), then reads ahead
-            self.reader.fill(0.05, max_messages=max(1, target - len(self.reader.queue)))
-            self.reader.fill(0.0)
-        values, offsets = self.reader.take(target)
+            got = self.reader.fill(0.0 if ready else 0.05, max_messages=target - self.reader.queued)
+            if ready and got == 0:
+                break
+        messages = self.reader.take(target)
         wait_s = time.monotonic() - t0
-        if values:
-            self._avg_msg_bytes = sum(len(v) for v in values) / len(values)
+        if messages:
+            self._avg_msg_bytes = sum(map(len, messages)) / len(messages)
         lag = max(0, self._high - self.reader.next_offset) if self._high is not None else self.reader.lag()
-        return RawBatch(values, offsets, self.reader.next_offset, target, wait_s, dropped, lag,
+        return RawBatch(messages, self.reader.next_offset, target, wait_s, dropped, lag,
                         int(lag * self._avg_msg_bytes), rate)
 
     def ack(self, next_offset: int, wait: bool = True) -> None:

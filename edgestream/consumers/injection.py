@@ -53,7 +53,7 @@ class InjectionChannel:
     def receive(self, wait_s: float = 0.0) -> tuple[list[bytes], int]:
         """Everything injected into this device so far (not yet taken); returns (values, next_offset)."""
         self.reader.fill(wait_s)
-        values, _ = self.reader.take_all()
+        values = [m.value() for m in self.reader.take_all()]
         self.received_samples += len(values)
         self.received_bytes += sum(len(v) for v in values)
         return values, self.reader.next_offset

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from edgestream.data.wire import Affine
+
 DATASETS = ("digits", "synthetic", "cifar10", "cifar100", "mnist")
 
 #: the fixed (shape, num_classes) of the file-backed datasets; synthetic is configurable.
@@ -59,6 +61,16 @@ class Dataset:
             got = self._affine[device] = (scale, bias)
         return got
 
+    @property
+    def affine(self) -> Affine:
+        """The normalisation as an `Affine` (scale 1/(255 std), bias -mean/std per channel): what the
+        Kafka consumer applies while decoding."""
+        got = self._affine.get("affine")
+        if got is None:
+            got = self._affine["affine"] = Affine(tuple(1.0 / (255.0 * s) for s in self.std),
+                                                  tuple(-m / s for m, s in zip(self.mean, self.std, strict=True)))
+        return got
+
     def normalize(self, x: torch.Tensor | np.ndarray) -> torch.Tensor:
         """float32 (x/255 - mean)/std per channel, for raw 0..255 values of shape (B, C, H, W) or (C, H, W).
 
@@ -69,10 +81,7 @@ class Dataset:
             if x.ndim < 3 or x.shape[-3] != self.shape[0]:
                 raise ValueError(f"x: expected (B, {self.shape[0]}, H, W) or ({self.shape[0]}, H, W), "
                                  f"got {tuple(x.shape)}")
-            scale, bias = self._scale_bias(torch.device("cpu"))
-            out = np.multiply(x, scale.numpy(), dtype=np.float32)
-            out += bias.numpy()
-            return torch.from_numpy(out)
+            return torch.from_numpy(self.affine(x.reshape(-1, *x.shape[-3:])).reshape(x.shape))
         t = x.to(torch.float32)
         if t is x:
             t = t.clone()

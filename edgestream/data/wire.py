@@ -180,27 +180,33 @@ def _scan(values: list[bytes]) -> tuple[list[int], list[tuple[int, str]]]:
     return valid, bad
 
 
-def _headers(values: list[bytes]) -> np.ndarray | None:
-    """The headers of `values` viewed as HEADER_DTYPE (one small join), or None if any is truncated."""
-    if any(len(v) < HEADER_SIZE for v in values):
-        return None
-    return np.frombuffer(b"".join([memoryview(v)[:HEADER_SIZE] for v in values]), dtype=HEADER_DTYPE)
-
-
-def _uniform_ok(values: list[bytes], h: np.ndarray) -> bool:
-    """True when every value is valid and has the first one's dtype, shape and length (vectorised)."""
+def _rows(values: list[bytes]) -> np.ndarray | None:
+    """`values` joined into one buffer and viewed as uint8 rows (B, length) -- one copy, no per-message
+    Python objects -- or None when they are not all the same length of at least a header."""
     length = len(values[0])
-    if any(len(v) != length for v in values):
-        return False
-    first = h[0]
+    if length < HEADER_SIZE or len(set(map(len, values))) != 1:
+        return None
+    return np.frombuffer(b"".join(values), dtype=np.uint8).reshape(len(values), length)
+
+
+#: bytes 0-6 (magic, version, dtype, ndim) and 8-23 (dims) of a header, as three little-endian u64 words
+_SAME_MASK = np.frombuffer(b"\xff" * 7 + b"\x00" + b"\xff" * 16, dtype="<u8")
+
+
+def _uniform_ok(rows: np.ndarray, length: int) -> np.ndarray | None:
+    """The headers of `rows` (B x >= 48 uint8, messages or just their headers) as HEADER_DTYPE when
+    every header is valid for a `length`-byte message and has the first one's dtype and shape
+    (vectorised); None otherwise."""
+    hb = np.ascontiguousarray(rows[:, :HEADER_SIZE])
     try:
-        _check_header(bytes(first["magic"]), int(first["version"]), int(first["dtype"]), int(first["ndim"]),
-                      tuple(int(d) for d in first["dims"]), length)
+        magic, version, code, ndim, _pad, *dims = HEADER.unpack_from(hb[0])[:9]
+        _check_header(magic, version, code, ndim, tuple(dims), length)
     except WireError:
-        return False
-    return bool((h["magic"] == first["magic"]).all() and (h["version"] == first["version"]).all()
-                and (h["dtype"] == first["dtype"]).all() and (h["ndim"] == first["ndim"]).all()
-                and (h["dims"] == first["dims"]).all())
+        return None
+    words = hb.view("<u8")[:, :3]
+    if ((words ^ words[0]) & _SAME_MASK).any():
+        return None
+    return hb.view(HEADER_DTYPE)[:, 0]
 
 
 def split_valid(values: list[bytes]) -> tuple[list[int], list[tuple[int, str]]]:
@@ -211,38 +217,38 @@ def split_valid(values: list[bytes]) -> tuple[list[int], list[tuple[int, str]]]:
     """
     if not values:
         return [], []
-    h = _headers(values)
-    if h is not None and _uniform_ok(values, h):
+    rows = _rows(values)
+    if rows is not None and _uniform_ok(rows, rows.shape[1]) is not None:
         return list(range(len(values))), []
     return _scan(values)
 
 
-def decode_batch(values: list[bytes], out: np.ndarray | None = None
+def decode_batch(values: list[bytes], out: np.ndarray | None = None, *, copy: bool = True
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Decode many messages of one dtype/shape into one contiguous array.
+    """Decode many messages of one dtype/shape into one array.
 
     Returns (x [B, *shape], labels int64[B], devices int64[B], seqs uint64[B], produce_times float64[B]).
-    `out`, if given, must be C-contiguous with the messages' dtype and shape (B' >= B, *shape); x is
-    then `out[:B]`. Raises WireError with `index` set at the first bad message (malformed, or dtype/
-    shape differing from message 0) so the caller can dead-letter it and retry without it. With no
-    values, x is `out[:0]` or an empty uint8 array of shape (0,).
+    x is C-contiguous and writable; with `copy=False` it is instead a read-only view into the one
+    buffer the messages were joined into (rows `len(message)` bytes apart), which saves a pass over
+    the payload when x is only read once (the consumer's normalisation). `out`, if given, must be
+    C-contiguous with the messages' dtype and shape (B' >= B, *shape); x is then `out[:B]`. Raises
+    WireError with `index` set at the first bad message (malformed, or dtype/shape differing from
+    message 0) so the caller can dead-letter it and retry without it. With no values, x is `out[:0]`
+    or an empty uint8 array of shape (0,).
     """
     n = len(values)
     if n == 0:
         x0 = out[:0] if out is not None else np.zeros((0,), dtype=np.uint8)
         z = np.zeros(0, dtype=np.int64)
         return x0, z, z.copy(), np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.float64)
-    h = _headers(values)
-    if h is None or not _uniform_ok(values, h):
-        _, bad = _scan(values)
-        index, reason = bad[0]
-        raise WireError(reason, f"batch of {n}", index=index)
+    rows = _rows(values)
+    h = _uniform_ok(rows, rows.shape[1]) if rows is not None else None
+    if h is None:
+        _raise_first_bad(values)
     first = h[0]
     dt = DTYPE_CODES[int(first["dtype"])]
     shape = tuple(int(d) for d in first["dims"][: int(first["ndim"])])
-    # One join of payload views into a fresh (writable) bytearray: a single copy, a single allocation.
-    payload = bytearray().join([memoryview(v)[HEADER_SIZE:] for v in values])
-    x = np.frombuffer(payload, dtype=dt).reshape(n, *shape)
+    x = rows[:, HEADER_SIZE:].view(dt).reshape(n, *shape)  # rows stay where the join put them
     if out is not None:
         if (out.dtype.newbyteorder("<") != dt or out.shape[1:] != shape or out.shape[0] < n
                 or not out.flags.c_contiguous):
@@ -250,5 +256,94 @@ def decode_batch(values: list[bytes], out: np.ndarray | None = None
                              f"got {out.dtype} {out.shape}")
         out[:n] = x
         x = out[:n]
-    return (x, h["label"].astype(np.int64), h["device"].astype(np.int64), h["seq"].astype(np.uint64),
+    elif copy:
+        x = x.copy()
+    return (x, *_fields(h))
+
+
+def _fields(h: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    return (h["label"].astype(np.int64), h["device"].astype(np.int64), h["seq"].astype(np.uint64),
             h["produce_time"].astype(np.float64))
+
+
+def _raise_first_bad(values: list[bytes]) -> None:
+    _, bad = _scan(values)
+    index, reason = bad[0]
+    raise WireError(reason, f"batch of {len(values)}", index=index)
+
+
+@dataclass(frozen=True)
+class Affine:
+    """Normalisation of raw sample values to float32: x * scale[c] + bias[c] per channel c (a sample's
+    first axis), or one scale and bias for every element. `Affine()` is x / 255.
+
+    Calling it on a decoded batch (B, *shape) gives a float32 array; `decode_normalized` applies it
+    while decoding, in one pass over the messages.
+    """
+
+    scale: tuple[float, ...] = (1 / 255,)
+    bias: tuple[float, ...] = (0.0,)
+
+    def __post_init__(self) -> None:
+        if not self.scale or len(self.scale) != len(self.bias):
+            raise ValueError(f"Affine: scale and bias need the same length >= 1, got {len(self.scale)} "
+                             f"and {len(self.bias)}")
+        object.__setattr__(self, "_arrays", (np.asarray(self.scale, np.float32), np.asarray(self.bias, np.float32)))
+
+    @property
+    def channels(self) -> int:
+        return len(self.scale)
+
+    def _check(self, shape: tuple[int, ...]) -> None:
+        if self.channels > 1 and (not shape or shape[0] != self.channels):
+            raise ValueError(f"normalisation has {self.channels} channels; samples of shape {shape} do not "
+                             f"(their first axis must be {self.channels})")
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        """float32 x * scale + bias for a batch x of shape (B, *shape); x is not modified."""
+        self._check(x.shape[1:])
+        scale, bias = self._arrays
+        out = x.astype(np.float32)  # a cast, then in-place affine: faster than a casting multiply
+        view = out.reshape(len(out), self.channels, -1)
+        view *= scale[:, None]
+        if bias.any():
+            view += bias[:, None]
+        return out
+
+
+def decode_normalized(values: list[bytes], affine: Affine
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """`decode_batch` then `affine`, as one float32 array: (x [B, *shape] float32, labels, devices, seqs,
+    produce_times). For uint8 samples this is one pass over each message with no joined copy (the C
+    extension edgestream.data._wirefast, when built; numpy otherwise -- same values). Raises
+    WireError with `index` like decode_batch; ValueError when the samples' channels do not match."""
+    n = len(values)
+    if n == 0:
+        x, *rest = decode_batch(values)
+        return x.astype(np.float32), *rest
+    first = values[0]
+    if _wirefast is not None and len(first) >= HEADER_SIZE and first[5] == _U8_CODE:
+        try:
+            shape = decode_sample(first).shape
+        except WireError:
+            shape = None
+        if shape is not None:
+            affine._check(shape)
+            out = np.empty((n, *shape), np.float32)
+            headers = np.empty((n, HEADER_SIZE), np.uint8)
+            scale, bias = affine._arrays
+            bad = _wirefast.u8_affine(values, HEADER_SIZE, len(first), math.prod(shape) // affine.channels,
+                                      scale, bias, out, headers)
+            h = _uniform_ok(headers, len(first)) if bad < 0 else None
+            if h is not None:
+                return (out, *_fields(h))
+    # numpy: other dtypes, no extension, or a bad value (decode_batch raises WireError naming it)
+    x, *rest = decode_batch(values, copy=False)
+    return affine(x), *rest
+
+
+try:  # the optional C extension (setup.py); without it decode_normalized uses numpy
+    from edgestream.data import _wirefast
+except ImportError:  # pragma: no cover - depends on the install
+    _wirefast = None
+_U8_CODE = dtype_code(np.uint8)

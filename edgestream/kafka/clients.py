@@ -49,6 +49,7 @@ def consumer_config(bootstrap: str, group: str, security: Mapping[str, str] | No
         "fetch.wait.max.ms": 50,
         "session.timeout.ms": 10000,
         "heartbeat.interval.ms": 1000,
+        "fetch.queue.backoff.ms": 10,
     })
     conf.update(overrides)
     return conf

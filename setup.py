@@ -1,0 +1,11 @@
+"""Only the optional C extension lives here; everything else is in pyproject.toml.
+
+edgestream.data._wirefast turns a batch of uint8 wire samples into normalised float32 in one pass
+(the consumer's hot loop). It is optional: without a C compiler the install still succeeds and
+edgestream.data.wire uses its numpy path, which gives the same values.
+"""
+
+from setuptools import Extension, setup
+
+setup(ext_modules=[Extension("edgestream.data._wirefast", ["edgestream/data/_wirefast.c"], optional=True,
+                             extra_compile_args=["-O3"])])
