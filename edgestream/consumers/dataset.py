@@ -66,11 +66,14 @@ class KafkaStreamDataset(IterableDataset):
                    security=cfg.runtime.kafka_client, **kw)
 
     # ------------------------------------------------------------------ decoding
-    def _decode(self, values: list[bytes], raw: RawBatch | None, topic: str):
-        """Decode and normalise a batch; malformed messages go to the DLQ with their reason and are skipped."""
+    def _decode(self, values: list, raw: RawBatch | None, topic: str):
+        """Decode and normalise a batch (`values`: bytes, or the Kafka messages of `raw`); malformed
+        messages go to the DLQ with their reason and are skipped."""
         try:
             return (self._decode_values(values) if values else None), 0
         except WireError:
+            if raw is not None:
+                values = raw.values
             valid, bad = split_valid(values)
         for index, reason in bad:
             off = raw.messages[index].offset() if raw is not None else -1
@@ -78,22 +81,24 @@ class KafkaStreamDataset(IterableDataset):
         values = [values[i] for i in valid]
         return (self._decode_values(values) if values else None), len(bad)
 
-    def _decode_values(self, values: list[bytes]) -> tuple[torch.Tensor, np.ndarray, np.ndarray, np.ndarray]:
-        """(x float tensor, labels, source devices, seqs) of valid messages."""
+    def _decode_values(self, values: list) -> tuple[torch.Tensor, np.ndarray, np.ndarray, np.ndarray]:
+        """(x float tensor, labels, source devices, seqs) of valid messages (bytes, or Kafka messages)."""
         if isinstance(self.normalize, Affine):
             x, y, src, seq, _ = decode_normalized(values, self.normalize)
         else:
+            if values and not isinstance(values[0], bytes):
+                values = [m.value() for m in values]
             raw_x, y, src, seq, _ = decode_batch(values, copy=False)
             x = self.normalize(raw_x)
         return (torch.from_numpy(x) if isinstance(x, np.ndarray) else x), y, src, seq
 
-    def _inject(self, raw_values: list[bytes]) -> tuple[int, int]:
-        if not self.channel or not raw_values:
+    def _inject(self, messages: list) -> tuple[int, int]:
+        if not self.channel or not messages:
             return 0, 0
-        plan = self.injection.plan(self.seed, self.device, self.step, self.num_devices, len(raw_values))
+        plan = self.injection.plan(self.seed, self.device, self.step, self.num_devices, len(messages))
         if not plan.indices:
             return 0, 0
-        nbytes = self.channel.send([raw_values[i] for i in plan.indices], plan.targets)
+        nbytes = self.channel.send([messages[i].value() for i in plan.indices], plan.targets)
         return plan.samples_sent, nbytes
 
     def next_batch(self) -> tuple[torch.Tensor, torch.Tensor, dict] | None:
@@ -101,8 +106,7 @@ class KafkaStreamDataset(IterableDataset):
         raw = self.stream.take(timeout=self.timeout)
         if raw is None:
             return None
-        values = raw.values
-        own, bad_own = self._decode(values, raw, self.stream.reader.topic)
+        own, bad_own = self._decode(raw.messages, raw, self.stream.reader.topic)
         injected_values, inj_next = self.channel.receive() if self.channel else ([], None)
         inj, bad_inj = self._decode(injected_values, None, f"inj.{self.device}") if injected_values else (None, 0)
         parts = [p for p in (own, inj) if p is not None]
@@ -114,7 +118,7 @@ class KafkaStreamDataset(IterableDataset):
         else:
             xt = torch.zeros(0)
             y = seq = src = np.zeros((0,), dtype=np.int64)
-        sent, sent_bytes = self._inject(values)
+        sent, sent_bytes = self._inject(raw.messages)
         yt = torch.from_numpy(np.asarray(y, dtype=np.int64))
         if self.pin_memory and torch.cuda.is_available():
             xt, yt = xt.pin_memory(), yt.pin_memory()

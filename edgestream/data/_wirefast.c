@@ -2,7 +2,8 @@
  *
  * u8_affine(values, header_size, length, plane, scale, bias, out, headers) -> int
  *
- *   values   list of bytes, each `length` bytes: a `header_size`-byte header, then the uint8 payload
+ *   values   list of bytes (or of Kafka messages: their value()), each `length` bytes: a
+ *            `header_size`-byte header, then the uint8 payload
  *   plane    payload elements per channel (the payload holds len(scale) channels of `plane` elements)
  *   scale,   float32 buffers of one value per channel
  *   bias
@@ -12,7 +13,7 @@
  *            the caller validates them all at once (numpy)
  *
  * Returns -1, or the index of the first value that is not bytes of exactly `length` bytes (nothing
- * is written then). One pass over each message's bytes, with the GIL released: no joined copy of
+ * is written then); raises what a message's value() raised. One pass over each message's bytes, with the GIL released: no joined copy of
  * the batch and no intermediate uint8 or unscaled float32 array. edgestream.data.wire falls back to
  * numpy when this module is not built; both give the same values (tests compare them).
  */
@@ -20,6 +21,8 @@
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
+
+static PyObject *value_name; /* "value": the method of a Kafka message that returns its bytes */
 
 static int get_buffer(PyObject *obj, Py_buffer *view, int writable, Py_ssize_t want, const char *name) {
     if (PyObject_GetBuffer(obj, view, (writable ? PyBUF_WRITABLE : 0) | PyBUF_C_CONTIGUOUS) < 0)
@@ -72,15 +75,27 @@ static PyObject *u8_affine(PyObject *self, PyObject *args) {
         return PyErr_NoMemory();
     }
     Py_ssize_t held = 0;
+    int failed = 0;
     for (; held < n; held++) {
         PyObject *v = PyList_GET_ITEM(values, held);
+        if (PyBytes_Check(v)) {
+            Py_INCREF(v); /* the list may change while the GIL is released; the bytes stay alive */
+        } else { /* a Kafka message: its value() (a new reference) */
+            v = PyObject_CallMethodNoArgs(v, value_name);
+            if (v == NULL) {
+                failed = 1;
+                break;
+            }
+        }
         if (!PyBytes_Check(v) || PyBytes_GET_SIZE(v) != length) {
+            Py_DECREF(v);
             bad = held;
             break;
         }
-        Py_INCREF(v); /* the list may change while the GIL is released; the bytes stay alive */
         items[held] = v;
     }
+    if (failed)
+        bad = -2;
     if (bad < 0) {
         const float *s = (const float *)scale.buf, *b = (const float *)bias.buf;
         float *o = (float *)out.buf;
@@ -108,7 +123,7 @@ static PyObject *u8_affine(PyObject *self, PyObject *args) {
     PyBuffer_Release(&bias);
     PyBuffer_Release(&out);
     PyBuffer_Release(&hdr);
-    return PyLong_FromSsize_t(bad);
+    return failed ? NULL : PyLong_FromSsize_t(bad);
 }
 
 static PyMethodDef methods[] = {
@@ -120,4 +135,9 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_wirefast",
                                     "uint8 wire samples to normalised float32 in one pass", -1, methods};
 
-PyMODINIT_FUNC PyInit__wirefast(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__wirefast(void) {
+    value_name = PyUnicode_InternFromString("value");
+    if (value_name == NULL)
+        return NULL;
+    return PyModule_Create(&module);
+}

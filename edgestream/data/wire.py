@@ -311,22 +311,20 @@ class Affine:
         return out
 
 
-def decode_normalized(values: list[bytes], affine: Affine
+def decode_normalized(values: list, affine: Affine
                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """`decode_batch` then `affine`, as one float32 array: (x [B, *shape] float32, labels, devices, seqs,
     produce_times). For uint8 samples this is one pass over each message with no joined copy (the C
-    extension edgestream.data._wirefast, when built; numpy otherwise -- same values). Raises
-    WireError with `index` like decode_batch; ValueError when the samples' channels do not match."""
+    extension edgestream.data._wirefast, when built; numpy otherwise -- same values). `values` are
+    bytes, or objects whose `value()` is the bytes (Kafka messages: no list of values is made).
+    Raises WireError with `index` like decode_batch; ValueError when the samples' channels do not match."""
     n = len(values)
     if n == 0:
-        x, *rest = decode_batch(values)
+        x, *rest = decode_batch([])
         return x.astype(np.float32), *rest
-    first = values[0]
-    if _wirefast is not None and len(first) >= HEADER_SIZE and first[5] == _U8_CODE:
-        try:
-            shape = decode_sample(first).shape
-        except WireError:
-            shape = None
+    if _wirefast is not None and isinstance(values, list):
+        first = values[0] if isinstance(values[0], bytes) else values[0].value()
+        shape = _u8_shape(first)
         if shape is not None:
             affine._check(shape)
             out = np.empty((n, *shape), np.float32)
@@ -338,8 +336,19 @@ def decode_normalized(values: list[bytes], affine: Affine
             if h is not None:
                 return (out, *_fields(h))
     # numpy: other dtypes, no extension, or a bad value (decode_batch raises WireError naming it)
-    x, *rest = decode_batch(values, copy=False)
+    x, *rest = decode_batch([v if isinstance(v, bytes | bytearray | memoryview) else v.value() for v in values],
+                            copy=False)
     return affine(x), *rest
+
+
+def _u8_shape(value: bytes) -> tuple[int, ...] | None:
+    """The sample shape of a valid uint8 message; None for anything else."""
+    if len(value) < HEADER_SIZE or value[5] != _U8_CODE:
+        return None
+    try:
+        return decode_sample(value).shape
+    except WireError:
+        return None
 
 
 try:  # the optional C extension (setup.py); without it decode_normalized uses numpy
