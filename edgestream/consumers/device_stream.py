@@ -27,6 +27,9 @@ _RETRIABLE = {KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRES
               KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError._TIMED_OUT, KafkaError.REQUEST_TIMED_OUT}
 
 
+#: how old the end offset read at start may be before the first fetch response replaces it
+HIGH_WATERMARK_MAX_AGE_S = 0.5
+
 #: asynchronous acks are coalesced into at most one commit request per this many seconds
 ASYNC_COMMIT_INTERVAL_S = 0.1
 
@@ -88,9 +91,11 @@ class PartitionReader:
         self.consumer = Consumer(consumer_config(bootstrap, group, security, **(overrides or {})))
         committed = with_retries(lambda: self.consumer.committed([TopicPartition(topic, 0)], timeout=30),
                                  f"reading the committed offset of group {group} on {topic}")[0].offset
+        low, high = with_retries(lambda: self.consumer.get_watermark_offsets(self.tp, timeout=30),
+                                 f"reading the offsets of {topic}")
         if committed == OFFSET_INVALID or committed < 0:
-            low, _ = self.consumer.get_watermark_offsets(self.tp, timeout=30)
             committed = low
+        self._high_seen, self._high_at = high, time.monotonic()  # until a fetch response brings the live one
         self.next_offset = committed        # oldest sample not yet handed out
         self.consumer.assign([TopicPartition(topic, 0, committed)])
         self._chunks: deque[list[Message]] = deque()  # fetched, not yet taken; offsets increase
@@ -121,9 +126,14 @@ class PartitionReader:
         return len(msgs)
 
     def high_watermark(self) -> int:
+        """The partition's end offset as of the last fetch response; before the first one, the value
+        read at start (or, when that is older than HIGH_WATERMARK_MAX_AGE_S, asked of the broker)."""
         _, high = self.consumer.get_watermark_offsets(self.tp, cached=True)
         if high is None or high < 0:
+            if time.monotonic() - self._high_at <= HIGH_WATERMARK_MAX_AGE_S:
+                return max(self._high_seen, self._tail)
             _, high = self.consumer.get_watermark_offsets(self.tp, timeout=10)
+        self._high_seen, self._high_at = high, time.monotonic()
         return max(high, self._tail)
 
     def lag(self) -> int:
