@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 from bisect import bisect_left
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException, Message, TopicPartition
 
@@ -65,7 +65,6 @@ class RawBatch:
     buffer_samples: int         # unconsumed samples left after taking the batch (consumer lag)
     buffer_bytes: int
     rate: float                 # measured arrival rate used by the batch policy (samples/s)
-    extra: dict = field(default_factory=dict)
 
     @property
     def values(self) -> list[bytes]:
@@ -264,8 +263,8 @@ class DeviceStream:
                 break
         messages = self.reader.take(target)
         wait_s = time.monotonic() - t0
-        if messages:
-            self._avg_msg_bytes = sum(map(len, messages)) / len(messages)
+        if messages:  # the buffer's bytes are estimated from the newest batch's message sizes
+            self._avg_msg_bytes = (len(messages[0]) + len(messages[-1])) / 2
         lag = max(0, self._high - self.reader.next_offset) if self._high is not None else self.reader.lag()
         return RawBatch(messages, self.reader.next_offset, target, wait_s, dropped, lag,
                         int(lag * self._avg_msg_bytes), rate)

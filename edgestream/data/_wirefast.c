@@ -12,8 +12,10 @@
  *   headers  writable uint8 buffer of len(values) * header_size bytes: each value's header, copied so
  *            the caller validates them all at once (numpy)
  *
- * Returns -1, or the index of the first value that is not bytes of exactly `length` bytes (nothing
- * is written then); raises what a message's value() raised. One pass over each message's bytes, with the GIL released: no joined copy of
+ * Returns -1, or the index of the first value that is not bytes of exactly `length` bytes or whose
+ * header differs from the first value's in magic, version, dtype, ndim or dims (bytes 0-6 and 8-23;
+ * nothing is written then); raises what a message's value() raised. The caller validates the first
+ * header; the others are then valid by equality. One pass over each message's bytes, with the GIL released: no joined copy of
  * the batch and no intermediate uint8 or unscaled float32 array. edgestream.data.wire falls back to
  * numpy when this module is not built; both give the same values (tests compare them).
  */
@@ -42,7 +44,7 @@ static PyObject *u8_affine(PyObject *self, PyObject *args) {
                           &scale_obj, &bias_obj, &out_obj, &hdr_obj))
         return NULL;
     Py_ssize_t n = PyList_GET_SIZE(values);
-    if (header_size < 0 || plane < 1 || length < header_size || (length - header_size) % plane) {
+    if (header_size < 24 || plane < 1 || length < header_size || (length - header_size) % plane) {
         PyErr_SetString(PyExc_ValueError, "u8_affine: inconsistent header_size, length and plane");
         return NULL;
     }
@@ -87,7 +89,9 @@ static PyObject *u8_affine(PyObject *self, PyObject *args) {
                 break;
             }
         }
-        if (!PyBytes_Check(v) || PyBytes_GET_SIZE(v) != length) {
+        if (!PyBytes_Check(v) || PyBytes_GET_SIZE(v) != length ||
+            (held > 0 && (memcmp(PyBytes_AS_STRING(v), PyBytes_AS_STRING(items[0]), 7) ||
+                          memcmp(PyBytes_AS_STRING(v) + 8, PyBytes_AS_STRING(items[0]) + 8, 16)))) {
             Py_DECREF(v);
             bad = held;
             break;
