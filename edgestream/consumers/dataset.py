@@ -124,7 +124,7 @@ class KafkaStreamDataset(IterableDataset):
             xt, yt = xt.pin_memory(), yt.pin_memory()
         n_inj = 0 if inj is None else len(inj[1])
         meta = {
-            "device": self.device, "step": self.step, "batch": int(len(yt)), "target": raw.target,
+            "device": self.device, "step": self.step, "batch": len(y), "target": raw.target,
             "wait_s": raw.wait_s, "buffer_samples": raw.buffer_samples, "buffer_bytes": raw.buffer_bytes,
             "dropped": raw.dropped, "injected": n_inj, "injected_out": sent, "injected_bytes": sent_bytes,
             "dlq": bad_own + bad_inj, "rate": raw.rate,
