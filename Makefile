@@ -16,7 +16,7 @@ help:
 	@echo "make bench  run the benchmarks (figures go to docs/BENCHMARKS.md by hand)"
 	@echo "make lint   ruff"
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py edgestream/data/_wirefast.c
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "edgestream needs Python 3.11+ (set PYTHON=...)")'
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
@@ -42,4 +42,5 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check edgestream tests benchmarks
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache
+	rm -rf $(VENV) runs .pytest_cache build
+	rm -f edgestream/data/_wirefast*.so

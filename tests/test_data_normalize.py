@@ -7,6 +7,7 @@ import time
 
 import numpy as np
 import pytest
+from confluent_kafka import Message
 
 from edgestream.data import wire
 from edgestream.data.datasets import load_dataset
@@ -19,16 +20,6 @@ def _values(n: int = 9, shape=(3, 4, 5), dtype=np.uint8, seed: int = 0) -> tuple
     rng = np.random.default_rng(seed)
     xs = rng.integers(0, 256, size=(n, *shape)).astype(dtype)
     return [encode_sample(xs[i], i % 10, 7, 100 + i, time.time()) for i in range(n)], xs
-
-
-class _Message:
-    """A stand-in with the one method decode_normalized uses of a Kafka message (value())."""
-
-    def __init__(self, value: bytes) -> None:
-        self._value = value
-
-    def value(self) -> bytes:
-        return self._value
 
 
 @pytest.fixture(params=["c", "numpy"])
@@ -67,7 +58,8 @@ def test_c_and_numpy_paths_agree_bit_for_bit(monkeypatch):
 
 def test_messages_are_read_through_value(path):
     values, _ = _values()
-    x, *_ = decode_normalized([_Message(v) for v in values], Affine())
+    messages = [Message(topic="t", partition=0, offset=k, value=v) for k, v in enumerate(values)]
+    x, *_ = decode_normalized(messages, Affine())
     np.testing.assert_array_equal(x, decode_normalized(values, Affine())[0])
 
 

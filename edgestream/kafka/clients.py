@@ -49,6 +49,8 @@ def consumer_config(bootstrap: str, group: str, security: Mapping[str, str] | No
         "fetch.wait.max.ms": 50,
         "session.timeout.ms": 10000,
         "heartbeat.interval.ms": 1000,
+        # librdkafka pauses fetching this long once its local queue is full (default 1000 ms): a trainer
+        # draining a backlog faster than that starved for up to a second at a time
         "fetch.queue.backoff.ms": 10,
     })
     conf.update(overrides)
