@@ -70,10 +70,6 @@ class RawBatch:
     def values(self) -> list[bytes]:
         return [m.value() for m in self.messages]
 
-    @property
-    def offsets(self) -> list[int]:
-        return [m.offset() for m in self.messages]
-
 
 class PartitionReader:
     """A manually assigned single-partition consumer with a local read-ahead queue.
