@@ -4,7 +4,7 @@ consumer settings on the same topic (consume() asking for one batch of messages 
 dataset does, and taking each message's bytes), as a ratio of medians over interleaved passes.
 Target >= 0.8 at the primary batch size (the first of --batches).
 
-    python benchmarks/bench_consumer_decode.py [--samples 200000] [--batches 256,64,1024] [--passes 11]
+    python benchmarks/bench_consumer_decode.py [--samples 200000] [--batches 256,64,1024] [--passes 15]
 """
 
 from __future__ import annotations
@@ -99,7 +99,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--samples", type=int, default=200_000)
     ap.add_argument("--batches", default="256,64,1024", help="batch sizes; the first is the one with the target")
-    ap.add_argument("--passes", type=int, default=11)
+    ap.add_argument("--passes", type=int, default=15)
     args = ap.parse_args()
     batches = [int(b) for b in args.batches.split(",")]
     from edgestream.data import wire

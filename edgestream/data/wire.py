@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 import struct
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -341,15 +342,21 @@ def decode_normalized(values: list, affine: Affine
     return affine(x), *rest
 
 
-def _u8_shape(value: bytes) -> tuple[int, ...] | None:
-    """The sample shape of a valid uint8 message; None for anything else."""
-    if len(value) < HEADER_SIZE or value[5] != _U8_CODE:
-        return None
-    magic, version, code, ndim, _pad, *dims = HEADER.unpack_from(value)[:9]
+@lru_cache(maxsize=64)
+def _u8_shape_of(prefix: bytes, length: int) -> tuple[int, ...] | None:
+    magic, version, code, ndim, _pad, *dims = struct.unpack("<4sBBBB4I", prefix)
     try:
-        return _check_header(magic, version, code, ndim, tuple(dims), len(value))[1]
+        return _check_header(magic, version, code, ndim, tuple(dims), length)[1] if code == _U8_CODE else None
     except WireError:
         return None
+
+
+def _u8_shape(value: bytes) -> tuple[int, ...] | None:
+    """The sample shape of a valid uint8 message; None for anything else (a stream's messages share
+    a header prefix, so this is one cache lookup a batch)."""
+    if len(value) < HEADER_SIZE:
+        return None
+    return _u8_shape_of(value[:24], len(value))
 
 
 try:  # the optional C extension (setup.py); without it decode_normalized uses numpy
