@@ -51,24 +51,22 @@ class Dataset:
     std: tuple[float, ...]
     _affine: dict = field(default_factory=dict, init=False, repr=False)
 
-    def _scale_bias(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-        got = self._affine.get(device)
-        if got is None:
-            std = torch.tensor(self.std, dtype=torch.float32)
-            mean = torch.tensor(self.mean, dtype=torch.float32)
-            scale = (1.0 / (255.0 * std)).view(-1, 1, 1).to(device)
-            bias = (-mean / std).view(-1, 1, 1).to(device)
-            got = self._affine[device] = (scale, bias)
-        return got
-
     @property
     def affine(self) -> Affine:
         """The normalisation as an `Affine` (scale 1/(255 std), bias -mean/std per channel): what the
-        Kafka consumer applies while decoding."""
+        Kafka consumer applies while decoding, and what `normalize` applies to tensors."""
         got = self._affine.get("affine")
         if got is None:
             got = self._affine["affine"] = Affine(tuple(1.0 / (255.0 * s) for s in self.std),
                                                   tuple(-m / s for m, s in zip(self.mean, self.std, strict=True)))
+        return got
+
+    def _scale_bias(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        got = self._affine.get(device)
+        if got is None:
+            scale, bias = (torch.tensor(v, dtype=torch.float32).view(-1, 1, 1).to(device)
+                           for v in (self.affine.scale, self.affine.bias))
+            got = self._affine[device] = (scale, bias)
         return got
 
     def normalize(self, x: torch.Tensor | np.ndarray) -> torch.Tensor:
