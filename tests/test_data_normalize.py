@@ -113,3 +113,11 @@ def test_decode_batch_view_is_read_only_and_equal():
     x, *_ = decode_batch(values, copy=False)
     assert not x.flags.writeable
     np.testing.assert_array_equal(x, xs)
+
+
+def test_a_null_message_value_is_a_truncated_header(path):
+    values, _ = _values()
+    messages = [Message(topic="t", partition=0, offset=k, value=None if k == 3 else v) for k, v in enumerate(values)]
+    with pytest.raises(WireError) as e:
+        decode_normalized(messages, Affine())
+    assert (e.value.index, e.value.reason) == (3, "truncated_header")

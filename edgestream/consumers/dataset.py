@@ -87,7 +87,7 @@ class KafkaStreamDataset(IterableDataset):
             x, y, src, seq, _ = decode_normalized(values, self.normalize)
         else:
             if values and not isinstance(values[0], bytes):
-                values = [m.value() for m in values]
+                values = [m.value() or b"" for m in values]
             raw_x, y, src, seq, _ = decode_batch(values, copy=False)
             x = self.normalize(raw_x)
         return (torch.from_numpy(x) if isinstance(x, np.ndarray) else x), y, src, seq

@@ -68,7 +68,8 @@ class RawBatch:
 
     @property
     def values(self) -> list[bytes]:
-        return [m.value() for m in self.messages]
+        """The messages' values; a null value (a tombstone) is b"" (malformed: it goes to the DLQ)."""
+        return [m.value() or b"" for m in self.messages]
 
 
 class PartitionReader:

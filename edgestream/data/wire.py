@@ -317,14 +317,15 @@ def decode_normalized(values: list, affine: Affine
     """`decode_batch` then `affine`, as one float32 array: (x [B, *shape] float32, labels, devices, seqs,
     produce_times). For uint8 samples this is one pass over each message with no joined copy (the C
     extension edgestream.data._wirefast, when built; numpy otherwise -- same values). `values` are
-    bytes, or objects whose `value()` is the bytes (Kafka messages: no list of values is made).
+    bytes, or objects whose `value()` is the bytes (Kafka messages: no list of values is made; a null
+    value counts as b"", a truncated header).
     Raises WireError with `index` like decode_batch; ValueError when the samples' channels do not match."""
     n = len(values)
     if n == 0:
         x, *rest = decode_batch([])
         return x.astype(np.float32), *rest
     if _wirefast is not None and isinstance(values, list):
-        first = values[0] if isinstance(values[0], bytes) else values[0].value()
+        first = values[0] if isinstance(values[0], bytes) else values[0].value() or b""
         shape = _u8_shape(first)
         if shape is not None:
             affine._check(shape)
@@ -337,8 +338,8 @@ def decode_normalized(values: list, affine: Affine
             if bad < 0:
                 return (out, *_fields(headers))
     # numpy: other dtypes, no extension, or a bad value (decode_batch raises WireError naming it)
-    x, *rest = decode_batch([v if isinstance(v, bytes | bytearray | memoryview) else v.value() for v in values],
-                            copy=False)
+    x, *rest = decode_batch([v if isinstance(v, bytes | bytearray | memoryview) else v.value() or b""
+                             for v in values], copy=False)
     return affine(x), *rest
 
 
