@@ -242,3 +242,27 @@ def test_async_acks_are_coalesced_and_never_lose(bootstrap, run_prefix):
     _, _, m2 = last.next_batch()
     assert m2["seq"][0] == m["seq"][-1] + 1
     last.close()
+
+
+def test_partition_reader_skips_inside_and_beyond_its_queue(bootstrap, run_prefix):
+    from edgestream.consumers import PartitionReader
+
+    ensure_run_topics(bootstrap, run_prefix, [0])
+    p = Producer(producer_config(bootstrap))
+    topic = device_topic(run_prefix, 0)
+    img = np.zeros((1, 8, 8), np.uint8)
+    for k in range(100):
+        p.produce(topic, value=encode_sample(img, 0, 0, k, time.time()), key=b"0")
+    p.flush()
+    r = PartitionReader(bootstrap, topic, f"{run_prefix}.reader")
+    deadline = time.monotonic() + 30
+    while r.queued < 60 and time.monotonic() < deadline:
+        r.fill(0.2, max_messages=60 - r.queued)
+    assert r.queued == 60
+    assert r.skip_to(25) == 25 and r.queued == 35          # inside the queue: dropped locally
+    assert [m.offset() for m in r.take(5)] == [25, 26, 27, 28, 29]
+    assert r.skip_to(80) == 50 and r.queued == 0           # beyond it: a seek
+    while r.queued < 20 and time.monotonic() < deadline:
+        r.fill(0.2, max_messages=20 - r.queued)
+    assert [m.offset() for m in r.take_all()] == list(range(80, 100))
+    r.close()
