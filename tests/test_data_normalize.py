@@ -121,3 +121,9 @@ def test_a_null_message_value_is_a_truncated_header(path):
     with pytest.raises(WireError) as e:
         decode_normalized(messages, Affine())
     assert (e.value.index, e.value.reason) == (3, "truncated_header")
+
+
+def test_a_value_that_is_neither_bytes_nor_a_message_raises(path):
+    values, _ = _values()
+    with pytest.raises(AttributeError, match="value"):
+        decode_normalized(values[:4] + [12345] + values[4:], Affine())

@@ -73,7 +73,7 @@ class RawBatch:
 
 
 class PartitionReader:
-    """A manually assigned single-partition consumer with a local read-ahead queue.
+    """A manually assigned single-partition consumer with a local queue of fetched messages.
 
     The queue holds the lists of messages `consume()` returned, as they came: no per-message Python
     objects are made between the consumer and the batch, so the hot path stays at the speed of a raw

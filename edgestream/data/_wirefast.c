@@ -98,9 +98,7 @@ static PyObject *u8_affine(PyObject *self, PyObject *args) {
         }
         items[held] = v;
     }
-    if (failed)
-        bad = -2;
-    if (bad < 0) {
+    if (!failed && bad < 0) { /* every item held: convert */
         const float *s = (const float *)scale.buf, *b = (const float *)bias.buf;
         float *o = (float *)out.buf;
         uint8_t *h = (uint8_t *)hdr.buf;
