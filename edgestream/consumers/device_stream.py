@@ -201,11 +201,11 @@ class PartitionReader:
         else:
             self.flush_commits()
 
-    def flush_commits(self, force: bool = False) -> None:
+    def flush_commits(self) -> None:
         """Send the newest acknowledged offset asynchronously if it is not sent yet and the last
-        asynchronous commit is ASYNC_COMMIT_INTERVAL_S old (or `force`)."""
+        asynchronous commit is ASYNC_COMMIT_INTERVAL_S old."""
         now = time.monotonic()
-        if self.committed > self._sent and (force or now - self._sent_at >= ASYNC_COMMIT_INTERVAL_S):
+        if self.committed > self._sent and now - self._sent_at >= ASYNC_COMMIT_INTERVAL_S:
             self.consumer.commit(offsets=[TopicPartition(self.topic, 0, self.committed)], asynchronous=True)
             self._sent, self._sent_at, self._async = self.committed, now, True
 

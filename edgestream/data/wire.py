@@ -147,6 +147,22 @@ def _check_header(magic: bytes, version: int, code: int, ndim: int, dims: tuple[
     return dt, shape
 
 
+#: the first 24 bytes of the header: magic, version, dtype, ndim, pad, dims -- what fixes the layout
+_PREFIX = struct.Struct("<4sBBBB4I")
+
+
+@lru_cache(maxsize=64)
+def _layout_of(prefix: bytes, length: int) -> tuple[np.dtype, tuple[int, ...]]:
+    magic, version, code, ndim, _pad, *dims = _PREFIX.unpack(prefix)
+    return _check_header(magic, version, code, ndim, tuple(dims), length)
+
+
+def _layout(header, length: int) -> tuple[np.dtype, tuple[int, ...]]:
+    """(dtype, shape) of a `length`-byte message whose header (>= 24 bytes) is `header`; WireError if
+    invalid. A stream's messages share their prefix, so this is one cache lookup a batch."""
+    return _layout_of(bytes(header[:_PREFIX.size]), length)
+
+
 def decode_sample(buf: bytes | bytearray | memoryview) -> Sample:
     """Parse and validate one message value; `x` is a view of `buf` (read-only for bytes)."""
     if len(buf) < HEADER_SIZE:
@@ -194,20 +210,18 @@ def _rows(values: list[bytes]) -> np.ndarray | None:
 _SAME_MASK = np.frombuffer(b"\xff" * 7 + b"\x00" + b"\xff" * 16, dtype="<u8")
 
 
-def _uniform_ok(rows: np.ndarray, length: int) -> np.ndarray | None:
-    """The headers of `rows` (B x >= 48 uint8, messages or just their headers) as HEADER_DTYPE when
-    every header is valid for a `length`-byte message and has the first one's dtype and shape
-    (vectorised); None otherwise."""
+def _uniform_ok(rows: np.ndarray, length: int) -> tuple[np.ndarray, np.dtype, tuple[int, ...]] | None:
+    """(headers as HEADER_DTYPE, dtype, shape) when every header of `rows` (B x >= 48 uint8) is valid
+    for a `length`-byte message and has the first one's dtype and shape (vectorised); None otherwise."""
     hb = np.ascontiguousarray(rows[:, :HEADER_SIZE])
     try:
-        magic, version, code, ndim, _pad, *dims = HEADER.unpack_from(hb[0])[:9]
-        _check_header(magic, version, code, ndim, tuple(dims), length)
+        dt, shape = _layout(hb[0], length)
     except WireError:
         return None
     words = hb.view("<u8")[:, :3]
     if ((words ^ words[0]) & _SAME_MASK).any():
         return None
-    return hb.view(HEADER_DTYPE)[:, 0]
+    return hb.view(HEADER_DTYPE)[:, 0], dt, shape
 
 
 def split_valid(values: list[bytes]) -> tuple[list[int], list[tuple[int, str]]]:
@@ -243,12 +257,10 @@ def decode_batch(values: list[bytes], out: np.ndarray | None = None, *, copy: bo
         z = np.zeros(0, dtype=np.int64)
         return x0, z, z.copy(), np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.float64)
     rows = _rows(values)
-    h = _uniform_ok(rows, rows.shape[1]) if rows is not None else None
-    if h is None:
+    ok = _uniform_ok(rows, rows.shape[1]) if rows is not None else None
+    if ok is None:
         _raise_first_bad(values)
-    first = h[0]
-    dt = DTYPE_CODES[int(first["dtype"])]
-    shape = tuple(int(d) for d in first["dims"][: int(first["ndim"])])
+    h, dt, shape = ok
     x = rows[:, HEADER_SIZE:].view(dt).reshape(n, *shape)  # rows stay where the join put them
     if out is not None:
         if (out.dtype.newbyteorder("<") != dt or out.shape[1:] != shape or out.shape[0] < n
@@ -343,25 +355,18 @@ def decode_normalized(values: list, affine: Affine
     return affine(x), *rest
 
 
-@lru_cache(maxsize=64)
-def _u8_shape_of(prefix: bytes, length: int) -> tuple[int, ...] | None:
-    magic, version, code, ndim, _pad, *dims = struct.unpack("<4sBBBB4I", prefix)
-    try:
-        return _check_header(magic, version, code, ndim, tuple(dims), length)[1] if code == _U8_CODE else None
-    except WireError:
-        return None
-
-
 def _u8_shape(value: bytes) -> tuple[int, ...] | None:
-    """The sample shape of a valid uint8 message; None for anything else (a stream's messages share
-    a header prefix, so this is one cache lookup a batch)."""
+    """The sample shape of a valid uint8 message; None for anything else."""
     if len(value) < HEADER_SIZE:
         return None
-    return _u8_shape_of(value[:24], len(value))
+    try:
+        dt, shape = _layout(value, len(value))
+    except WireError:
+        return None
+    return shape if dt == np.uint8 else None
 
 
 try:  # the optional C extension (setup.py); without it decode_normalized uses numpy
     from edgestream.data import _wirefast
 except ImportError:  # pragma: no cover - depends on the install
     _wirefast = None
-_U8_CODE = dtype_code(np.uint8)
