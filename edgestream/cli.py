@@ -48,7 +48,7 @@ def config_validate(file: Path = typer.Argument(..., help="experiment YAML file"
 @config_app.command("show")
 def config_show(file: Path = typer.Argument(..., help="experiment YAML file"),
                 set_: list[str] = typer.Option(None, "--set", help="override KEY.PATH=VALUE (repeatable)")) -> None:
-    """Print the fully resolved config (defaults filled in)."""
+    """Print the fully resolved config (defaults filled in, paths absolute, secrets shown as ***)."""
     cfg = _load(file, set_)
     sys.stdout.write(cfg.to_yaml())
 
@@ -62,7 +62,7 @@ def _broker(data_dir: Path | None, port: int | None = None, version: str = DEFAU
 
 
 @broker_app.command("start")
-def broker_start(port: int = typer.Option(9092, help="PLAINTEXT port on 127.0.0.1"),
+def broker_start(port: int = typer.Option(9092, min=1, max=65535, help="PLAINTEXT port on 127.0.0.1"),
                  data_dir: Path = typer.Option(None, help="instance dir (storage, logs, state); "
                                                "default ~/.cache/edgestream/broker"),
                  kafka_version: str = typer.Option(DEFAULT_KAFKA_VERSION, help="Apache Kafka version (Maven Central)")
@@ -194,12 +194,20 @@ def produce(config: Path = typer.Argument(..., help="experiment YAML file"),
 def demo(bootstrap: str = typer.Option(None, help="HOST:PORT of a broker; default: a managed local broker"),
          out: str = typer.Option("runs/demo", help="where the simulator comparison is written")) -> None:
     """The main job: stream devices through Kafka into PyTorch batches, then compare DDL and ScaDLES."""
+    from edgestream.config import bootstrap_ok
+
+    if bootstrap is not None and not bootstrap_ok(bootstrap):
+        _bad_input(f"--bootstrap: {bootstrap!r} is not allowed; must be HOST:PORT[,HOST:PORT...]")
+    _check_out(Path(out))
+    from confluent_kafka import KafkaException
+
     from edgestream.demo import run_demo
+    from edgestream.kafka.admin import KafkaUnavailable
 
     try:
         run_demo(bootstrap=bootstrap, console=console, out=out)
-    except BrokerError as exc:
-        typer.echo(f"error: {exc}", err=True)
+    except (BrokerError, KafkaUnavailable, KafkaException) as exc:
+        typer.echo("error: " + " ".join(str(exc).split()), err=True)
         raise typer.Exit(1) from None
 
 
@@ -210,6 +218,28 @@ def _config_problems(exc: Exception) -> None:
     raise typer.Exit(2) from None
 
 
+def _bad_input(line: str) -> None:
+    """Exit 2 with one line on stderr."""
+    typer.echo(line, err=True)
+    raise typer.Exit(2)
+
+
+def _check_out(out: Path | None, option: str = "--out") -> None:
+    """Exit 2 when an output folder option names something that is not a folder."""
+    if out is not None and out.exists() and not out.is_dir():
+        _bad_input(f"{option}: {str(out)!r} is not allowed; it exists and is not a folder")
+
+
+def _check_run_id(run_id: str | None) -> None:
+    from edgestream.runid import check_run_id
+
+    if run_id is not None:
+        try:
+            check_run_id(run_id)
+        except ValueError as exc:
+            _bad_input(f"--run-id: {exc}")
+
+
 @app.command("run")
 def run_cmd(config: Path = typer.Argument(..., help="experiment YAML file"),
             engine: str = typer.Option(None, "--engine", help="sim | local; default runtime.engine"),
@@ -217,21 +247,25 @@ def run_cmd(config: Path = typer.Argument(..., help="experiment YAML file"),
             run_id: str = typer.Option(None, "--run-id", help="run id (folder <name>-<run id>); default new"),
             set_: list[str] = typer.Option(None, "--set", help="override KEY.PATH=VALUE (repeatable)"),
             quiet: bool = typer.Option(False, "--quiet", help="no progress bar")) -> None:
-    """Train CONFIG once and write its run directory (config.yaml, events.jsonl, summary.json, plots)."""
+    """Train CONFIG once and write its run directory (config.yaml, events.jsonl, summary.json, plots).
+
+    Relative paths in CONFIG (data.root, devices.rates.path) are relative to CONFIG's folder; in --set,
+    to the current directory. The run directory's config.yaml shows secrets as ***.
+    """
+    if engine is not None and engine not in ("sim", "local"):
+        _bad_input(f"--engine: {engine!r} is not allowed; must be one of sim, local")
+    _check_out(out)
+    _check_run_id(run_id)
+    cfg = _load(config, set_)
+    engine = engine or cfg.runtime.engine
+    if engine == "local":
+        _bad_input("engine 'local' is not available yet; use --engine sim")
     from edgestream.config import ConfigError
     from edgestream.sim.engine import SimConfigError
     from edgestream.sim.run import run_sim
 
-    cfg = _load(config, set_)
-    engine = engine or cfg.runtime.engine
-    if engine == "local":
-        typer.echo("engine 'local' is not available yet; use --engine sim", err=True)
-        raise typer.Exit(2)
-    if engine != "sim":
-        typer.echo(f"--engine: {engine!r} is not allowed; must be one of sim, local", err=True)
-        raise typer.Exit(2)
     try:
-        path, summary = run_sim(cfg, out=out, run_id=run_id, progress=not quiet, base_dir=config.parent)
+        path, summary = run_sim(cfg, out=out, run_id=run_id, progress=not quiet)
     except (SimConfigError, ConfigError) as exc:
         _config_problems(exc)
     keys = ("time_to_target_s", "final_accuracy", "steps", "buffer_max_samples", "dropped_total",
@@ -253,23 +287,41 @@ def compare_cmd(config: Path = typer.Argument(..., help="experiment YAML file"),
     Batch rule: the config's algorithm.batch is kept for an algorithm it suits (rate/available for
     scadles, fixed for the others); otherwise the algorithm's default (scadles rate 8..1024, fixed 64).
     """
+    _check_out(out)
+    _check_run_id(run_id)
+    cfg = _load(config, set_)
     from edgestream.config import ConfigError
     from edgestream.sim.compare import parse_variants, run_compare
     from edgestream.sim.engine import SimConfigError
 
-    cfg = _load(config, set_)
     try:
         variants = parse_variants(algorithms)
-        folder, _, table = run_compare(cfg, variants, out=out, run_id=run_id, progress=not quiet,
-                                       base_dir=config.parent)
+        folder, _, table = run_compare(cfg, variants, out=out, run_id=run_id, progress=not quiet)
     except (SimConfigError, ConfigError, ValueError) as exc:
         _config_problems(exc)
     typer.echo(f"compare folder: {folder}", err=True)
     sys.stdout.write(table)
 
 
-def main() -> None:
-    app()
+def main(args: list[str] | None = None) -> None:
+    """The console script: `app`, with usage errors (a missing argument, an unknown option, a value of
+    the wrong type) reported as one line on stderr and exit status 2, like every bad input."""
+    from typer.main import get_command
+
+    try:
+        code = get_command(app).main(args=args, prog_name="edgestream", standalone_mode=False)
+    except typer.Abort:
+        typer.echo("aborted", err=True)
+        sys.exit(1)
+    except Exception as exc:
+        if not (hasattr(exc, "format_message") and isinstance(getattr(exc, "exit_code", None), int)):
+            raise
+        # a click usage error (click is vendored inside typer, so its classes are not imported here)
+        ctx = getattr(exc, "ctx", None)
+        hint = f" (see: {ctx.command_path} --help)" if ctx is not None else ""
+        typer.echo("error: " + " ".join(exc.format_message().split()) + hint, err=True)
+        sys.exit(exc.exit_code)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

@@ -4,16 +4,43 @@ Field names follow ../shared/DESIGN.md ("Experiment configuration"). Unknown fie
 typo never passes silently. `load_config(path)` raises `ConfigError` whose `problems` are one line
 each, naming the field path, the bad value and what is allowed, e.g.
 ``devices.count: -3 is not allowed; must be >= 1``.
+
+Rules beyond the field types:
+- numbers: every float must be finite (no .inf / .nan); integer fields are strict (true/false or 4.0
+  are not integers) and no number field takes true/false; per-device rates (rate, low, high, mean,
+  std, min_rate) are at most MAX_RATE samples/s.
+- a config *file* must give `name` (an empty file is an error); `validate_dict` keeps the default
+  name for configs built in code.
+- relative paths (data.root, devices.rates.path) in a file resolve against the file's folder; one
+  given with `--set` resolves against the current directory. `load_config` stores them absolute, so
+  every consumer of the config (simulator, producers, run directories) reads the same files.
+  runtime.out stays relative to the current directory (default runs/).
+- `load_config` also builds what can be built without a broker (edgestream.config_check: the rate
+  model and its trace file, the dataset files' presence and headers, the Kafka client settings) so
+  `config validate` catches what `run` or `produce` would otherwise fail on.
+- secrets in runtime.kafka_client (keys holding password, secret or key, except *.location paths)
+  show as "***" in `to_yaml()` (what `config show` prints and run directories store); the config
+  object keeps the real values.
 """
 
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    Strict,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 RATE_PRESETS = ("S1", "S2", "S1'", "S2'")
 PRESET_ALIASES = {"S1p": "S1'", "S2p": "S2'", "S1prime": "S1'", "S2prime": "S2'"}
@@ -31,6 +58,46 @@ MEMORIES = ("none", "residual", "dgc")
 ENGINES = ("sim", "local")
 #: Client settings a user may pass through to librdkafka (brokers on a WAN need them).
 CLIENT_KEY_PREFIXES = ("security.protocol", "sasl.", "ssl.", "client.id", "socket.", "request.timeout.ms")
+#: security.protocol values librdkafka accepts (case-insensitive).
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+#: runtime.kafka_client keys whose values are secrets (masked as "***" by to_yaml): a key containing one
+#: of these words, except file paths (*.location), plus sasl.oauthbearer.config (it may hold credentials).
+SECRET_WORDS = ("password", "secret", "key")
+SECRET_MASK = "***"
+#: the highest per-device stream rate a config may ask for, in samples/s.
+MAX_RATE = 1e6
+#: config fields that hold file-system paths (resolved against the config file's folder).
+PATH_FIELDS = (("data", "root"), ("devices", "rates", "path"))
+NAME_REQUIRED = "name: required (the run name; topics are <name>-<run id>.dev.<i>)"
+
+
+def is_secret_key(key: str) -> bool:
+    """Whether a runtime.kafka_client key holds a secret (its value is masked in shown/written configs)."""
+    k = key.lower()
+    if k == "sasl.oauthbearer.config":
+        return True
+    return any(w in k for w in SECRET_WORDS) and not k.endswith(".location")
+
+
+def bootstrap_ok(value: str) -> bool:
+    """Whether `value` reads as Kafka bootstrap servers HOST:PORT[,HOST:PORT...] (port 1..65535)."""
+    for part in value.split(","):
+        host, _, port = part.strip().rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            return False
+    return True
+
+
+def _no_bool(v: Any) -> Any:
+    if isinstance(v, bool):
+        raise ValueError("must be a number, not true/false")
+    return v
+
+
+#: a float field: finite (the models set allow_inf_nan=False) and never true/false.
+Float = Annotated[float, BeforeValidator(_no_bool)]
+#: an int field: strict, so true/false (which pydantic would coerce to 1/0) and 4.0 do not pass.
+Int = Annotated[int, Strict()]
 
 
 class ConfigError(ValueError):
@@ -43,19 +110,19 @@ class ConfigError(ValueError):
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class DataConfig(_Model):
     dataset: Literal["digits", "synthetic", "cifar10", "cifar100", "mnist"] = "digits"
     root: str | None = None
     partition: Literal["iid", "labels", "dirichlet"] = "iid"
-    labels_per_device: int = Field(1, ge=1)
-    alpha: float = Field(0.5, gt=0)
-    shape: list[int] | None = None
-    num_classes: int | None = Field(None, ge=2)
-    n_train: int | None = Field(None, ge=10)
-    n_test: int | None = Field(None, ge=10)
+    labels_per_device: Int = Field(1, ge=1)
+    alpha: Float = Field(0.5, gt=0)
+    shape: list[Int] | None = None
+    num_classes: Int | None = Field(None, ge=2)
+    n_train: Int | None = Field(None, ge=10)
+    n_test: Int | None = Field(None, ge=10)
 
     @field_validator("shape")
     @classmethod
@@ -76,19 +143,26 @@ class RatesConfig(_Model):
 
     preset: str | None = None
     distribution: Literal["constant", "uniform", "normal", "lognormal", "exponential", "trace"] | None = None
-    rate: float | None = Field(None, gt=0)
-    low: float | None = Field(None, ge=0)
-    high: float | None = Field(None, gt=0)
-    mean: float | None = Field(None, gt=0)
-    std: float | None = Field(None, ge=0)
-    sigma: float | None = Field(None, ge=0)
+    rate: Float | None = Field(None, gt=0)
+    low: Float | None = Field(None, ge=0)
+    high: Float | None = Field(None, gt=0)
+    mean: Float | None = Field(None, gt=0)
+    std: Float | None = Field(None, ge=0)
+    sigma: Float | None = Field(None, ge=0)
     path: str | None = None
-    min_rate: float = Field(1.0, gt=0)
+    min_rate: Float = Field(1.0, gt=0)
 
     _required = {
         "constant": ("rate",), "uniform": ("low", "high"), "normal": ("mean", "std"),
         "lognormal": ("mean", "sigma"), "exponential": ("mean",), "trace": ("path",),
     }
+
+    @field_validator("rate", "low", "high", "mean", "std", "min_rate")
+    @classmethod
+    def _at_most_max_rate(cls, v: float | None) -> float | None:
+        if v is not None and v > MAX_RATE:
+            raise ValueError(f"must be <= {MAX_RATE:.0f} (samples/s per device)")
+        return v
 
     @field_validator("preset")
     @classmethod
@@ -131,13 +205,13 @@ class VariationConfig(_Model):
     """Intra-device rate variation over time."""
 
     kind: Literal["none", "sinusoid", "random_walk", "bursts"] = "none"
-    period_s: float | None = Field(None, gt=0)
-    amplitude: float | None = Field(None, ge=0, lt=1)
-    sigma: float | None = Field(None, ge=0)
-    step_s: float | None = Field(None, gt=0)
-    every_s: float | None = Field(None, gt=0)
-    duration_s: float | None = Field(None, gt=0)
-    factor: float | None = Field(None, gt=0)
+    period_s: Float | None = Field(None, gt=0)
+    amplitude: Float | None = Field(None, ge=0, lt=1)
+    sigma: Float | None = Field(None, ge=0)
+    step_s: Float | None = Field(None, gt=0)
+    every_s: Float | None = Field(None, gt=0)
+    duration_s: Float | None = Field(None, gt=0)
+    factor: Float | None = Field(None, gt=0)
 
     _allowed = {
         "none": (), "sinusoid": ("period_s", "amplitude"), "random_walk": ("sigma", "step_s"),
@@ -162,10 +236,10 @@ class VariationConfig(_Model):
 class ComputeConfig(_Model):
     """Step time t_i(b) = (base_s + per_sample_s * b) * static_i * (1 + U(0, dynamic))."""
 
-    static: list[float] = Field(default_factory=lambda: [1.0], min_length=1)
-    dynamic: float = Field(0.0, ge=0)
-    base_s: float | None = Field(None, ge=0)
-    per_sample_s: float | None = Field(None, ge=0)
+    static: list[Float] = Field(default_factory=lambda: [1.0], min_length=1)
+    dynamic: Float = Field(0.0, ge=0)
+    base_s: Float | None = Field(None, ge=0)
+    per_sample_s: Float | None = Field(None, ge=0)
 
     @field_validator("static")
     @classmethod
@@ -176,12 +250,12 @@ class ComputeConfig(_Model):
 
 
 class NetworkConfig(_Model):
-    latency_ms: float = Field(5.0, ge=0)
-    bandwidth_mbps: float = Field(1000.0, gt=0)
+    latency_ms: Float = Field(5.0, ge=0)
+    bandwidth_mbps: Float = Field(1000.0, gt=0)
 
 
 class DevicesConfig(_Model):
-    count: int = Field(16, ge=1, le=4096)
+    count: Int = Field(16, ge=1, le=4096)
     rates: RatesConfig = Field(default_factory=lambda: RatesConfig(preset="S1"))
     variation: VariationConfig = Field(default_factory=VariationConfig)
     compute: ComputeConfig = Field(default_factory=ComputeConfig)
@@ -193,18 +267,18 @@ class ModelConfig(_Model):
 
 
 class OptimConfig(_Model):
-    lr: float = Field(0.1, gt=0)
-    momentum: float = Field(0.9, ge=0, lt=1)
-    weight_decay: float = Field(1e-4, ge=0)
-    milestones: list[float] = Field(default_factory=list)
-    gamma: float = Field(0.2, gt=0, le=1)
+    lr: Float = Field(0.1, gt=0)
+    momentum: Float = Field(0.9, ge=0, lt=1)
+    weight_decay: Float = Field(1e-4, ge=0)
+    milestones: list[Float] = Field(default_factory=list)
+    gamma: Float = Field(0.2, gt=0, le=1)
 
 
 class BatchConfig(_Model):
     policy: Literal["fixed", "rate", "available"]
-    size: int | None = Field(None, ge=1)
-    min: int | None = Field(None, ge=1)
-    max: int | None = Field(None, ge=1)
+    size: Int | None = Field(None, ge=1)
+    min: Int | None = Field(None, ge=1)
+    max: Int | None = Field(None, ge=1)
 
     @model_validator(mode="after")
     def _fields(self) -> BatchConfig:
@@ -233,8 +307,8 @@ class BatchConfig(_Model):
 class InjectionConfig(_Model):
     """ScaDLES randomized data injection: ceil(alpha*M) peers get floor(beta*b_i) samples each step."""
 
-    alpha: float = Field(0.1, gt=0, le=1)
-    beta: float = Field(0.1, gt=0, le=1)
+    alpha: Float = Field(0.1, gt=0, le=1)
+    beta: Float = Field(0.1, gt=0, le=1)
     mode: Literal["samples", "labels"] = "samples"
 
 
@@ -261,9 +335,9 @@ class AlgorithmConfig(_Model):
 
 class CompressionConfig(_Model):
     name: Literal["none", "fp16", "topk", "randomk", "qsgd", "adaptive-topk"] = "none"
-    ratio: float = Field(0.1, gt=0, le=1)
-    delta: float = Field(0.3, ge=0)
-    levels: int = Field(256, ge=2)
+    ratio: Float = Field(0.1, gt=0, le=1)
+    delta: Float = Field(0.3, ge=0)
+    levels: Int = Field(256, ge=2)
     memory: Literal["none", "residual", "dgc"] | None = None
     statistic: Literal["ewma", "reference"] = "ewma"
 
@@ -272,9 +346,9 @@ class CompressionConfig(_Model):
 
 
 class StopConfig(_Model):
-    target_accuracy: float | None = Field(0.9, gt=0, le=1)
-    max_time_s: float | None = Field(600.0, gt=0)
-    max_steps: int | None = Field(None, ge=1)
+    target_accuracy: Float | None = Field(0.9, gt=0, le=1)
+    max_time_s: Float | None = Field(600.0, gt=0)
+    max_steps: Int | None = Field(None, ge=1)
 
     @model_validator(mode="after")
     def _some_stop(self) -> StopConfig:
@@ -284,7 +358,7 @@ class StopConfig(_Model):
 
 
 class EvalConfig(_Model):
-    every_s: float = Field(5.0, gt=0)
+    every_s: Float = Field(5.0, gt=0)
 
 
 class RuntimeConfig(_Model):
@@ -293,15 +367,32 @@ class RuntimeConfig(_Model):
     out: str = "runs/"
     kafka_client: dict[str, str] = Field(default_factory=dict)
 
+    @field_validator("kafka_client", mode="before")
+    @classmethod
+    def _client_values(cls, v: Any) -> Any:
+        """Scalar values become the strings librdkafka takes (true/false lowercase); a secret's value
+        never appears in an error message."""
+        if not isinstance(v, dict):
+            return v
+        out = {}
+        for key, val in v.items():
+            if isinstance(val, bool):
+                val = "true" if val else "false"
+            elif isinstance(val, (int, float)) and not isinstance(val, bool):
+                if isinstance(val, float) and not math.isfinite(val):
+                    raise ValueError(f"{key}: {val} is not allowed; must be finite")
+                val = str(val)
+            elif not isinstance(val, str):
+                shown = SECRET_MASK if is_secret_key(str(key)) else repr(val)
+                raise ValueError(f"{key}: {shown} is not allowed; must be a string or a number")
+            out[key] = val
+        return out
+
     @field_validator("bootstrap")
     @classmethod
     def _bootstrap(cls, v: str | None) -> str | None:
-        if v is None:
-            return v
-        for part in v.split(","):
-            host, _, port = part.strip().rpartition(":")
-            if not host or not port.isdigit() or not 0 < int(port) < 65536:
-                raise ValueError("must be HOST:PORT[,HOST:PORT...]")
+        if v is not None and not bootstrap_ok(v):
+            raise ValueError("must be HOST:PORT[,HOST:PORT...]")
         return v
 
     @field_validator("kafka_client")
@@ -311,12 +402,16 @@ class RuntimeConfig(_Model):
             if not key.startswith(CLIENT_KEY_PREFIXES):
                 raise ValueError(f"key {key!r} is not a pass-through client setting; allowed: "
                                  + ", ".join(p + ("*" if p.endswith(".") else "") for p in CLIENT_KEY_PREFIXES))
+        proto = v.get("security.protocol")
+        if proto is not None and proto.upper() not in SECURITY_PROTOCOLS:
+            raise ValueError(f"security.protocol: {proto!r} is not allowed; must be one of "
+                             f"{', '.join(SECURITY_PROTOCOLS)} (any case)")
         return {k: str(val) for k, val in v.items()}
 
 
 class ExperimentConfig(_Model):
     name: str = Field("edgestream", pattern=r"^[A-Za-z0-9][A-Za-z0-9_\-]*$", max_length=100)
-    seed: int = 0
+    seed: Int = 0
     data: DataConfig = Field(default_factory=DataConfig)
     devices: DevicesConfig = Field(default_factory=DevicesConfig)
     model: ModelConfig = Field(default_factory=ModelConfig)
@@ -327,12 +422,21 @@ class ExperimentConfig(_Model):
     eval: EvalConfig = Field(default_factory=EvalConfig)
     runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)
 
-    def to_yaml(self) -> str:
-        """The fully resolved config as YAML (fields that do not apply to the chosen kind left out)."""
+    def to_yaml(self, *, reveal_secrets: bool = False) -> str:
+        """The fully resolved config as YAML (fields that do not apply to the chosen kind left out).
+
+        Secret runtime.kafka_client values (see `is_secret_key`) show as "***" unless `reveal_secrets`:
+        this is what `config show` prints and run directories store; the object keeps the real values.
+        """
         raw = self.model_dump(mode="json")
         for section in (raw["devices"]["rates"], raw["devices"]["variation"], raw["algorithm"]["batch"]):
             for key in [k for k, v in section.items() if v is None]:
                 del section[key]
+        if not reveal_secrets:
+            client = raw["runtime"]["kafka_client"]
+            for key in client:
+                if is_secret_key(key):
+                    client[key] = SECRET_MASK
         return yaml.safe_dump(raw, sort_keys=False)
 
 
@@ -376,6 +480,8 @@ def _describe(err: dict, model: type[BaseModel]) -> str:
         return f"{path}: {shown} is not allowed; must be one of {ctx.get('expected', '')}"
     if typ == "missing":
         return f"{path}: required field is missing"
+    if typ == "int_type" and isinstance(value, bool):
+        return f"{path}: {shown} is not allowed; must be an integer, not true/false"
     if typ in ("too_short", "too_long"):
         return f"{path}: {shown} is not allowed; {err['msg'].lower()}"
     if typ == "string_pattern_mismatch":
@@ -415,27 +521,89 @@ def algorithm_param_problems(name: str, params: dict) -> list[str]:
     return spec.validate(params) if spec is not None else []
 
 
-def load_config(path: str | Path, overrides: list[str] | None = None) -> ExperimentConfig:
-    """Read, apply `key.path=value` overrides (values parsed as YAML), and validate a config file."""
+def load_config(path: str | Path, overrides: list[str] | None = None, *, check: bool = True) -> ExperimentConfig:
+    """Read, apply `key.path=value` overrides (values parsed as YAML), and validate a config file.
+
+    The file must give `name`. Relative paths (PATH_FIELDS) resolve against the file's folder, or the
+    current directory when an override set them, and are stored absolute. With `check` (the default)
+    what can be built without a broker is built too (edgestream.config_check.check_buildable). Every
+    problem, including an unreadable file, raises ConfigError with one line each.
+    """
     p = Path(path)
-    if not p.is_file():
-        raise ConfigError([f"{p}: no such file"], str(p))
+    src = str(p)
+    if not p.exists():
+        raise ConfigError([f"{p}: no such file"], src)
+    if p.is_dir():
+        raise ConfigError([f"{p}: is a folder, not a config file"], src)
     try:
-        raw = yaml.safe_load(p.read_text())
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError([f"{p}: not a text (UTF-8) file"], src) from None
+    except OSError as exc:
+        raise ConfigError([f"{p}: cannot read: {exc.strerror or exc}"], src) from None
+    try:
+        raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise ConfigError([f"{p}: not valid YAML: " + " ".join(str(exc).split())], str(p)) from None
+        raise ConfigError([f"{p}: not valid YAML: " + " ".join(str(exc).split())], src) from None
+    empty = raw is None
     raw = {} if raw is None else raw
+    if not isinstance(raw, dict):
+        raise ConfigError([f"(top level): must be a mapping of fields, got {type(raw).__name__}"], src)
+    from_cli: set[tuple[str, ...]] = set()
     for item in overrides or []:
-        apply_override(raw, item)
-    return validate_dict(raw, str(p))
+        key = apply_override(raw, item)
+        from_cli |= {f for f in PATH_FIELDS if f[:len(key)] == key}
+    folder = p.parent.absolute()
+    for field in PATH_FIELDS:
+        _resolve_path(raw, field, Path.cwd() if field in from_cli else folder)
+    problems = []
+    if "name" not in raw:
+        problems.append(NAME_REQUIRED + ("; the file is empty" if empty and not overrides else ""))
+    try:
+        cfg = validate_dict(raw, src)
+    except ConfigError as exc:
+        raise ConfigError(problems + exc.problems, src) from None
+    if check:
+        from edgestream.config_check import check_buildable
+
+        problems += check_buildable(cfg)
+    if problems:
+        raise ConfigError(problems, src)
+    return cfg
 
 
-def apply_override(raw: dict, item: str) -> None:
-    """Set `a.b.c=value` in a raw config dict (value parsed as YAML)."""
+def _resolve_path(raw: dict, field: tuple[str, ...], base: Path) -> None:
+    """Make the path at `field` of a raw config absolute (relative to `base`, ~ expanded), if it is a
+    relative path string; anything else is left for validation to judge."""
+    cur: Any = raw
+    for part in field[:-1]:
+        cur = cur.get(part) if isinstance(cur, dict) else None
+    if not isinstance(cur, dict):
+        return
+    value = cur.get(field[-1])
+    if not isinstance(value, str) or not value.strip():
+        return
+    path = Path(value).expanduser()
+    cur[field[-1]] = os.path.normpath(path if path.is_absolute() else base / path)
+
+
+def apply_override(raw: dict, item: str) -> tuple[str, ...]:
+    """Set `a.b.c=value` in a raw config dict (value parsed as YAML); returns the key path set.
+
+    Below runtime.kafka_client the rest of the key is one client setting (its name holds dots):
+    `runtime.kafka_client.security.protocol=SSL`.
+    """
     key, sep, value = item.partition("=")
-    if not sep or not key:
-        raise ConfigError([f"--set {item!r}: expected KEY.PATH=VALUE"])
     parts = key.strip().split(".")
+    if not sep or not key.strip() or any(not part for part in parts):
+        raise ConfigError([f"--set {item!r}: expected KEY.PATH=VALUE"])
+    if parts[:2] == ["runtime", "kafka_client"] and len(parts) > 3:
+        parts = [*parts[:2], ".".join(parts[2:])]
+    try:
+        parsed = yaml.safe_load(value)
+    except yaml.YAMLError as exc:
+        detail = getattr(exc, "problem", None) or " ".join(str(exc).split())
+        raise ConfigError([f"--set {key.strip()}: value is not valid YAML ({detail})"]) from None
     cur = raw
     for part in parts[:-1]:
         nxt = cur.get(part)
@@ -443,7 +611,8 @@ def apply_override(raw: dict, item: str) -> None:
             nxt = {}
             cur[part] = nxt
         cur = nxt
-    cur[parts[-1]] = yaml.safe_load(value)
+    cur[parts[-1]] = parsed
+    return tuple(parts)
 
 
 def uniform_bounds(mean: float, std: float) -> tuple[float, float]:

@@ -81,7 +81,7 @@ def test_cli_validate_missing_file_and_bad_yaml(tmp_path):
 
 def test_show_prints_resolved_config_with_defaults(tmp_path):
     f = tmp_path / "c.yaml"
-    f.write_text("algorithm: {name: ddl}\n")
+    f.write_text("name: shown\nalgorithm: {name: ddl}\n")
     result = runner.invoke(app, ["config", "show", str(f), "--set", "devices.count=4"])
     assert result.exit_code == 0, result.output
     shown = yaml.safe_load(result.output)
