@@ -1,7 +1,8 @@
 """`run_sim`: one simulated run of a config, written as the run directory of DESIGN.md.
 
-`<out>/<name>-<run id>/`: config.yaml (resolved), events.jsonl, summary.json, accuracy.png (test
-accuracy vs virtual time) and buffer.png (buffer samples, max over devices, vs step; log scale).
+`<out>/<name>-<run id>/`: config.yaml (resolved; secrets masked, see ExperimentConfig.to_yaml),
+events.jsonl, summary.json, accuracy.png (test accuracy vs virtual time) and buffer.png (buffer
+samples, max over devices, vs step; log scale).
 """
 
 from __future__ import annotations
