@@ -59,8 +59,10 @@ def raw_poll(bootstrap: str, run: str, n: int, per_call: int, group: str = "raw"
 
 def dataset_rate(bootstrap: str, run: str, n: int, batch: int, group: str = "ds") -> float:
     from edgestream.consumers.device_stream import DeviceStream
+    from edgestream.data.validate import SampleSpec
 
-    ds = KafkaStreamDataset(bootstrap, run, 0, num_devices=1, batch={"policy": "fixed", "size": batch},
+    ds = KafkaStreamDataset(bootstrap, run, 0, num_devices=1, spec=SampleSpec(np.uint8, (3, 32, 32), 10),
+                            batch={"policy": "fixed", "size": batch},
                             buffer="persist", timeout=10, commit="async")
     ds.stream.close()  # a fresh group per pass, so every pass reads the whole topic
     ds.stream = DeviceStream(bootstrap, run, 0, batch_policy=ds.stream.batch_policy,

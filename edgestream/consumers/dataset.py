@@ -1,5 +1,9 @@
 """PyTorch integration: a device's Kafka stream as a `torch.utils.data.IterableDataset` of batches.
 
+Every message is validated against the run's dataset (`spec`: dtype, shape, label range; the device
+id must be the topic's device): anything else goes to the run's DLQ with a reason and its original key,
+and is skipped (edgestream.data.validate). No per-message failure reaches the trainer.
+
 Each item is `(x, y, meta)`: x float32 (uint8 samples normalised here, on the consumer side), y int64,
 and meta with the batch size, wait time, buffer size, dropped/injected/DLQ counts and what `ack(meta)`
 needs to commit the batch's offsets. Offsets are committed only on ack, so a crash re-delivers every
@@ -19,28 +23,32 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
-from edgestream.consumers.device_stream import DeviceStream, RawBatch
+from edgestream.consumers.device_stream import BROKER_TIMEOUT_S, DeviceStream
 from edgestream.consumers.dlq import DeadLetters
 from edgestream.consumers.injection import InjectionChannel
-from edgestream.data.wire import Affine, WireError, decode_batch, decode_normalized, split_valid
+from edgestream.data.validate import DeviceRule, SampleSpec, decode_checked
+from edgestream.data.wire import Affine
 from edgestream.streams import build_batch_policy, build_buffer_policy, build_injection
 
 
 class KafkaStreamDataset(IterableDataset):
     """Batches of device `device` of run `run`; see the module docstring."""
 
-    def __init__(self, bootstrap: str, run: str, device: int, *, num_devices: int, batch: dict,
+    def __init__(self, bootstrap: str, run: str, device: int, *, num_devices: int, spec: SampleSpec, batch: dict,
                  buffer: str = "persist", injection: dict | None = None, seed: int = 0,
                  normalize: Affine | Callable[[np.ndarray], torch.Tensor] | None = None, window_s: float = 1.0,
                  security: dict | None = None, max_batches: int | None = None, timeout: float | None = None,
-                 pin_memory: bool = False, commit: str = "sync") -> None:
+                 pin_memory: bool = False, commit: str = "sync", broker_timeout_s: float = BROKER_TIMEOUT_S) -> None:
         super().__init__()
-        self.device, self.num_devices, self.seed = device, num_devices, seed
+        self.device, self.num_devices, self.seed, self.spec = device, num_devices, seed, spec
+        self._own_rule = DeviceRule(device, num_devices)
+        self._inj_rule = DeviceRule(device, num_devices, injected=True)
         self.stream = DeviceStream(bootstrap, run, device, batch_policy=build_batch_policy(batch),
                                    buffer_policy=build_buffer_policy(buffer, window_s=window_s), window_s=window_s,
-                                   security=security)
+                                   security=security, broker_timeout_s=broker_timeout_s)
         self.injection = build_injection(injection)
-        self.channel = InjectionChannel(bootstrap, run, device, security) if self.injection else None
+        self.channel = (InjectionChannel(bootstrap, run, device, security, broker_timeout_s=broker_timeout_s)
+                        if self.injection else None)
         self.dlq = DeadLetters(bootstrap, run, security)
         # an Affine (default x / 255) is applied while decoding, in one pass over the messages; any other
         # callable gets the decoded (B, *shape) array (a read-only view) and returns a float tensor
@@ -61,36 +69,25 @@ class KafkaStreamDataset(IterableDataset):
         ds = load_dataset(cfg.data.dataset, cfg.data.root, seed=cfg.seed,
                           shape=tuple(cfg.data.shape) if cfg.data.shape else None)
         inj = cfg.algorithm.injection.model_dump() if cfg.algorithm.injection else None
-        return cls(bootstrap, run, device, num_devices=cfg.devices.count, batch=cfg.algorithm.batch.spec(),
+        return cls(bootstrap, run, device, num_devices=cfg.devices.count, spec=SampleSpec.of(ds),
+                   batch=cfg.algorithm.batch.spec(),
                    buffer=cfg.algorithm.buffer, injection=inj, seed=cfg.seed, normalize=ds.affine,
                    security=cfg.runtime.kafka_client, **kw)
 
     # ------------------------------------------------------------------ decoding
-    def _decode(self, values: list, raw: RawBatch | None, topic: str):
-        """Decode and normalise a batch (`values`: bytes, or the Kafka messages of `raw`); malformed
-        messages go to the DLQ with their reason and are skipped."""
-        try:
-            return (self._decode_values(values) if values else None), 0
-        except WireError:
-            if raw is not None:
-                values = raw.values
-            valid, bad = split_valid(values)
+    def _decode(self, messages: list, rule: DeviceRule, topic: str):
+        """Validate and decode a batch of Kafka messages; the bad ones go to the DLQ with their reason
+        (and key and offset) and are skipped. Returns ((x tensor, labels, devices, seqs) or None, #bad)."""
+        affine = self.normalize if isinstance(self.normalize, Affine) else None
+        transform = None if affine is not None else self.normalize
+        out, bad = decode_checked(messages, self.spec, rule, affine, transform)
         for index, reason in bad:
-            off = raw.messages[index].offset() if raw is not None else -1
-            self.dlq.send(values[index], reason, source_topic=topic, offset=off)
-        values = [values[i] for i in valid]
-        return (self._decode_values(values) if values else None), len(bad)
-
-    def _decode_values(self, values: list) -> tuple[torch.Tensor, np.ndarray, np.ndarray, np.ndarray]:
-        """(x float tensor, labels, source devices, seqs) of valid messages (bytes, or Kafka messages)."""
-        if isinstance(self.normalize, Affine):
-            x, y, src, seq, _ = decode_normalized(values, self.normalize)
-        else:
-            if values and not isinstance(values[0], bytes):
-                values = [m.value() or b"" for m in values]
-            raw_x, y, src, seq, _ = decode_batch(values, copy=False)
-            x = self.normalize(raw_x)
-        return (torch.from_numpy(x) if isinstance(x, np.ndarray) else x), y, src, seq
+            m = messages[index]
+            self.dlq.send(m.value(), reason, source_topic=topic, offset=m.offset(), key=m.key())
+        if out is None:
+            return None, len(bad)
+        x = out[0]
+        return ((torch.from_numpy(x) if isinstance(x, np.ndarray) else x), *out[1:]), len(bad)
 
     def _inject(self, messages: list) -> tuple[int, int]:
         if not self.channel or not messages:
@@ -106,9 +103,9 @@ class KafkaStreamDataset(IterableDataset):
         raw = self.stream.take(timeout=self.timeout)
         if raw is None:
             return None
-        own, bad_own = self._decode(raw.messages, raw, self.stream.reader.topic)
-        injected_values, inj_next = self.channel.receive() if self.channel else ([], None)
-        inj, bad_inj = self._decode(injected_values, None, f"inj.{self.device}") if injected_values else (None, 0)
+        own, bad_own = self._decode(raw.messages, self._own_rule, self.stream.reader.topic)
+        injected, inj_next = self.channel.receive() if self.channel else ([], None)
+        inj, bad_inj = self._decode(injected, self._inj_rule, self.channel.reader.topic) if injected else (None, 0)
         parts = [p for p in (own, inj) if p is not None]
         if len(parts) == 1:
             xt, y, src, seq = parts[0]

@@ -12,6 +12,8 @@ policy with the measured arrival rate (samples that arrived in the last window /
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
 from bisect import bisect_left
 from collections import deque
@@ -19,33 +21,61 @@ from dataclasses import dataclass
 
 from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException, Message, TopicPartition
 
+from edgestream.kafka.admin import KafkaUnavailable
 from edgestream.kafka.clients import consumer_config
 from edgestream.kafka.topics import device_topic
 from edgestream.streams.policies import PersistBuffer, RateBatch
 
-_RETRIABLE = {KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
-              KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError._TIMED_OUT, KafkaError.REQUEST_TIMED_OUT}
+#: errors that no retry cures: raised at once, naming the address
+_FATAL = {KafkaError._AUTHENTICATION, KafkaError._SSL, KafkaError.TOPIC_AUTHORIZATION_FAILED,
+          KafkaError.GROUP_AUTHORIZATION_FAILED, KafkaError.SASL_AUTHENTICATION_FAILED, KafkaError._INVALID_ARG,
+          KafkaError.CLUSTER_AUTHORIZATION_FAILED}
 
+#: how long a consumer keeps retrying a broker that does not answer (at start, or mid-stream while it
+#: bounces) before it raises KafkaUnavailable naming the bootstrap address
+BROKER_TIMEOUT_S = 30.0
 
 #: how old the end offset read at start may be before the first fetch response replaces it
 HIGH_WATERMARK_MAX_AGE_S = 0.5
 
-#: asynchronous acks are coalesced into at most one commit request per this many seconds
+#: asynchronous acks are committed within this many seconds (coalesced: at most one request per interval)
 ASYNC_COMMIT_INTERVAL_S = 0.1
 
+log = logging.getLogger(__name__)
 
-def with_retries(fn, what: str, attempts: int = 12, backoff_s: float = 0.1):
-    """Call fn(), retrying the group-coordinator errors a new or restarting broker answers with
-    (the offsets topic is created on first use) with exponential backoff."""
-    for attempt in range(attempts):
-        try:
-            return fn()
-        except KafkaException as exc:
-            err = exc.args[0]
-            if err.code() not in _RETRIABLE or attempt == attempts - 1:
-                raise RuntimeError(f"{what} failed: {err.str()}") from exc
-            time.sleep(min(backoff_s * 2 ** attempt, 2.0))
-    raise AssertionError("unreachable")
+
+class BrokerCalls:
+    """Calls to one broker with a deadline: transient errors (a broker starting, bouncing, electing a
+    leader, a coordinator loading) are retried with exponential backoff for up to `timeout_s`; then
+    KafkaUnavailable names the bootstrap address. Errors no retry cures raise at once."""
+
+    def __init__(self, bootstrap: str, timeout_s: float = BROKER_TIMEOUT_S, refresh=None) -> None:
+        self.bootstrap, self.timeout_s, self.refresh = bootstrap, timeout_s, refresh
+
+    def __call__(self, fn, what: str):
+        """fn(call_timeout) -> result; raise KafkaException for a retriable failure."""
+        deadline = time.monotonic() + self.timeout_s
+        backoff, last = 0.1, None
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                return fn(max(0.5, min(left, 5.0)))
+            except KafkaException as exc:
+                err = exc.args[0]
+                if err.code() in _FATAL or err.fatal():
+                    raise RuntimeError(f"{what} at {self.bootstrap} failed: {err.str()}") from None
+                last = err
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise KafkaUnavailable(f"{what}: no answer from Kafka at {self.bootstrap} within "
+                                       f"{self.timeout_s:.0f} s (last error: {last.str()})") from None
+            time.sleep(min(backoff, left))
+            backoff = min(backoff * 2, 2.0)
+            if self.refresh is not None:  # a leader moved or the broker came back: ask for fresh metadata
+                try:
+                    self.refresh(min(2.0, max(0.1, deadline - time.monotonic())))
+                except KafkaException:
+                    pass
 
 
 def trainer_group(run: str, device: int, kind: str = "dev") -> str:
@@ -81,14 +111,24 @@ class PartitionReader:
     """
 
     def __init__(self, bootstrap: str, topic: str, group: str, security: dict | None = None,
-                 overrides: dict | None = None) -> None:
-        self.topic = topic
+                 overrides: dict | None = None, broker_timeout_s: float = BROKER_TIMEOUT_S) -> None:
+        self.topic, self.bootstrap = topic, bootstrap
         self.tp = TopicPartition(topic, 0)
-        self.consumer = Consumer(consumer_config(bootstrap, group, security, **(overrides or {})))
-        committed = with_retries(lambda: self.consumer.committed([TopicPartition(topic, 0)], timeout=30),
-                                 f"reading the committed offset of group {group} on {topic}")[0].offset
-        low, high = with_retries(lambda: self.consumer.get_watermark_offsets(self.tp, timeout=30),
-                                 f"reading the offsets of {topic}")
+        self.calls = BrokerCalls(bootstrap, broker_timeout_s,
+                                 refresh=lambda t: self.consumer.list_topics(topic, timeout=t))
+        self._down_since: float | None = None  # set by librdkafka's "all brokers down", cleared by answers
+        conf = consumer_config(bootstrap, group, security, **(overrides or {}))
+        conf.setdefault("error_cb", self._on_error)
+        self.consumer = Consumer(conf)
+        self._lock = threading.Lock()       # the commit state, shared with the async-commit timer
+        self._timer: threading.Timer | None = None
+        try:
+            committed = self.calls(lambda t: self._committed(t), f"reading the committed offset of {group} on {topic}")
+            low, high = self.calls(lambda t: self.consumer.get_watermark_offsets(self.tp, timeout=t),
+                                   f"reading the offsets of {topic}")
+        except BaseException:
+            self.consumer.close()
+            raise
         if committed == OFFSET_INVALID or committed < 0:
             committed = low
         self._high_seen, self._high_at = high, time.monotonic()  # until a fetch response brings the live one
@@ -101,17 +141,47 @@ class PartitionReader:
         self.committed = committed          # newest acknowledged offset
         self._sent, self._sent_at, self._async = committed, 0.0, False  # newest offset sent to the broker
 
+    def _committed(self, timeout: float) -> int:
+        tp = self.consumer.committed([TopicPartition(self.topic, 0)], timeout=timeout)[0]
+        if tp.error is not None:
+            raise KafkaException(tp.error)
+        return tp.offset
+
+    def _on_error(self, err: KafkaError) -> None:
+        """librdkafka's error callback (served by consume/poll): remember when every broker went down."""
+        if err.code() == KafkaError._ALL_BROKERS_DOWN:
+            if self._down_since is None:
+                self._down_since = time.monotonic()
+        log.debug("%s: %s", self.topic, err)
+
+    def check_broker(self) -> None:
+        """Raise KafkaUnavailable when every broker has been down for longer than the timeout (asked
+        once more before giving up: a broker that came back clears it)."""
+        if self._down_since is None or time.monotonic() - self._down_since < self.calls.timeout_s:
+            return
+        try:
+            self.consumer.list_topics(self.topic, timeout=5.0)
+        except KafkaException as exc:
+            raise KafkaUnavailable(f"reading {self.topic}: no answer from Kafka at {self.bootstrap} for "
+                                   f"{time.monotonic() - self._down_since:.0f} s ({exc.args[0].str()})") from None
+        self._down_since = None
+
     def fill(self, timeout: float, max_messages: int = 5000) -> int:
         """Fetch what is available (waiting up to `timeout` for `max_messages`); return how many arrived."""
         msgs = self.consumer.consume(max_messages, timeout=timeout)
         if not msgs:
             return 0
-        if any(map(Message.error, msgs)):  # rare: keep the data, raise on anything but end-of-partition
+        if any(map(Message.error, msgs)):  # rare: keep the data; librdkafka retries transient errors itself
             for m in msgs:
                 err = m.error()
+                if err is not None and (err.code() in _FATAL or err.fatal()):
+                    raise RuntimeError(f"consumer error on {self.topic} at {self.bootstrap}: {err.str()}")
                 if err is not None and err.code() != KafkaError._PARTITION_EOF:
-                    raise RuntimeError(f"consumer error on {self.topic}: {err}")
+                    log.debug("%s: %s (retried by the client)", self.topic, err)
             msgs = [m for m in msgs if m.error() is None]
+            if not msgs:
+                return 0
+        self._down_since = None  # messages came: a broker answers
         if msgs and msgs[0].offset() < self._tail:  # behind a truncation seek
             msgs = [m for m in msgs if m.offset() >= self._tail]
         if not msgs:
@@ -128,7 +198,8 @@ class PartitionReader:
         if high is None or high < 0:
             if time.monotonic() - self._high_at <= HIGH_WATERMARK_MAX_AGE_S:
                 return max(self._high_seen, self._tail)
-            _, high = self.consumer.get_watermark_offsets(self.tp, timeout=10)
+            _, high = self.calls(lambda t: self.consumer.get_watermark_offsets(self.tp, timeout=t),
+                                 f"reading the end offset of {self.topic}")
         self._high_seen, self._high_at = high, time.monotonic()
         return max(high, self._tail)
 
@@ -137,7 +208,13 @@ class PartitionReader:
 
     def offset_for_time(self, ts_ms: int) -> int:
         """The first offset whose timestamp is >= ts_ms (the high watermark when none is)."""
-        res = self.consumer.offsets_for_times([TopicPartition(self.topic, 0, ts_ms)], timeout=10)[0]
+        def ask(timeout: float) -> TopicPartition:
+            res = self.consumer.offsets_for_times([TopicPartition(self.topic, 0, ts_ms)], timeout=timeout)[0]
+            if res.error is not None:
+                raise KafkaException(res.error)
+            return res
+
+        res = self.calls(ask, f"looking up offsets by time on {self.topic}")
         return res.offset if res.offset >= 0 else self.high_watermark()
 
     def skip_to(self, offset: int) -> int:
@@ -185,34 +262,61 @@ class PartitionReader:
     def commit(self, offset: int, wait: bool = True) -> None:
         """Commit `offset` (the next one to read).
 
-        wait=True: durable before it returns. wait=False: asynchronous and coalesced -- at most one
-        commit request per ASYNC_COMMIT_INTERVAL_S carries the newest acknowledged offset (the rest
-        are sent by `flush_commits`, the next ack, or `close`); still at-least-once: a crash
-        re-delivers what the broker had not recorded, never loses.
+        wait=True: durable before it returns. wait=False: asynchronous and coalesced -- the newest
+        acknowledged offset is sent within ASYNC_COMMIT_INTERVAL_S (at most one request per interval;
+        a timer sends it while the trainer is busy elsewhere); still at-least-once: a crash re-delivers
+        what the broker had not recorded, never loses.
         """
-        if offset <= self.committed:
-            return
-        self.committed = offset
+        with self._lock:
+            if offset <= self.committed:
+                return
+            self.committed = offset
         if wait:
             tp = [TopicPartition(self.topic, 0, offset)]
-            with_retries(lambda: self.consumer.commit(offsets=tp, asynchronous=False),
-                         f"committing offset {offset} on {self.topic}")
-            self._sent = offset
+            self.calls(lambda t: self.consumer.commit(offsets=tp, asynchronous=False),
+                       f"committing offset {offset} on {self.topic}")
+            with self._lock:
+                self._sent = max(self._sent, offset)
         else:
             self.flush_commits()
 
     def flush_commits(self) -> None:
-        """Send the newest acknowledged offset asynchronously if it is not sent yet and the last
-        asynchronous commit is ASYNC_COMMIT_INTERVAL_S old."""
-        now = time.monotonic()
-        if self.committed > self._sent and now - self._sent_at >= ASYNC_COMMIT_INTERVAL_S:
+        """Send the newest acknowledged offset asynchronously if it is not sent yet: now when the last
+        asynchronous commit is ASYNC_COMMIT_INTERVAL_S old, else from a timer at that moment."""
+        with self._lock:
+            if self.committed <= self._sent:
+                return
+            wait = self._sent_at + ASYNC_COMMIT_INTERVAL_S - time.monotonic()
+            if wait > 0:
+                if self._timer is None:
+                    self._timer = threading.Timer(wait, self._on_timer)
+                    self._timer.daemon = True
+                    self._timer.start()
+                return
             self.consumer.commit(offsets=[TopicPartition(self.topic, 0, self.committed)], asynchronous=True)
-            self._sent, self._sent_at, self._async = self.committed, now, True
+            self._sent, self._sent_at, self._async = self.committed, time.monotonic(), True
+
+    def _on_timer(self) -> None:
+        with self._lock:
+            self._timer = None
+            if self._closed:
+                return
+        try:
+            self.flush_commits()
+        except (KafkaException, RuntimeError) as exc:  # the next ack or close sends it again
+            log.warning("async commit on %s failed: %s", self.topic, exc)
+
+    _closed = False
 
     def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
         if self._async or self.committed > self._sent:  # make the last acknowledged offset durable
             tp = [TopicPartition(self.topic, 0, self.committed)]
-            with_retries(lambda: self.consumer.commit(offsets=tp, asynchronous=False), f"final commit on {self.topic}")
+            self.calls(lambda t: self.consumer.commit(offsets=tp, asynchronous=False), f"final commit on {self.topic}")
         self.consumer.close()
 
 
@@ -220,11 +324,12 @@ class DeviceStream:
     """Batches of one device's stream, shaped by a buffer policy and a batch policy (edgestream.streams)."""
 
     def __init__(self, bootstrap: str, run: str, device: int, *, batch_policy, buffer_policy,
-                 window_s: float = 1.0, security: dict | None = None, group: str | None = None) -> None:
+                 window_s: float = 1.0, security: dict | None = None, group: str | None = None,
+                 broker_timeout_s: float = BROKER_TIMEOUT_S) -> None:
         self.device, self.window_s = device, window_s
         self.batch_policy, self.buffer_policy = batch_policy, buffer_policy
         self.reader = PartitionReader(bootstrap, device_topic(run, device), group or trainer_group(run, device),
-                                      security)
+                                      security, broker_timeout_s=broker_timeout_s)
         self.dropped_total = 0
         self._avg_msg_bytes = 0.0
         self._high: int | None = None
@@ -255,6 +360,7 @@ class DeviceStream:
             ready = self.batch_policy.ready(target, self.reader.queued)
             if not ready and timeout is not None and time.monotonic() - t0 > timeout:
                 return None
+            self.reader.check_broker()
             got = self.reader.fill(0.0 if ready else 0.05, max_messages=target - self.reader.queued)
             if ready and got == 0:
                 break

@@ -16,7 +16,10 @@ class DeadLetters:
         self._producer = Producer(producer_config(bootstrap, security, **{"linger.ms": 0}))
         self.count = 0
 
-    def send(self, value: bytes, reason: str, *, source_topic: str, offset: int, key: bytes | None = None) -> None:
+    def send(self, value: bytes | None, reason: str, *, source_topic: str, offset: int,
+             key: bytes | None = None) -> None:
+        """Copy a rejected message (its value and original key, unchanged) with the reason, the source
+        topic and offset in headers."""
         headers = [("reason", reason.encode()), ("source_topic", source_topic.encode()),
                    ("source_offset", str(offset).encode())]
         while True:

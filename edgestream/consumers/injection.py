@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from confluent_kafka import Producer
+from confluent_kafka import Message, Producer
 
-from edgestream.consumers.device_stream import PartitionReader, trainer_group
+from edgestream.consumers.device_stream import BROKER_TIMEOUT_S, PartitionReader, trainer_group
 from edgestream.kafka.clients import producer_config
 from edgestream.kafka.topics import injection_topic
 
@@ -19,11 +19,12 @@ from edgestream.kafka.topics import injection_topic
 class InjectionChannel:
     """Send samples to other devices' injection topics; receive this device's injected samples."""
 
-    def __init__(self, bootstrap: str, run: str, device: int, security: dict | None = None) -> None:
+    def __init__(self, bootstrap: str, run: str, device: int, security: dict | None = None, *,
+                 broker_timeout_s: float = BROKER_TIMEOUT_S) -> None:
         self.run, self.device = run, device
         self._producer = Producer(producer_config(bootstrap, security, **{"linger.ms": 1}))
         self.reader = PartitionReader(bootstrap, injection_topic(run, device),
-                                      trainer_group(run, device, "inj"), security)
+                                      trainer_group(run, device, "inj"), security, broker_timeout_s=broker_timeout_s)
         self.sent_samples = self.sent_bytes = 0
         self.received_samples = self.received_bytes = 0
 
@@ -50,13 +51,13 @@ class InjectionChannel:
         if self._producer.flush(timeout):
             raise RuntimeError(f"injected samples of device {self.device} not acknowledged within {timeout} s")
 
-    def receive(self, wait_s: float = 0.0) -> tuple[list[bytes], int]:
-        """Everything injected into this device so far (not yet taken); returns (values, next_offset)."""
+    def receive(self, wait_s: float = 0.0) -> tuple[list[Message], int]:
+        """Everything injected into this device so far (not yet taken): (Kafka messages, next_offset)."""
         self.reader.fill(wait_s)
-        values = [m.value() for m in self.reader.take_all()]
-        self.received_samples += len(values)
-        self.received_bytes += sum(len(v) for v in values)
-        return values, self.reader.next_offset
+        messages = self.reader.take_all()
+        self.received_samples += len(messages)
+        self.received_bytes += sum(len(m) for m in messages)
+        return messages, self.reader.next_offset
 
     def ack(self, next_offset: int) -> None:
         self.reader.commit(next_offset)

@@ -1,21 +1,22 @@
 /* The consumer's hot loop in C: a batch of wire-format uint8 samples straight into normalised float32.
  *
- * u8_affine(values, header_size, length, plane, scale, bias, out, headers) -> int
+ * u8_affine(values, ref, length, plane, scale, bias, out, headers) -> int
  *
  *   values   list of bytes (or of Kafka messages: their value()), each `length` bytes: a
- *            `header_size`-byte header, then the uint8 payload
+ *            48-byte header, then the uint8 payload
+ *   ref      bytes: the header prefix (magic, version, dtype, ndim, pad, dims: 24 bytes) every value
+ *            must start with -- the caller's validated layout (the run's dataset, or a first value)
  *   plane    payload elements per channel (the payload holds len(scale) channels of `plane` elements)
  *   scale,   float32 buffers of one value per channel
  *   bias
  *   out      writable float32 buffer of len(values) * len(scale) * plane elements, C order:
  *            out[i, c, j] = payload_i[c, j] * scale[c] + bias[c]
- *   headers  writable uint8 buffer of len(values) * header_size bytes: each value's header, copied so
- *            the caller validates them all at once (numpy)
+ *   headers  writable uint8 buffer of len(values) * 48 bytes: each value's header, copied so
+ *            the caller validates labels and devices all at once (numpy)
  *
- * Returns -1, or the index of the first value that is not bytes of exactly `length` bytes or whose
- * header differs from the first value's in magic, version, dtype, ndim or dims (bytes 0-6 and 8-23;
- * nothing is written then); raises what a message's value() raised. The caller validates the first
- * header; the others are then valid by equality. One pass over each message's bytes, with the GIL released: no joined copy of
+ * Returns -1, or the index of the first value that is not bytes of exactly `length` bytes or does not
+ * start with `ref` (nothing is converted then); raises what a message's value() raised. The caller
+ * validated `ref` against `length`; every value is then valid by equality. One pass over each message's bytes, with the GIL released: no joined copy of
  * the batch and no intermediate uint8 or unscaled float32 array. edgestream.data.wire falls back to
  * numpy when this module is not built; both give the same values (tests compare them).
  */
@@ -23,6 +24,8 @@
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
+
+#define HEADER_SIZE 48
 
 static PyObject *value_name; /* "value": the method of a Kafka message that returns its bytes */
 
@@ -39,12 +42,15 @@ static int get_buffer(PyObject *obj, Py_buffer *view, int writable, Py_ssize_t w
 
 static PyObject *u8_affine(PyObject *self, PyObject *args) {
     PyObject *values, *scale_obj, *bias_obj, *out_obj, *hdr_obj;
-    Py_ssize_t header_size, length, plane;
-    if (!PyArg_ParseTuple(args, "O!nnnOOOO", &PyList_Type, &values, &header_size, &length, &plane,
+    const char *ref;
+    Py_ssize_t ref_len, length, plane;
+    const Py_ssize_t header_size = HEADER_SIZE;
+    if (!PyArg_ParseTuple(args, "O!y#nnOOOO", &PyList_Type, &values, &ref, &ref_len, &length, &plane,
                           &scale_obj, &bias_obj, &out_obj, &hdr_obj))
         return NULL;
     Py_ssize_t n = PyList_GET_SIZE(values);
-    if (header_size < 24 || plane < 1 || length < header_size || (length - header_size) % plane) {
+    if (ref_len < 1 || ref_len > header_size || plane < 1 || length < header_size ||
+        (length - header_size) % plane) {
         PyErr_SetString(PyExc_ValueError, "u8_affine: inconsistent header_size, length and plane");
         return NULL;
     }
@@ -89,9 +95,7 @@ static PyObject *u8_affine(PyObject *self, PyObject *args) {
                 break;
             }
         }
-        if (!PyBytes_Check(v) || PyBytes_GET_SIZE(v) != length ||
-            (held > 0 && (memcmp(PyBytes_AS_STRING(v), PyBytes_AS_STRING(items[0]), 7) ||
-                          memcmp(PyBytes_AS_STRING(v) + 8, PyBytes_AS_STRING(items[0]) + 8, 16)))) {
+        if (!PyBytes_Check(v) || PyBytes_GET_SIZE(v) != length || memcmp(PyBytes_AS_STRING(v), ref, ref_len)) {
             Py_DECREF(v);
             bad = held;
             break;
@@ -130,7 +134,7 @@ static PyObject *u8_affine(PyObject *self, PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"u8_affine", u8_affine, METH_VARARGS,
-     "u8_affine(values, header_size, length, plane, scale, bias, out, headers) -> -1 or the first bad index"},
+     "u8_affine(values, ref, length, plane, scale, bias, out, headers) -> -1 or the first bad index"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -54,8 +54,8 @@ HEADER_DTYPE = np.dtype([
 ])
 assert HEADER_DTYPE.itemsize == HEADER_SIZE
 
-REASONS = ("truncated_header", "bad_magic", "bad_version", "unknown_dtype", "bad_shape", "bad_length",
-           "shape_mismatch")
+REASONS = ("truncated_header", "bad_magic", "bad_version", "unknown_dtype", "bad_shape", "bad_pad",
+           "bad_length", "shape_mismatch")
 
 
 class WireError(ValueError):
@@ -128,7 +128,7 @@ class SampleEncoder:
         return self._prefix + self._TAIL.pack(label, device, seq, produce_time) + _le_bytes(x)
 
 
-def _check_header(magic: bytes, version: int, code: int, ndim: int, dims: tuple[int, ...],
+def _check_header(magic: bytes, version: int, code: int, ndim: int, pad: int, dims: tuple[int, ...],
                   length: int) -> tuple[np.dtype, tuple[int, ...]]:
     """Validate the unpacked header fields against the value's total `length`; return (dtype, shape)."""
     if magic != MAGIC:
@@ -140,6 +140,8 @@ def _check_header(magic: bytes, version: int, code: int, ndim: int, dims: tuple[
         raise WireError("unknown_dtype", f"code {code}; known: {sorted(DTYPE_CODES)}")
     if not 1 <= ndim <= MAX_NDIM or any(d < 1 for d in dims[:ndim]) or any(dims[ndim:]):
         raise WireError("bad_shape", f"ndim {ndim}, dims {dims}")
+    if pad != 0:
+        raise WireError("bad_pad", f"pad byte is {pad}, must be 0")
     shape = dims[:ndim]
     want = HEADER_SIZE + math.prod(shape) * dt.itemsize
     if length != want:
@@ -153,8 +155,8 @@ _PREFIX = struct.Struct("<4sBBBB4I")
 
 @lru_cache(maxsize=64)
 def _layout_of(prefix: bytes, length: int) -> tuple[np.dtype, tuple[int, ...]]:
-    magic, version, code, ndim, _pad, *dims = _PREFIX.unpack(prefix)
-    return _check_header(magic, version, code, ndim, tuple(dims), length)
+    magic, version, code, ndim, pad, *dims = _PREFIX.unpack(prefix)
+    return _check_header(magic, version, code, ndim, pad, tuple(dims), length)
 
 
 def _layout(header, length: int) -> tuple[np.dtype, tuple[int, ...]]:
@@ -167,8 +169,8 @@ def decode_sample(buf: bytes | bytearray | memoryview) -> Sample:
     """Parse and validate one message value; `x` is a view of `buf` (read-only for bytes)."""
     if len(buf) < HEADER_SIZE:
         raise WireError("truncated_header", f"{len(buf)} bytes < header {HEADER_SIZE}")
-    magic, version, code, ndim, _pad, d0, d1, d2, d3, label, device, seq, t = HEADER.unpack_from(buf, 0)
-    dt, shape = _check_header(magic, version, code, ndim, (d0, d1, d2, d3), len(buf))
+    magic, version, code, ndim, pad, d0, d1, d2, d3, label, device, seq, t = HEADER.unpack_from(buf, 0)
+    dt, shape = _check_header(magic, version, code, ndim, pad, (d0, d1, d2, d3), len(buf))
     x = np.frombuffer(buf, dtype=dt, offset=HEADER_SIZE).reshape(shape)
     return Sample(x, label, device, seq, t, dt, shape)
 
@@ -206,10 +208,6 @@ def _rows(values: list[bytes]) -> np.ndarray | None:
     return np.frombuffer(b"".join(values), dtype=np.uint8).reshape(len(values), length)
 
 
-#: bytes 0-6 (magic, version, dtype, ndim) and 8-23 (dims) of a header, as three little-endian u64 words
-_SAME_MASK = np.frombuffer(b"\xff" * 7 + b"\x00" + b"\xff" * 16, dtype="<u8")
-
-
 def _uniform_ok(rows: np.ndarray, length: int) -> tuple[np.ndarray, np.dtype, tuple[int, ...]] | None:
     """(headers as HEADER_DTYPE, dtype, shape) when every header of `rows` (B x >= 48 uint8) is valid
     for a `length`-byte message and has the first one's dtype and shape (vectorised); None otherwise."""
@@ -218,8 +216,8 @@ def _uniform_ok(rows: np.ndarray, length: int) -> tuple[np.ndarray, np.dtype, tu
         dt, shape = _layout(hb[0], length)
     except WireError:
         return None
-    words = hb.view("<u8")[:, :3]
-    if ((words ^ words[0]) & _SAME_MASK).any():
+    words = hb.view("<u8")[:, :3]  # bytes 0-23: magic, version, dtype, ndim, pad, dims
+    if (words != words[0]).any():
         return None
     return hb.view(HEADER_DTYPE)[:, 0], dt, shape
 
@@ -345,8 +343,8 @@ def decode_normalized(values: list, affine: Affine
             headers = np.empty(n, HEADER_DTYPE)
             scale, bias = affine._arrays
             # the C pass checks every header against the first (valid) one while it converts
-            bad = _wirefast.u8_affine(values, HEADER_SIZE, len(first), math.prod(shape) // affine.channels,
-                                      scale, bias, out, headers)
+            bad = _wirefast.u8_affine(values, first[:_PREFIX.size], len(first),
+                                      math.prod(shape) // affine.channels, scale, bias, out, headers)
             if bad < 0:
                 return (out, *_fields(headers))
     # numpy: other dtypes, no extension, or a bad value (decode_batch raises WireError naming it)

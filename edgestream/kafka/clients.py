@@ -2,18 +2,28 @@
 
 Security settings (security.protocol, sasl.*, ssl.*) pass through from the experiment config's
 `runtime.kafka_client`, so the same code talks to the managed local broker and to a broker on a WAN.
+
+librdkafka's own log lines (connection refused, broker down, ...) never go raw to the terminal: every
+client routes them to the Python logger `edgestream.kafka.client` (a NullHandler by default; an
+application that wants them, e.g. the trainer, attaches a file handler to it or to `edgestream`).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 
 from edgestream.kafka.broker import MAX_MESSAGE_BYTES
 
+#: where librdkafka's log lines go (served by the client's poll/consume calls)
+CLIENT_LOGGER = logging.getLogger("edgestream.kafka.client")
+CLIENT_LOGGER.addHandler(logging.NullHandler())
+
 
 def client_config(bootstrap: str, security: Mapping[str, str] | None = None, **overrides) -> dict:
-    """Base settings every client shares: bootstrap servers plus pass-through security settings."""
-    conf = {"bootstrap.servers": bootstrap}
+    """Base settings every client shares: bootstrap servers, pass-through security settings, and
+    librdkafka's logs routed to CLIENT_LOGGER (never printed raw to stderr)."""
+    conf = {"bootstrap.servers": bootstrap, "logger": CLIENT_LOGGER}
     conf.update(dict(security or {}))
     conf.update({k.replace("_", "."): v for k, v in overrides.items()})
     return conf
