@@ -126,35 +126,64 @@ def broker_fetch(kafka_version: str = typer.Option(DEFAULT_KAFKA_VERSION, help="
 
 
 # ---------------------------------------------------------------- produce
+def _produce_fail(message: object, code: int) -> None:
+    """One line on stderr, then exit `code` (2: bad input, 1: Kafka or broker trouble, 130: interrupted)."""
+    typer.echo("error: " + " ".join(str(message).split()), err=True)
+    raise typer.Exit(code)
+
+
+def _produce_flags(duration: float | None, report_every: float, flush_timeout: float) -> None:
+    import math
+
+    checks = (("--duration", duration, duration is None or (math.isfinite(duration) and duration > 0),
+               "a number of seconds > 0 (leave it out to stream until SIGINT/SIGTERM)"),
+              ("--report-every", report_every, math.isfinite(report_every) and report_every >= 0,
+               "a number of seconds >= 0 (0: no reports)"),
+              ("--flush-timeout", flush_timeout, math.isfinite(flush_timeout) and flush_timeout >= 0,
+               "a number of seconds >= 0"))
+    for flag, value, ok, want in checks:
+        if not ok:
+            _produce_fail(f"{flag} {value:g}: must be {want}", 2)
+
+
 @app.command("produce")
 def produce(config: Path = typer.Argument(..., help="experiment YAML file"),
             bootstrap: str = typer.Option(None, help="HOST:PORT; default runtime.bootstrap, else a managed broker"),
-            run_id: str = typer.Option(None, help="run id (topics <name>-<run id>.dev.<i>); default: a new one"),
+            run_id: str = typer.Option(None, help="run id (topics <name>-<run id>.dev.<i>); default: a new one. "
+                                       "An existing run continues where its topics end"),
             duration: float = typer.Option(None, help="seconds to stream; default: until SIGINT/SIGTERM"),
             devices: str = typer.Option(None, help="device range this process drives, e.g. 0-15 or 0-7,12"),
-            report_every: float = typer.Option(5.0, help="seconds between effective-rate reports"),
+            report_every: float = typer.Option(5.0, help="seconds between effective-rate reports (0: none)"),
+            flush_timeout: float = typer.Option(15.0, help="seconds to wait at stop for the broker to acknowledge "
+                                                "what was sent; the rest is reported as unacknowledged"),
             set_: list[str] = typer.Option(None, "--set", help="override KEY.PATH=VALUE (repeatable)")) -> None:
-    """Stream every device's shard into Kafka at its rate S_i(t); print a JSON summary at exit."""
+    """Stream every device's shard into Kafka at its rate S_i(t); print a JSON summary at exit.
+
+    Exit 0 when the broker acknowledged everything sent; 1 (after the summary) when it did not, or on
+    Kafka trouble; 2 on bad input; 130 when interrupted while waiting for the broker.
+    """
     import signal
 
-    from edgestream.kafka.admin import KafkaUnavailable, wait_for_broker
-    from edgestream.kafka.topics import new_run_id, run_name
-    from edgestream.producers import parse_device_range, producer_from_config
+    from confluent_kafka import KafkaException
 
+    from edgestream.config import ConfigError
+    from edgestream.kafka.admin import KafkaUnavailable, WaitInterrupted, wait_for_broker
+    from edgestream.kafka.topics import new_run_id, run_name
+    from edgestream.producers import ResumeError, RunConfigConflict, parse_device_range, producer_from_config
+
+    _produce_flags(duration, report_every, flush_timeout)
     cfg = _load(config, set_)
     try:
         ids = parse_device_range(devices, cfg.devices.count)
         run = run_name(cfg.name, run_id or new_run_id())
     except ValueError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
+        _produce_fail(exc, 2)
     stop = {"flag": False}
 
     def _on_signal(signum, frame):
         stop["flag"] = True
 
-    signal.signal(signal.SIGINT, _on_signal)
-    signal.signal(signal.SIGTERM, _on_signal)
+    previous = {sig: signal.signal(sig, _on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     broker = None
     bootstrap = bootstrap or cfg.runtime.bootstrap
     try:
@@ -166,9 +195,13 @@ def produce(config: Path = typer.Argument(..., help="experiment YAML file"),
             else:
                 broker = None
             bootstrap = _broker(None).read_state()["bootstrap"]
-        wait_for_broker(bootstrap, cfg.runtime.kafka_client)
+        typer.echo(f"run {run}: connecting to Kafka at {bootstrap}", err=True)
+        wait_for_broker(bootstrap, cfg.runtime.kafka_client, should_stop=lambda: stop["flag"])
         producer = producer_from_config(cfg, bootstrap, run, ids)
-        typer.echo(f"run {run}: devices {ids[0]}-{ids[-1]} -> {bootstrap}", err=True)
+        resumed = {d: k for d, k in producer.start.items() if k}
+        typer.echo(f"run {run}: devices {ids[0]}-{ids[-1]} -> {bootstrap}"
+                   + (f"; continuing {len(resumed)} device stream(s) where their topics end (device "
+                      f"{min(resumed)} at sample {resumed[min(resumed)]})" if resumed else ""), err=True)
 
         def _report(r: dict) -> None:
             eff = sorted(rate / target for _, target, rate in r["devices"] if target > 0)
@@ -179,14 +212,34 @@ def produce(config: Path = typer.Argument(..., help="experiment YAML file"),
                            err=True)
 
         summary = producer.run_for(duration, should_stop=lambda: stop["flag"], report=_report,
-                                   report_every_s=report_every)
-    except (BrokerError, KafkaUnavailable) as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(1) from None
+                                   report_every_s=report_every, flush_timeout_s=flush_timeout)
+    except WaitInterrupted as exc:
+        _produce_fail(exc, 130)
+    except ConfigError as exc:
+        for line in exc.problems:
+            typer.echo(line, err=True)
+        raise typer.Exit(2) from None
+    except (RunConfigConflict, ValueError, FileNotFoundError) as exc:  # bad input found while building
+        _produce_fail(exc, 2)
+    except (BrokerError, KafkaUnavailable, ResumeError) as exc:
+        _produce_fail(exc, 1)
+    except KafkaException as exc:
+        _produce_fail(f"Kafka at {bootstrap}: {exc.args[0].str() if exc.args else exc}", 1)
     finally:
         if broker is not None:
             broker.stop()
-    print(summary.to_json())
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    print(summary.to_json(), flush=True)
+    if not summary.complete:
+        parts = []
+        if summary.unacknowledged:
+            parts.append(f"{summary.unacknowledged:,} of {summary.produced:,} samples sent were not acknowledged by "
+                         f"{bootstrap} within {flush_timeout:g} s of stopping (the summary counts only acknowledged "
+                         f"ones; the same --run-id continues after the last sample in each topic)")
+        if summary.failed:
+            parts.append(f"{summary.failed:,} samples failed ({summary.first_error})")
+        _produce_fail("; ".join(parts), 1)
 
 
 # ---------------------------------------------------------------- demo

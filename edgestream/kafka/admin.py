@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -16,23 +16,53 @@ class KafkaUnavailable(RuntimeError):
     """The broker at a bootstrap address did not answer after retries."""
 
 
+class WaitInterrupted(RuntimeError):
+    """`should_stop()` turned true while waiting for a broker (e.g. Ctrl-C); the message names the address."""
+
+
 def admin_client(bootstrap: str, security: Mapping[str, str] | None = None) -> AdminClient:
     return AdminClient(admin_config(bootstrap, security, log_level=3))
 
 
+def _sleep_until(deadline: float, should_stop: Callable[[], bool], bootstrap: str, slice_s: float = 0.1) -> None:
+    while True:
+        if should_stop():
+            raise WaitInterrupted(f"interrupted while waiting for a Kafka broker at {bootstrap}")
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return
+        time.sleep(min(slice_s, left))
+
+
 def wait_for_broker(bootstrap: str, security: Mapping[str, str] | None = None, *, attempts: int = 5,
-                    first_backoff_s: float = 0.5) -> None:
-    """Retry cluster metadata with exponential backoff; KafkaUnavailable names the address otherwise."""
+                    first_backoff_s: float = 0.5, should_stop: Callable[[], bool] | None = None,
+                    poll_s: float = 0.5) -> None:
+    """Retry cluster metadata with exponential backoff; KafkaUnavailable names the address otherwise.
+
+    Attempt i waits up to max(2 s, backoff_i) for an answer, then sleeps backoff_i (0.5, 1, 2, 4 s):
+    about 26 s in all with the defaults. Every wait is cut into slices of at most `poll_s` seconds
+    and `should_stop()` is checked between them, so a Ctrl-C handler that sets a flag ends the wait
+    promptly (WaitInterrupted) instead of after the whole backoff schedule.
+    """
+    stop = should_stop or (lambda: False)
     admin = AdminClient(admin_config(bootstrap, security, log_level=0))
     backoff, last = first_backoff_s, None
     for attempt in range(attempts):
-        try:
-            if admin.list_topics(timeout=max(2.0, backoff)).brokers:
-                return
-        except KafkaException as exc:
-            last = exc
+        deadline = time.monotonic() + max(2.0, backoff)
+        while True:
+            _sleep_until(0.0, stop, bootstrap)  # only the stop check
+            started = time.monotonic()
+            try:
+                if admin.list_topics(timeout=max(0.05, min(poll_s, deadline - started))).brokers:
+                    return
+            except KafkaException as exc:
+                last = exc
+            if time.monotonic() >= deadline:
+                break
+            # a refused connection fails at once: do not spin, wait out the rest of this slice
+            _sleep_until(min(deadline, started + poll_s), stop, bootstrap)
         if attempt < attempts - 1:
-            time.sleep(backoff)
+            _sleep_until(time.monotonic() + backoff, stop, bootstrap)
             backoff *= 2
     raise KafkaUnavailable(f"no Kafka broker answered at {bootstrap} after {attempts} attempts"
                            + (f" ({last})" if last else "") + "; check the address, or leave bootstrap unset "

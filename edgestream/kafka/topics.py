@@ -22,6 +22,11 @@ def dlq_topic(run: str) -> str:
     return f"{run}.dlq"
 
 
+def meta_topic(run: str) -> str:
+    """The run's small compacted topic of facts about the run (the producer config it was started with)."""
+    return f"{run}.meta"
+
+
 def ps_topic(run: str, kind: str) -> str:
     return f"{run}.ps.{kind}"
 

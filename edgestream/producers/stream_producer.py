@@ -3,46 +3,66 @@
 Every device streams its shard (seeded shuffled order, epoch after epoch) into `<run>.dev.<i>`; sample
 k of device i is sent when the integral of S_i reaches k (producers/schedule.py), against one
 monotonic clock. The producer is idempotent (acks=all), batches (never flushes per message), handles
-back-pressure by polling and retrying (never drops), and on stop flushes and reports exactly what the
-broker acknowledged per device.
+back-pressure by polling and retrying (never drops), and on stop flushes for a bounded time and reports
+exactly what the broker acknowledged per device, and what it did not.
+
+Restarted under an existing run id, it continues each device's stream after the last sequence number
+in its topic (producers/restart.py): sample k stays sample k (same dataset index, same point of the
+rate schedule), so a crashed producer can be restarted without duplicates.
 """
 
 from __future__ import annotations
 
 import json
+import struct
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from confluent_kafka import Producer
+from confluent_kafka import KafkaError, Producer
 
 from edgestream.data.order import ShardOrder
 from edgestream.kafka.clients import producer_config
 from edgestream.kafka.run_topics import ensure_run_topics
 from edgestream.kafka.topics import device_topic
+from edgestream.producers.restart import claim_run, stream_ends
 from edgestream.producers.schedule import due_count
+
+_SEQ = struct.Struct("<Q")  # the wire header's sequence number, at byte 32 (edgestream.data.wire.HEADER)
+_SEQ_AT = 32
+_PURGED = (KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT)
 
 
 @dataclass
 class DeviceStats:
-    """What one device's stream did: counts are samples; `delivered` is what the broker acknowledged."""
+    """What one device's stream did: counts are samples; `delivered` is what the broker acknowledged,
+    `failed` what it refused (or what timed out), `unacknowledged` what was sent but never confirmed
+    either way when the producer gave up waiting (it may or may not be in the topic)."""
 
     device: int
     target_rate: float
+    start_seq: int = 0
     produced: int = 0
     delivered: int = 0
     failed: int = 0
     bytes: int = 0
+    seq_lo: int = -1  # lowest and highest sequence number the broker acknowledged
+    seq_hi: int = -1
     window_start: float = 0.0
     window_delivered: int = 0
     last_rate: float = 0.0
 
+    @property
+    def unacknowledged(self) -> int:
+        return self.produced - self.delivered - self.failed
+
     def as_dict(self, elapsed: float) -> dict:
-        return {"device": self.device, "target_rate": round(self.target_rate, 3), "produced": self.produced,
-                "delivered": self.delivered, "failed": self.failed, "bytes": self.bytes,
+        return {"device": self.device, "target_rate": round(self.target_rate, 3), "start_seq": self.start_seq,
+                "produced": self.produced, "delivered": self.delivered, "failed": self.failed,
+                "unacknowledged": self.unacknowledged, "bytes": self.bytes,
                 "effective_rate": round(self.delivered / elapsed, 3) if elapsed > 0 else 0.0,
-                "seq_range": [0, self.delivered - 1] if self.delivered else []}
+                "seq_range": [self.seq_lo, self.seq_hi] if self.delivered else []}
 
 
 @dataclass
@@ -54,6 +74,13 @@ class ProducerSummary:
     produced: int = 0
     delivered: int = 0
     failed: int = 0
+    unacknowledged: int = 0
+    first_error: str | None = None
+
+    @property
+    def complete(self) -> bool:
+        """Every sample produced was acknowledged by the broker."""
+        return self.failed == 0 and self.unacknowledged == 0
 
     def to_json(self) -> str:
         return json.dumps(self.__dict__, indent=None)
@@ -64,32 +91,54 @@ class StreamProducer:
 
     `encode(x, label, device, seq, produce_time) -> bytes` is the wire encoder (edgestream.data.wire).
     `rate_model` provides cumulative(device, t), due_time(device, k) and base_rate(device).
+
+    `resume` (default): continue each device's stream after the last sequence number in its topic
+    (a fresh run starts at 0). `run_config` (producers.restart.producer_run_config): when given, the
+    run's `<run>.meta` topic pins it, and a different one is refused with RunConfigConflict before any
+    device topic is created.
     """
 
     def __init__(self, bootstrap: str, run: str, devices: Sequence[int], x: np.ndarray, y: np.ndarray,
                  shards: Sequence[np.ndarray], rate_model, encode: Callable[..., bytes], *, seed: int = 0,
                  security: dict | None = None, producer_overrides: dict | None = None,
-                 create_topics: bool = True) -> None:
+                 create_topics: bool = True, resume: bool = True, run_config: dict | None = None) -> None:
         self.bootstrap, self.run, self.devices = bootstrap, run, list(devices)
         self.x, self.y, self.rates, self.encode = x, y, rate_model, encode
         self.orders = {d: ShardOrder(shards[d], seed, d) for d in self.devices}
         self.topics = {d: device_topic(run, d) for d in self.devices}
         self.stats = {d: DeviceStats(d, float(rate_model.base_rate(d))) for d in self.devices}
+        if run_config is not None:
+            claim_run(bootstrap, run, run_config, security)
         if create_topics:
             ensure_run_topics(bootstrap, run, self.devices, security)
+        #: per device, the first sequence number this process sends (the stream's end when it started)
+        self.start = stream_ends(bootstrap, run, self.devices, security) if resume else dict.fromkeys(self.devices, 0)
+        for d, k in self.start.items():
+            self.stats[d].start_seq = k
         self.producer = Producer(producer_config(bootstrap, security, **(producer_overrides or {})))
         self._keys = {d: str(d).encode() for d in self.devices}
+        self._first_error: str | None = None
         self.started_at: float | None = None
 
     def _on_delivery(self, err, msg) -> None:
         st = self.stats[int(msg.key())]
         if err is None:
+            seq = _SEQ.unpack_from(msg.value(), _SEQ_AT)[0]
+            if st.seq_lo < 0 or seq < st.seq_lo:
+                st.seq_lo = seq
+            if seq > st.seq_hi:
+                st.seq_hi = seq
             st.delivered += 1
             st.window_delivered += 1
+        elif err.code() in _PURGED:
+            pass  # given up on at stop: stays counted as unacknowledged (produced - delivered - failed)
         else:
             st.failed += 1
+            if self._first_error is None:
+                self._first_error = f"{msg.topic()}: {err.str()}"
 
-    def _send(self, d: int, k: int, now: float) -> None:
+    def _send(self, d: int, k: int, now: float, should_stop: Callable[[], bool]) -> bool:
+        """Queue sample k of device d; False (nothing queued) if stopped while the local queue was full."""
         idx = self.orders[d].index(k)
         value = self.encode(self.x[idx], int(self.y[idx]), d, k, now)
         while True:
@@ -97,22 +146,34 @@ class StreamProducer:
                 self.producer.produce(self.topics[d], value=value, key=self._keys[d], on_delivery=self._on_delivery)
                 break
             except BufferError:  # local queue full: serve delivery reports, then retry; never drop
+                if should_stop():  # e.g. the broker is down and the queue filled up: stop anyway
+                    return False
                 self.producer.poll(0.01)
         st = self.stats[d]
         st.produced += 1
         st.bytes += len(value)
+        return True
 
     def run_for(self, duration: float | None = None, should_stop: Callable[[], bool] = lambda: False,
                 report: Callable[[dict], None] | None = None, report_every_s: float = 5.0,
-                tick_s: float = 0.002, max_burst: int = 256) -> ProducerSummary:
-        """Stream until `duration` seconds pass or `should_stop()`; then flush and summarise."""
+                tick_s: float = 0.002, max_burst: int = 256, flush_timeout_s: float = 15.0) -> ProducerSummary:
+        """Stream until `duration` seconds pass or `should_stop()`; then flush and summarise.
+
+        Device d continues at its stream's end `start[d]`, on its own rate schedule from the point
+        where that sample is due (tau_d = due_time(d, start[d])), so sample k keeps its place in S_i's
+        schedule across restarts. The final flush waits at most `flush_timeout_s` seconds; what the
+        broker has not acknowledged by then is given up and reported as `unacknowledged` (never
+        raised): the summary says exactly what was acknowledged. `report_every_s` <= 0: no reports.
+        """
         t0 = time.monotonic()
         self.started_at = t0
-        next_report = report_every_s
-        sent = {d: 0 for d in self.devices}
+        next_report = report_every_s if report_every_s > 0 else float("inf")
+        sent = dict(self.start)
+        tau = {d: self.rates.due_time(d, sent[d]) for d in self.devices}  # device clock at our t = 0
         for st in self.stats.values():
             st.window_start = 0.0
-        while True:
+        stopped = False
+        while not stopped:
             now = time.monotonic() - t0
             if should_stop() or (duration is not None and now >= duration):
                 break
@@ -121,29 +182,37 @@ class StreamProducer:
             for d in self.devices:
                 # at most `max_burst` per device per pass, so an overloaded producer (behind its
                 # schedule) still round-robins devices and sees the clock and stop requests
-                due = min(due_count(self.rates, d, horizon), sent[d] + max_burst)
+                due = min(due_count(self.rates, d, tau[d] + horizon), sent[d] + max_burst)
                 if due > sent[d]:
                     wall = time.time()  # produce time stamped once per device pass
                     for k in range(sent[d], due):
-                        self._send(d, k, wall)
-                sent[d] = max(sent[d], due)
-                next_due = min(next_due, self.rates.due_time(d, sent[d]))
+                        if not self._send(d, k, wall, should_stop):
+                            stopped = True
+                            break
+                        sent[d] = k + 1
+                    if stopped:
+                        break
+                next_due = min(next_due, self.rates.due_time(d, sent[d]) - tau[d])
             if report is not None and now >= next_report:
                 report(self._window_report(now))
                 next_report += report_every_s
             wait = max(0.0, min(next_due - (time.monotonic() - t0), tick_s * 5))
             self.producer.poll(wait if wait > 0 else 0)
-        remaining = self.producer.flush(60)
-        elapsed = time.monotonic() - t0
+        remaining = self.producer.flush(max(0.0, flush_timeout_s))
         if remaining:
-            raise RuntimeError(f"{remaining} messages were not acknowledged by {self.bootstrap} within 60 s")
-        summary = ProducerSummary(self.run, self.bootstrap, duration_s=round(elapsed, 3))
+            # give up on the rest: their delivery reports come back as purged (counted unacknowledged)
+            self.producer.purge(in_queue=True, in_flight=True, blocking=False)
+            self.producer.flush(1.0)
+        elapsed = time.monotonic() - t0
+        summary = ProducerSummary(self.run, self.bootstrap, duration_s=round(elapsed, 3),
+                                  first_error=self._first_error)
         for d in self.devices:
             st = self.stats[d]
             summary.devices.append(st.as_dict(elapsed))
             summary.produced += st.produced
             summary.delivered += st.delivered
             summary.failed += st.failed
+            summary.unacknowledged += st.unacknowledged
         return summary
 
     def _window_report(self, now: float) -> dict:

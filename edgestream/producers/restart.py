@@ -1,0 +1,218 @@
+"""Restarting a producer under an existing run id: pin the run's producer config, find each stream's end.
+
+A run's device streams are a pure function of the producer-relevant config (name, seed, data,
+devices.count, rates, variation): sample k of device i is always the same sample, due at the same
+point of S_i's schedule. So a producer restarted after a crash continues each device's stream right
+after the last sequence number in its topic (`stream_ends`), and a different config under an existing
+run id is refused (`claim_run`): the first producer of a run writes its producer config to the
+compacted topic `<run>.meta`; every later one compares its own with the first record there. Processes
+that split the devices (`--devices`) of one run share the config, so they pass the check.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import OffsetSpec
+
+from edgestream.data.wire import WireError, decode_sample
+from edgestream.kafka.admin import admin_client, create_topics
+from edgestream.kafka.clients import consumer_config, producer_config
+from edgestream.kafka.topics import device_topic, meta_topic
+
+#: keys of producer-config records in `<run>.meta`: this prefix + the config's fingerprint, so that
+#: compaction keeps one record per distinct config (and never removes the first one)
+PRODUCER_KEY = b"producer-config:"
+META_VERSION = 1
+
+
+class RunConfigConflict(ValueError):
+    """A producer config that differs from the one the run was started with (one-line message)."""
+
+
+class ResumeError(RuntimeError):
+    """A device topic whose end cannot be read as a sample of this run (one-line message)."""
+
+
+def producer_run_config(cfg) -> dict[str, Any]:
+    """The part of an ExperimentConfig that decides what the device streams contain and when.
+
+    Left out: where things are (data.root, runtime.*) and what only the trainer or simulator uses
+    (model, optim, algorithm, compression, stop, eval, devices.compute/network). A rate trace counts
+    by its content (sha256), not by its path.
+    """
+    raw = cfg.model_dump(mode="json")
+    data = {k: v for k, v in raw["data"].items() if k != "root" and v is not None}
+    rates = {k: v for k, v in raw["devices"]["rates"].items() if v is not None}
+    if rates.get("distribution") == "trace" and rates.get("path") and Path(rates["path"]).is_file():
+        rates["trace_sha256"] = hashlib.sha256(Path(rates.pop("path")).read_bytes()).hexdigest()
+    variation = {k: v for k, v in raw["devices"]["variation"].items() if v is not None}
+    return {"name": raw["name"], "seed": raw["seed"], "data": data,
+            "devices": {"count": raw["devices"]["count"], "rates": rates, "variation": variation}}
+
+
+def fingerprint(doc: Mapping[str, Any]) -> str:
+    """sha256 of the canonical JSON of a producer run config."""
+    return hashlib.sha256(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def _flat(doc: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(doc, Mapping):
+        out: dict[str, Any] = {}
+        for k, v in doc.items():
+            out.update(_flat(v, f"{prefix}.{k}" if prefix else str(k)))
+        return out
+    return {prefix: doc}
+
+
+def first_difference(ours: Mapping[str, Any], theirs: Mapping[str, Any]) -> str:
+    """'devices.rates.rate: 100 here, 200 in the run' for the first field (sorted) that differs."""
+    a, b = _flat(ours), _flat(theirs)
+    for key in sorted(set(a) | set(b)):
+        if a.get(key, "<unset>") != b.get(key, "<unset>"):
+            return f"{key}: {a.get(key, '<unset>')} here, {b.get(key, '<unset>')} in the run"
+    return "(no field differs; fingerprints differ)"
+
+
+def _consumer(bootstrap: str, run: str, security: Mapping[str, str] | None) -> Consumer:
+    # assign() only, never subscribe or commit: the group id is required by the client, never joined
+    return Consumer(consumer_config(bootstrap, f"{run}.producer-restart", security,
+                                    **{"enable.partition.eof": False}))
+
+
+def _read_meta(bootstrap: str, run: str, security: Mapping[str, str] | None, timeout: float) -> list[dict]:
+    """Every producer-config record in `<run>.meta`, oldest first."""
+    topic = meta_topic(run)
+    c = _consumer(bootstrap, run, security)
+    try:
+        lo, hi = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=timeout)
+        if hi <= lo:
+            return []
+        c.assign([TopicPartition(topic, 0, lo)])
+        records, deadline, last = [], time.monotonic() + timeout, lo - 1
+        while last < hi - 1:
+            if time.monotonic() > deadline:
+                raise ResumeError(f"could not read {topic} (offsets {lo}-{hi - 1}) within {timeout:.0f} s")
+            for m in c.consume(100, timeout=0.05):
+                if m.error() is not None:
+                    continue
+                last = max(last, m.offset())
+                if (m.key() or b"").startswith(PRODUCER_KEY) and m.value():
+                    try:
+                        records.append(json.loads(m.value()))
+                    except ValueError:
+                        pass  # not ours: ignore
+        return [r for r in records if isinstance(r, dict) and isinstance(r.get("config"), dict)]
+    finally:
+        c.close()
+
+
+def claim_run(bootstrap: str, run: str, doc: Mapping[str, Any], security: Mapping[str, str] | None = None,
+              timeout: float = 30.0) -> bool:
+    """Pin `doc` (producer_run_config) as the run's producer config, or check it against the pinned one.
+
+    Returns True when this call pinned it (a new run), False when it matched. Raises RunConfigConflict
+    naming the first field that differs. Two producers starting a new run at the same moment may both
+    write: the first record in the topic wins, and the other one is refused.
+    """
+    create_topics(bootstrap, {meta_topic(run): 1}, security=security, config={"cleanup.policy": "compact"},
+                  timeout=timeout)
+    fp = fingerprint(doc)
+    records = _read_meta(bootstrap, run, security, timeout)
+    pinned = False
+    if not records:
+        value = json.dumps({"version": META_VERSION, "fingerprint": fp, "config": doc,
+                            "created": time.time()}).encode()
+        p = Producer(producer_config(bootstrap, security))
+        errors: list = []
+        p.produce(meta_topic(run), key=PRODUCER_KEY + fp.encode(), value=value,
+                  on_delivery=lambda err, msg: errors.append(err) if err is not None else None)
+        if p.flush(timeout) or errors:
+            raise KafkaException(errors[0] if errors else KafkaError(KafkaError._MSG_TIMED_OUT))
+        records, pinned = _read_meta(bootstrap, run, security, timeout), True
+    first = records[0]
+    if fingerprint(first["config"]) != fp:
+        raise RunConfigConflict(
+            f"run {run} was started with a different producer config ({first_difference(doc, first['config'])}); "
+            f"use a new --run-id, or the config the run was started with (stored in topic {meta_topic(run)})")
+    return pinned
+
+
+def stream_ends(bootstrap: str, run: str, devices: Iterable[int], security: Mapping[str, str] | None = None,
+                timeout: float = 30.0) -> dict[int, int]:
+    """The next sequence number of each device's stream: the last message's `seq` + 1 (0 when empty).
+
+    Reads only the last message of each non-empty `<run>.dev.<i>` (its wire header carries the
+    per-device sequence number). A topic whose messages were all removed by retention continues at
+    its end offset (offsets and sequence numbers coincide in a stream written by producers).
+    """
+    devices = list(devices)
+    topics = {device_topic(run, d): d for d in devices}
+    admin = admin_client(bootstrap, security)
+    deadline = time.monotonic() + timeout
+    lo = _list_offsets(admin, topics, OffsetSpec.earliest(), deadline)
+    hi = _list_offsets(admin, topics, OffsetSpec.latest(), deadline)
+    ends: dict[int, int] = {}
+    todo = {}
+    for t, d in topics.items():
+        if hi[t] > lo[t]:
+            todo[t] = hi[t] - 1
+        else:
+            ends[d] = hi[t]
+    if not todo:
+        return ends
+    c = _consumer(bootstrap, run, security)
+    try:
+        c.assign([TopicPartition(t, 0, off) for t, off in todo.items()])
+        while todo:
+            if time.monotonic() > deadline:
+                raise ResumeError(f"could not read the last message of {', '.join(sorted(todo)[:3])} "
+                                  f"within {timeout:.0f} s")
+            for m in c.consume(len(todo), timeout=0.05):
+                if m.error() is not None or todo.get(m.topic()) != m.offset():
+                    continue
+                d = topics[m.topic()]
+                try:
+                    sample = decode_sample(m.value())
+                except (WireError, TypeError) as exc:
+                    raise ResumeError(f"cannot continue {m.topic()}: its last message (offset {m.offset()}) is "
+                                      f"not a sample ({exc}); use a new --run-id") from None
+                if sample.device != d:
+                    raise ResumeError(f"cannot continue {m.topic()}: its last message (offset {m.offset()}) is "
+                                      f"from device {sample.device}; use a new --run-id")
+                ends[d] = int(sample.seq) + 1
+                del todo[m.topic()]
+    finally:
+        c.close()
+    return ends
+
+
+#: errors of a topic that was just created and whose leader is not known everywhere yet
+_NOT_READY = (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
+              KafkaError.UNKNOWN_TOPIC_OR_PART)
+
+
+def _list_offsets(admin, topics: Iterable[str], spec, deadline: float) -> dict[str, int]:
+    """One offset (earliest or latest) per single-partition topic, in one request per try."""
+    todo, out = list(topics), {}
+    while todo:
+        futures = admin.list_offsets({TopicPartition(t, 0): spec for t in todo},
+                                     request_timeout=max(1.0, deadline - time.monotonic()))
+        retry = []
+        for tp, fut in futures.items():
+            try:
+                out[tp.topic] = fut.result().offset
+            except KafkaException as exc:
+                if exc.args[0].code() not in _NOT_READY or time.monotonic() > deadline:
+                    raise
+                retry.append(tp.topic)
+        todo = retry
+        if todo:
+            time.sleep(0.05)
+    return out
