@@ -1,0 +1,126 @@
+"""The ONE request driver: an algorithm's worker generator run against an engine's performer.
+
+Every engine (the simulator, the in-process lockstep engine, the real trainer) runs a worker the same
+way: `drive(rank, program, performer, sink)` sends each request the worker yields to
+`performer.perform(rank, request)` and sends the result back. The driver also measures, in the
+engine's own clock (`performer.now(rank)`), how long the worker spent waiting for data (TakeBatch),
+computing (Compute) and communicating (blocking collectives and Wait, waiting for peers included),
+merges that with what the performer noted on the step's `StepMeter` (batch, buffer, dropped,
+injected, ...) and with the algorithm's `Log` fields, and hands one events.jsonl step line to `sink`.
+
+A performer returns a request's result directly (the real runtime blocks inside `perform`), or, in a
+cooperative engine, a generator that the driver `yield from`s (SimPy events in the simulator, park
+tokens in the lockstep engine); the driver itself is therefore a generator: cooperative engines
+schedule it, a blocking engine runs it with `run_blocking`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator
+from dataclasses import dataclass, field
+from types import GeneratorType
+from typing import Any, Protocol
+
+from edgestream.sync.requests import AllGather, AllReduce, Compute, Log, TakeBatch, Wait
+
+#: events.jsonl step-line keys in DESIGN.md order; other keys follow.
+LINE_ORDER = ("time", "device", "step", "batch", "wait_s", "compute_s", "comm_s", "buffer_samples",
+              "buffer_bytes", "dropped", "injected", "bytes_sent", "floats_sent", "compressed", "loss")
+
+#: request type -> the StepMeter timing it is counted in
+TIMED: dict[type, str] = {TakeBatch: "wait_s", Compute: "compute_s", AllReduce: "comm_s", AllGather: "comm_s",
+                          Wait: "comm_s"}
+
+
+class Performer(Protocol):
+    """What an engine implements: its clock, and how it performs one worker's request."""
+
+    def now(self, rank: int) -> float:
+        """The engine's time in seconds for worker `rank` (virtual, monotonic wall, or a counter)."""
+        ...
+
+    def perform(self, rank: int, request: Any) -> Any:
+        """The request's result, or a generator producing it (cooperative engines); see module doc."""
+        ...
+
+
+@dataclass
+class StepMeter:
+    """What an engine measured for one worker since its last `Log`: timings (added by the driver),
+    `counts` that add up over the step (samples taken, dropped, injected, bytes) and `gauges` that
+    keep the newest value (buffer samples and bytes, rate). Performers call `count` and `gauge`."""
+
+    wait_s: float = 0.0
+    compute_s: float = 0.0
+    comm_s: float = 0.0
+    counts: dict[str, float] = field(default_factory=dict)
+    gauges: dict[str, Any] = field(default_factory=dict)
+
+    def count(self, **values: float) -> None:
+        for k, v in values.items():
+            self.counts[k] = self.counts.get(k, 0) + v
+
+    def gauge(self, **values: Any) -> None:
+        self.gauges.update(values)
+
+    def fields(self) -> dict[str, Any]:
+        return {"wait_s": self.wait_s, "compute_s": self.compute_s, "comm_s": self.comm_s,
+                **self.counts, **self.gauges}
+
+
+def step_line(now: float, rank: int, given: dict[str, Any], measured: dict[str, Any]) -> dict[str, Any]:
+    """One events.jsonl step line: time and device, then DESIGN.md's keys (the algorithm's `Log`
+    fields win over what the engine measured), then the remaining keys of both."""
+    line: dict[str, Any] = {"time": float(now), "device": rank}
+    for key in LINE_ORDER[2:]:
+        if key in given:
+            line[key] = given[key]
+        elif key in measured:
+            line[key] = measured[key]
+    for key, value in given.items():
+        line.setdefault(key, value)
+    for key, value in measured.items():
+        line.setdefault(key, value)
+    return line
+
+
+def drive(rank: int, program: Generator[Any, Any, Any], performer: Performer,
+          sink: Callable[[dict[str, Any]], None], meters: dict[int, StepMeter] | None = None,
+          on_request: Callable[[int, Any], None] | None = None) -> Generator[Any, Any, Any]:
+    """Run worker `rank`'s `program` to its end against `performer`; return what the program returns.
+
+    meters: where the worker's StepMeter lives (the performer reads `meters[rank]` to note batch
+    figures); a private one when None. sink(line) receives each step line. on_request(rank, request)
+    is called before each request is performed (counters, progress, checkpoint hooks).
+    """
+    meters = meters if meters is not None else {}
+    meter = meters.setdefault(rank, StepMeter())
+    now = performer.now
+    send: Any = None
+    while True:
+        try:
+            req = program.send(send)
+        except StopIteration as stop:
+            return stop.value
+        if on_request is not None:
+            on_request(rank, req)
+        timed = TIMED.get(type(req))
+        t0 = now(rank) if timed is not None else 0.0
+        out = performer.perform(rank, req)
+        if isinstance(out, GeneratorType):
+            out = yield from out
+        if timed is not None:
+            setattr(meter, timed, getattr(meter, timed) + now(rank) - t0)
+        if isinstance(req, Log):
+            sink(step_line(now(rank), rank, req.fields, meter.fields()))
+            meter = meters[rank] = StepMeter()
+        send = out
+
+
+def run_blocking(driver: Generator[Any, Any, Any]) -> Any:
+    """Run a driver whose performer never returns generators (the real runtime); its return value."""
+    try:
+        token = next(driver)
+    except StopIteration as stop:
+        return stop.value
+    raise RuntimeError(f"a blocking engine's performer yielded {token!r}: it must perform requests itself")
