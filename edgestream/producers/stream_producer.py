@@ -47,8 +47,8 @@ class DeviceStats:
     delivered: int = 0
     failed: int = 0
     bytes: int = 0
-    seq_lo: int = -1  # lowest and highest sequence number the broker acknowledged
-    seq_hi: int = -1
+    first_ack: bytes | None = None  # values of the first and last samples the broker acknowledged
+    last_ack: bytes | None = None
     window_start: float = 0.0
     window_delivered: int = 0
     last_rate: float = 0.0
@@ -62,7 +62,15 @@ class DeviceStats:
                 "produced": self.produced, "delivered": self.delivered, "failed": self.failed,
                 "unacknowledged": self.unacknowledged, "bytes": self.bytes,
                 "effective_rate": round(self.delivered / elapsed, 3) if elapsed > 0 else 0.0,
-                "seq_range": [self.seq_lo, self.seq_hi] if self.delivered else []}
+                "seq_range": self.seq_range}
+
+    @property
+    def seq_range(self) -> list[int]:
+        """[first, last] sequence number acknowledged. The producer is idempotent and a device is one
+        partition, so acknowledgements come in sequence order; any `failed` ones are gaps inside."""
+        if not self.delivered:
+            return []
+        return [_SEQ.unpack_from(self.first_ack, _SEQ_AT)[0], _SEQ.unpack_from(self.last_ack, _SEQ_AT)[0]]
 
 
 @dataclass
@@ -123,11 +131,9 @@ class StreamProducer:
     def _on_delivery(self, err, msg) -> None:
         st = self.stats[int(msg.key())]
         if err is None:
-            seq = _SEQ.unpack_from(msg.value(), _SEQ_AT)[0]
-            if st.seq_lo < 0 or seq < st.seq_lo:
-                st.seq_lo = seq
-            if seq > st.seq_hi:
-                st.seq_hi = seq
+            if not st.delivered:
+                st.first_ack = msg.value()
+            st.last_ack = msg.value()
             st.delivered += 1
             st.window_delivered += 1
         elif err.code() in _PURGED:
@@ -187,9 +193,9 @@ class StreamProducer:
                     wall = time.time()  # produce time stamped once per device pass
                     for k in range(sent[d], due):
                         if not self._send(d, k, wall, should_stop):
-                            stopped = True
+                            sent[d], due, stopped = k, k, True
                             break
-                        sent[d] = k + 1
+                    sent[d] = due
                     if stopped:
                         break
                 next_due = min(next_due, self.rates.due_time(d, sent[d]) - tau[d])
