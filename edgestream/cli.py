@@ -242,6 +242,41 @@ def produce(config: Path = typer.Argument(..., help="experiment YAML file"),
         _produce_fail("; ".join(parts), 1)
 
 
+# ---------------------------------------------------------------- train (one real trainer process)
+@app.command("train")
+def train_cmd(config: Path = typer.Argument(..., help="experiment YAML file"),
+              run_id: str = typer.Option(..., "--run-id", help="the run id the producer streams under"),
+              bootstrap: str = typer.Option(None, help="HOST:PORT of the broker; default runtime.bootstrap"),
+              out: Path = typer.Option(None, "--out", help="parent of the run directory; default runtime.out"),
+              resume: bool = typer.Option(False, "--resume", help="continue from this rank's checkpoint"),
+              digest: bool = typer.Option(True, "--digest/--no-digest",
+                                          help="log a hash of the parameters each step (replica checks)"),
+              set_: list[str] = typer.Option(None, "--set", help="override KEY.PATH=VALUE (repeatable)")) -> None:
+    """Train device RANK of CONFIG for real (torchrun environment: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT,
+    LOCAL_RANK). Writes ranks/<rank>.jsonl, .log, .summary.json and checkpoints under the run directory."""
+    from edgestream.kafka.topics import check_run_id
+    from edgestream.trainer import TrainerError, train
+
+    cfg = _load(config, set_)
+    bootstrap = bootstrap or cfg.runtime.bootstrap
+    if bootstrap is None:
+        typer.echo("error: --bootstrap: required (or set runtime.bootstrap): the broker the producer streams to",
+                   err=True)
+        raise typer.Exit(2)
+    try:
+        check_run_id(run_id)
+    except ValueError as exc:
+        typer.echo(f"error: --run-id: {exc}", err=True)
+        raise typer.Exit(2) from None
+    try:
+        summary = train(cfg, run_id=run_id, bootstrap=bootstrap, out=out if out is not None else cfg.runtime.out,
+                        resume=resume, digest=digest)
+    except TrainerError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    print(json.dumps(summary))
+
+
 # ---------------------------------------------------------------- demo
 @app.command("demo")
 def demo(bootstrap: str = typer.Option(None, help="HOST:PORT of a broker; default: a managed local broker"),
@@ -294,11 +329,14 @@ def _check_run_id(run_id: str | None) -> None:
 
 
 @app.command("run")
-def run_cmd(config: Path = typer.Argument(..., help="experiment YAML file"),
+def run_cmd(config: Path = typer.Argument(None, help="experiment YAML file (optional with --resume)"),
             engine: str = typer.Option(None, "--engine", help="sim | local; default runtime.engine"),
             out: Path = typer.Option(None, "--out", help="parent of the run directory; default runtime.out"),
             run_id: str = typer.Option(None, "--run-id", help="run id (folder <name>-<run id>); default new"),
             set_: list[str] = typer.Option(None, "--set", help="override KEY.PATH=VALUE (repeatable)"),
+            bootstrap: str = typer.Option(None, "--bootstrap", help="local engine: HOST:PORT of the broker; "
+                                          "default runtime.bootstrap, else the managed local broker"),
+            resume: Path = typer.Option(None, "--resume", help="local engine: continue the run in RUN_DIR"),
             quiet: bool = typer.Option(False, "--quiet", help="no progress bar")) -> None:
     """Train CONFIG once and write its run directory (config.yaml, events.jsonl, summary.json, plots).
 
@@ -309,10 +347,22 @@ def run_cmd(config: Path = typer.Argument(..., help="experiment YAML file"),
         _bad_input(f"--engine: {engine!r} is not allowed; must be one of sim, local")
     _check_out(out)
     _check_run_id(run_id)
-    cfg = _load(config, set_)
-    engine = engine or cfg.runtime.engine
-    if engine == "local":
-        _bad_input("engine 'local' is not available yet; use --engine sim")
+    if config is None and resume is None:
+        _bad_input("error: Missing argument 'config'. (see: edgestream run --help)")
+    if resume is not None and engine == "sim":
+        _bad_input("--resume: only local runs resume; leave out --engine sim")
+    if config is None:
+        from edgestream.launch.command import load_for_run
+
+        cfg = load_for_run(None, set_, resume)
+    else:
+        cfg = _load(config, set_)
+    engine = engine or ("local" if resume is not None else cfg.runtime.engine)
+    if engine == "local":  # edgestream/launch (wired here until the runner's engine registry takes it)
+        from edgestream.launch.command import run_local_command
+
+        run_local_command(cfg, out=out, run_id=run_id, bootstrap=bootstrap, resume=resume, quiet=quiet)
+        return
     from edgestream.config import ConfigError
     from edgestream.sim.engine import SimConfigError
     from edgestream.sim.run import run_sim

@@ -361,6 +361,13 @@ class EvalConfig(_Model):
     every_s: Float = Field(5.0, gt=0)
 
 
+class CheckpointConfig(_Model):
+    """Real runs (engine local / `edgestream train`): save model, optimizer, algorithm state and the
+    committed offsets every `every_steps` steps (null: never); acks are committed with each checkpoint."""
+
+    every_steps: Int | None = Field(None, ge=1)
+
+
 class RuntimeConfig(_Model):
     engine: Literal["sim", "local"] = "sim"
     bootstrap: str | None = None
@@ -420,6 +427,7 @@ class ExperimentConfig(_Model):
     compression: CompressionConfig = Field(default_factory=CompressionConfig)
     stop: StopConfig = Field(default_factory=StopConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
+    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
     runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)
 
     def to_yaml(self, *, reveal_secrets: bool = False) -> str:

@@ -105,14 +105,20 @@ def test_injection_counts_add_up(bootstrap, run_prefix):
                algorithm={"name": "scadles", "batch": {"policy": "fixed", "size": 40},
                           "injection": {"alpha": 0.5, "beta": 0.25}})
     _produce(cfg, bootstrap, run_prefix, 1.0)
+    from edgestream.streams import build_injection
+
     sets = [KafkaStreamDataset.from_config(cfg, bootstrap, run_prefix, d, timeout=5) for d in range(3)]
+    injection = build_injection({"alpha": 0.5, "beta": 0.25})
     sent = 0
-    for _ in range(3):
-        for ds in sets:
+    for step in range(3):
+        for d, ds in enumerate(sets):
             _, _, meta = ds.next_batch()
+            # the algorithm decides (ScaDLES' Inject request); the dataset only performs it
+            plan = injection.plan(0, d, step, 3, meta["batch"])
+            n, _ = ds.inject(meta, plan.indices, plan.targets)
             # ceil(0.5 * 3) = 2 targets, floor(0.25 * 40) = 10 samples each
-            assert meta["injected_out"] in (0, 20)
-            sent += meta["injected_out"]
+            assert n in (0, 20) and n == plan.samples_sent
+            sent += n
             ds.ack(meta)
     for ds in sets:
         ds.channel.flush()

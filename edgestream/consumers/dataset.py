@@ -28,7 +28,7 @@ from edgestream.consumers.dlq import DeadLetters
 from edgestream.consumers.injection import InjectionChannel
 from edgestream.data.validate import DeviceRule, SampleSpec, decode_checked
 from edgestream.data.wire import Affine
-from edgestream.streams import build_batch_policy, build_buffer_policy, build_injection
+from edgestream.streams import build_batch_policy, build_buffer_policy
 
 
 class KafkaStreamDataset(IterableDataset):
@@ -46,9 +46,10 @@ class KafkaStreamDataset(IterableDataset):
         self.stream = DeviceStream(bootstrap, run, device, batch_policy=build_batch_policy(batch),
                                    buffer_policy=build_buffer_policy(buffer, window_s=window_s), window_s=window_s,
                                    security=security, broker_timeout_s=broker_timeout_s)
-        self.injection = build_injection(injection)
+        # the algorithm decides what to inject (its Inject request -> `inject`); the dataset only opens
+        # the channel when the run injects, and mixes what others injected into its next batch
         self.channel = (InjectionChannel(bootstrap, run, device, security, broker_timeout_s=broker_timeout_s)
-                        if self.injection else None)
+                        if injection else None)
         self.dlq = DeadLetters(bootstrap, run, security)
         # an Affine (default x / 255) is applied while decoding, in one pass over the messages; any other
         # callable gets the decoded (B, *shape) array (a read-only view) and returns a float tensor
@@ -77,7 +78,8 @@ class KafkaStreamDataset(IterableDataset):
     # ------------------------------------------------------------------ decoding
     def _decode(self, messages: list, rule: DeviceRule, topic: str):
         """Validate and decode a batch of Kafka messages; the bad ones go to the DLQ with their reason
-        (and key and offset) and are skipped. Returns ((x tensor, labels, devices, seqs) or None, #bad)."""
+        (and key and offset) and are skipped. Returns ((x tensor, labels, devices, seqs) or None, #bad,
+        the accepted messages)."""
         affine = self.normalize if isinstance(self.normalize, Affine) else None
         transform = None if affine is not None else self.normalize
         out, bad = decode_checked(messages, self.spec, rule, affine, transform)
@@ -85,27 +87,43 @@ class KafkaStreamDataset(IterableDataset):
             m = messages[index]
             self.dlq.send(m.value(), reason, source_topic=topic, offset=m.offset(), key=m.key())
         if out is None:
-            return None, len(bad)
+            return None, len(bad), []
+        accepted = messages
+        if bad:
+            rejected = {i for i, _ in bad}
+            accepted = [m for i, m in enumerate(messages) if i not in rejected]
         x = out[0]
-        return ((torch.from_numpy(x) if isinstance(x, np.ndarray) else x), *out[1:]), len(bad)
+        return ((torch.from_numpy(x) if isinstance(x, np.ndarray) else x), *out[1:]), len(bad), accepted
 
-    def _inject(self, messages: list) -> tuple[int, int]:
-        if not self.channel or not messages:
+    def inject(self, meta: dict, indices: list[int], targets: list[int]) -> tuple[int, int]:
+        """Send the samples at `indices` of the batch `meta` describes to each of `targets`' injection
+        topics (their original bytes). The algorithm decides which (ScaDLES' `Inject` request); the
+        dataset only performs it. Returns (samples sent, bytes sent)."""
+        if self.channel is None:
+            raise RuntimeError(f"device {self.device}: injection needs algorithm.injection in the config "
+                               "(the injection channel is not open)")
+        if not indices or not targets:
             return 0, 0
-        plan = self.injection.plan(self.seed, self.device, self.step, self.num_devices, len(messages))
-        if not plan.indices:
-            return 0, 0
-        nbytes = self.channel.send([messages[i].value() for i in plan.indices], plan.targets)
-        return plan.samples_sent, nbytes
+        bad = [t for t in targets if not 0 <= t < self.num_devices or t == self.device]
+        if bad:
+            raise ValueError(f"device {self.device} cannot inject into devices {bad}")
+        messages = meta["messages"]
+        nbytes = self.channel.send([messages[i].value() for i in indices], targets)
+        sent = len(indices) * len(targets)
+        self.totals["injected_out"] += sent
+        self.totals["injected_bytes"] += nbytes
+        return sent, nbytes
 
-    def next_batch(self) -> tuple[torch.Tensor, torch.Tensor, dict] | None:
-        """One batch, or None when `timeout` passed without the policy's samples arriving."""
-        raw = self.stream.take(timeout=self.timeout)
+    def next_batch(self, size: int | None = None) -> tuple[torch.Tensor, torch.Tensor, dict] | None:
+        """One batch, or None when `timeout` passed without the policy's samples arriving. `size`
+        overrides the batch policy's b_i (an algorithm's explicit TakeBatch size)."""
+        raw = self.stream.take(timeout=self.timeout, size=size)
         if raw is None:
             return None
-        own, bad_own = self._decode(raw.messages, self._own_rule, self.stream.reader.topic)
+        own, bad_own, own_msgs = self._decode(raw.messages, self._own_rule, self.stream.reader.topic)
         injected, inj_next = self.channel.receive() if self.channel else ([], None)
-        inj, bad_inj = self._decode(injected, self._inj_rule, self.channel.reader.topic) if injected else (None, 0)
+        inj, bad_inj, inj_msgs = (self._decode(injected, self._inj_rule, self.channel.reader.topic) if injected
+                                  else (None, 0, []))
         parts = [p for p in (own, inj) if p is not None]
         if len(parts) == 1:
             xt, y, src, seq = parts[0]
@@ -115,7 +133,6 @@ class KafkaStreamDataset(IterableDataset):
         else:
             xt = torch.zeros(0)
             y = seq = src = np.zeros((0,), dtype=np.int64)
-        sent, sent_bytes = self._inject(raw.messages)
         yt = torch.from_numpy(np.asarray(y, dtype=np.int64))
         if self.pin_memory and torch.cuda.is_available():
             xt, yt = xt.pin_memory(), yt.pin_memory()
@@ -123,19 +140,17 @@ class KafkaStreamDataset(IterableDataset):
         meta = {
             "device": self.device, "step": self.step, "batch": len(y), "target": raw.target,
             "wait_s": raw.wait_s, "buffer_samples": raw.buffer_samples, "buffer_bytes": raw.buffer_bytes,
-            "dropped": raw.dropped, "injected": n_inj, "injected_out": sent, "injected_bytes": sent_bytes,
-            "dlq": bad_own + bad_inj, "rate": raw.rate,
+            "dropped": raw.dropped, "injected": n_inj, "dlq": bad_own + bad_inj, "rate": raw.rate,
             "seq": torch.from_numpy(np.asarray(seq, dtype=np.int64)),
             "source": torch.from_numpy(np.asarray(src, dtype=np.int64)),
             "ack": {"dev": raw.next_offset, "inj": inj_next},
+            "messages": own_msgs + inj_msgs,  # the accepted samples' Kafka messages, row order of x
         }
         self.step += 1
         t = self.totals
         t["samples"] += meta["batch"]
         t["dropped"] += raw.dropped
         t["injected_in"] += n_inj
-        t["injected_out"] += sent
-        t["injected_bytes"] += sent_bytes
         t["dlq"] += meta["dlq"]
         return xt, yt, meta
 

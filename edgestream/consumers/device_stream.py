@@ -78,6 +78,16 @@ class BrokerCalls:
                     pass
 
 
+def commit_offset(bootstrap: str, topic: str, group: str, offset: int, security: dict | None = None) -> None:
+    """Make `offset` the committed offset of `group` on `topic` (a resumed trainer restores the offsets
+    its checkpoint holds); an older offset than the committed one is left alone."""
+    reader = PartitionReader(bootstrap, topic, group, security)
+    try:
+        reader.commit(offset)
+    finally:
+        reader.close()
+
+
 def trainer_group(run: str, device: int, kind: str = "dev") -> str:
     """The consumer group of a run's device stream (kind 'dev') or injection topic (kind 'inj')."""
     return f"{run}.{kind}.{device}.trainer"
@@ -339,8 +349,9 @@ class DeviceStream:
         start = self.reader.offset_for_time(int((time.time() - self.window_s) * 1000))
         return max(0, self.reader.high_watermark() - start)
 
-    def take(self, timeout: float | None = None) -> RawBatch | None:
-        """The next batch, waiting for the policy's b_i samples; None if `timeout` passes first."""
+    def take(self, timeout: float | None = None, size: int | None = None) -> RawBatch | None:
+        """The next batch, waiting for the policy's b_i samples (or exactly `size`, when given); None if
+        `timeout` passes first."""
         t0 = time.monotonic()
         self.reader.flush_commits()
         dropped, rate = 0, 0.0
@@ -352,12 +363,14 @@ class DeviceStream:
             self.dropped_total += dropped
             rate = arrived / self.window_s
         self._high = self.reader.high_watermark()
-        target = int(self.batch_policy.target(rate, max(0, self._high - self.reader.next_offset)))
+        target = int(size) if size is not None else int(
+            self.batch_policy.target(rate, max(0, self._high - self.reader.next_offset)))
         # Fetch exactly what the batch still misses: librdkafka prefetches in its own thread, and
         # small consume() calls keep each batch's bytes in cache from fetch to tensor. Wait (up to
         # 50 ms a call) while the policy is not ready; once it is, take only what is already here.
         while self.reader.queued < target:
-            ready = self.batch_policy.ready(target, self.reader.queued)
+            ready = (self.reader.queued >= target if size is not None
+                     else self.batch_policy.ready(target, self.reader.queued))
             if not ready and timeout is not None and time.monotonic() - t0 > timeout:
                 return None
             self.reader.check_broker()

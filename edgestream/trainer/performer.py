@@ -1,0 +1,215 @@
+"""The real performer: one trainer process performs its worker's requests for real.
+
+* TakeBatch: the device's `KafkaStreamDataset` (buffer and batch policies, validation, DLQ), waiting
+  until the policy's samples arrived; an explicit size overrides the batch policy. Injected samples
+  that arrived for this device are mixed in.
+* Compute: torch forward/backward of the mean cross-entropy on this process's model (CUDA when the
+  trainer runs there). Heterogeneity emulation as papers 000 and 001 did it: with
+  devices.compute.static / dynamic, the device sleeps (static_i (1 + U(0, dynamic)) - 1) times its
+  measured compute time after each step.
+* AllReduce / AllGather / Start / Poll / Wait: `DistCollectives` (torch.distributed).
+* Apply / GetParams / SetParams: the model and its SGD optimizer (the run's momentum, weight decay).
+* Inject: `KafkaStreamDataset.inject` (the `<run>.inj.<j>` topics). Ack: the batch's offsets are
+  committed after the step is applied -- or, when checkpoints are on, with the next checkpoint (so a
+  resumed run never trains an acknowledged sample twice).
+* Now: monotonic seconds since the trainer started (plus the resumed run's elapsed time). Sleep: sleeps.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from edgestream.models import set_lr
+from edgestream.runner.driver import StepMeter
+from edgestream.sync.requests import (
+    Ack,
+    AllGather,
+    AllReduce,
+    Apply,
+    Compute,
+    ComputeResult,
+    GetParams,
+    Handle,
+    Inject,
+    Log,
+    Now,
+    Poll,
+    SetParams,
+    Sleep,
+    Start,
+    TakeBatch,
+    Wait,
+)
+from edgestream.trainer.collectives import DistCollectives, Pending
+
+_TAG_SLOWDOWN = 0x51_0e
+
+
+class Stopped(RuntimeError):
+    """The trainer was asked to stop (signal) while it waited."""
+
+
+@dataclass
+class TrainerBatch:
+    """A batch of the real runtime: inputs on the model's device, labels, its size and the dataset's meta."""
+
+    x: Tensor
+    y: Tensor
+    n: int
+    meta: dict
+
+
+class TrainerPerformer:
+    """Performs the requests of worker `rank` (see module doc)."""
+
+    def __init__(self, rank: int, model: nn.Module, optimizer: torch.optim.Optimizer, dataset: Any,
+                 collectives: DistCollectives, meters: dict[int, StepMeter], *, device: torch.device,
+                 static: float = 1.0, dynamic: float = 0.0, seed: int = 0, defer_acks: bool = False,
+                 time_offset: float = 0.0, stop_event: threading.Event | None = None,
+                 take_timeout_s: float = 1.0) -> None:
+        self.rank, self.model, self.optimizer, self.dataset = rank, model, optimizer, dataset
+        self.collectives, self.meters, self.device = collectives, meters, device
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.static, self.dynamic = float(static), float(dynamic)
+        self._rng = np.random.default_rng([seed % 2**64, rank, _TAG_SLOWDOWN])
+        self.defer_acks = defer_acks
+        self.pending_ack: dict | None = None       # newest acknowledged batch's meta not yet committed
+        self.t0 = time.monotonic() - time_offset
+        self.stop_event = stop_event or threading.Event()
+        self.take_timeout_s = take_timeout_s
+        self.handles: dict[int, Pending] = {}
+        self._next_handle = 0
+        self.samples = self.acked_samples = 0
+        self.model_lock = threading.Lock()          # held while the model changes (evaluation snapshots)
+        self._dispatch: dict[type, Callable[[Any], Any]] = {
+            TakeBatch: self._take, Compute: self._compute, AllReduce: self.collectives.run,
+            AllGather: self.collectives.run, Start: self._start, Poll: self._poll, Wait: self._wait,
+            Apply: self._apply, GetParams: self._get_params, SetParams: self._set_params, Ack: self._ack,
+            Inject: self._inject, Now: lambda req: self.now(self.rank), Sleep: self._sleep, Log: lambda req: None,
+        }
+
+    # ------------------------------------------------------------------ Performer
+    def now(self, rank: int) -> float:
+        return time.monotonic() - self.t0
+
+    def perform(self, rank: int, req: Any) -> Any:
+        handler = self._dispatch.get(type(req))
+        if handler is None:
+            raise TypeError(f"the trainer cannot perform {type(req).__name__}")
+        return handler(req)
+
+    # ------------------------------------------------------------------ data
+    def _take(self, req: TakeBatch) -> TrainerBatch:
+        while True:
+            if self.stop_event.is_set():
+                raise Stopped("stopped while waiting for stream data")
+            item = self.dataset.next_batch(size=req.size)
+            if item is not None:
+                break
+        x, y, meta = item
+        n = int(meta["batch"])
+        meter = self.meters[self.rank]
+        meter.count(dropped=meta["dropped"], injected=meta["injected"], dlq=meta["dlq"])
+        meter.gauge(buffer_samples=meta["buffer_samples"], buffer_bytes=meta["buffer_bytes"],
+                    rate=round(float(meta["rate"]), 3))
+        self.samples += n
+        return TrainerBatch(x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True), n, meta)
+
+    def _inject(self, req: Inject) -> None:
+        indices = req.indices if req.indices is not None else list(range(req.count))
+        sent, nbytes = self.dataset.inject(req.batch.meta, list(indices), list(req.targets))
+        self.meters[self.rank].count(inject_sent=sent, inject_bytes=nbytes)
+
+    def _ack(self, req: Ack) -> None:
+        meta = req.batch.meta
+        self.acked_samples += int(meta["batch"]) - int(meta["injected"])
+        if self.defer_acks:
+            self.pending_ack = meta
+        else:
+            self.dataset.ack(meta)
+
+    def commit_pending(self) -> dict | None:
+        """Commit the newest deferred ack (at a checkpoint); returns the committed meta's offsets."""
+        meta, self.pending_ack = self.pending_ack, None
+        if meta is not None:
+            self.dataset.ack(meta)
+            return dict(meta["ack"])
+        return None
+
+    # ------------------------------------------------------------------ compute and model
+    def _compute(self, req: Compute) -> ComputeResult:
+        batch: TrainerBatch = req.batch
+        t0 = time.perf_counter()
+        with self.model_lock:
+            for p in self.params:
+                p.grad = None
+            loss = F.cross_entropy(self.model(batch.x), batch.y)
+            loss.backward()
+            grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
+            loss_value = float(loss.detach())  # synchronises with the device: the step's compute is done
+        dt = time.perf_counter() - t0
+        factor = self.static * (1.0 + (float(self._rng.uniform(0.0, self.dynamic)) if self.dynamic > 0 else 0.0))
+        if factor > 1.0:  # emulate a slower device: sleep in proportion to the measured compute time
+            time.sleep(dt * (factor - 1.0))
+        return ComputeResult(grads, loss_value, batch.n)
+
+    def _apply(self, req: Apply) -> None:
+        if len(req.update) != len(self.params):
+            raise ValueError(f"Apply: {len(req.update)} update tensors for {len(self.params)} parameters")
+        with self.model_lock:
+            for p, u in zip(self.params, req.update, strict=True):
+                u = u.detach()
+                if u.shape != p.shape or u.dtype != p.dtype or u.device != p.device:
+                    u = u.reshape(p.shape).to(device=p.device, dtype=p.dtype)
+                p.grad = u
+            set_lr(self.optimizer, req.lr)
+            self.optimizer.step()
+
+    def _get_params(self, req: GetParams) -> list[Tensor]:
+        return [p.detach().clone() for p in self.params]
+
+    def _set_params(self, req: SetParams) -> None:
+        if len(req.tensors) != len(self.params):
+            raise ValueError(f"SetParams: {len(req.tensors)} tensors for {len(self.params)} parameters")
+        with self.model_lock, torch.no_grad():
+            for p, t in zip(self.params, req.tensors, strict=True):
+                p.copy_(t.detach().reshape(p.shape))
+
+    # ------------------------------------------------------------------ collectives
+    def _start(self, req: Start) -> Handle:
+        handle = Handle(self._next_handle)
+        self._next_handle += 1
+        self.handles[handle.id] = self.collectives.start(req.request)
+        return handle
+
+    def _pending(self, handle: Handle) -> Pending:
+        pending = self.handles.get(handle.id)
+        if pending is None:
+            raise RuntimeError(f"worker {self.rank} used handle {handle.id}, which is not in flight")
+        return pending
+
+    def _poll(self, req: Poll) -> tuple[bool, Any]:
+        pending = self._pending(req.handle)
+        if not pending.completed():
+            return False, None
+        del self.handles[req.handle.id]
+        return True, pending.get()
+
+    def _wait(self, req: Wait) -> Any:
+        pending = self._pending(req.handle)
+        del self.handles[req.handle.id]
+        return pending.get()
+
+    def _sleep(self, req: Sleep) -> None:
+        if req.seconds < 0:
+            raise ValueError(f"Sleep: seconds must be >= 0, got {req.seconds}")
+        self.stop_event.wait(req.seconds)
