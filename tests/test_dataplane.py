@@ -116,8 +116,8 @@ def test_injection_counts_add_up(bootstrap, run_prefix):
             # the algorithm decides (ScaDLES' Inject request); the dataset only performs it
             plan = injection.plan(0, d, step, 3, meta["batch"])
             n, _ = ds.inject(meta, plan.indices, plan.targets)
-            # ceil(0.5 * 3) = 2 targets, floor(0.25 * 40) = 10 samples each
-            assert n in (0, 20) and n == plan.samples_sent
+            # ceil(0.5 * 3) = 2 targets, floor(0.25 * b_i) samples each (b_i counts injected samples)
+            assert n == plan.samples_sent == 2 * (meta["batch"] // 4)
             sent += n
             ds.ack(meta)
     for ds in sets:
@@ -127,7 +127,7 @@ def test_injection_counts_add_up(bootstrap, run_prefix):
     for ds in sets:
         values, _ = ds.channel.receive(wait_s=0.5)
         received += ds.totals["injected_in"] + len(values)
-    assert sent == 3 * 3 * 20 and received == sent
+    assert sent >= 3 * 3 * 20 and received == sent
     assert sum(ds.totals["injected_bytes"] for ds in sets) == sent * len(encode_sample(np.zeros((1, 8, 8), np.uint8), 0, 0, 0, 0.0))
     for ds in sets:
         ds.close()
