@@ -77,7 +77,8 @@ class SampleSpec:
 @dataclass(frozen=True)
 class DeviceRule:
     """Which device ids a topic's samples may carry: exactly `device` (a device stream), or any of
-    [0, num_devices) other than `device` (an injection topic: samples keep their origin device)."""
+    [0, num_devices) (an injection topic: samples keep their origin device; an injected sample may be
+    injected again, so even this device's own samples can come back)."""
 
     device: int
     num_devices: int
@@ -85,12 +86,12 @@ class DeviceRule:
 
     def ok(self, d: int) -> bool:
         if self.injected:
-            return 0 <= d < self.num_devices and d != self.device
+            return 0 <= d < self.num_devices
         return d == self.device
 
     def bad_mask(self, d: np.ndarray) -> np.ndarray:
         if self.injected:
-            return (d < 0) | (d >= self.num_devices) | (d == self.device)
+            return (d < 0) | (d >= self.num_devices)
         return d != self.device
 
 
