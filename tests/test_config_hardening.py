@@ -366,7 +366,8 @@ def test_cli_bad_paths_options_and_yaml_exit_2_with_one_line(tmp_path):
     assert cli("config", "validate", str(tmp_path / "bin.yaml")).endswith("not a text (UTF-8) file")
     assert cli("run", str(write(tmp_path / "l.yaml", "- a\n- b\n"))).startswith("(top level): must be a mapping")
     assert cli("run", str(ok), "--engine", "gpu") == "--engine: 'gpu' is not allowed; must be one of sim, local"
-    assert cli("run", str(ok), "--engine", "local").startswith("engine 'local' is not available yet")
+    assert cli("run", str(ok), "--engine", "local", "--bootstrap", "nohost").startswith("--bootstrap: 'nohost' is not allowed")
+    assert cli("run", str(ok), "--engine", "sim", "--resume", str(tmp_path)).startswith("--resume: only local runs")
     assert cli("run", str(ok), "--run-id", "a/b").startswith("--run-id: run id 'a/b' is not allowed")
     assert cli("compare", str(ok), "--algorithms", "ddl", "--run-id", "a b").startswith("--run-id:")
     assert "is not a folder" in cli("run", str(ok), "--out", str(tmp_path / "afile"))

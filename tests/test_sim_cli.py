@@ -73,8 +73,8 @@ def test_cli_run(tiny, tmp_path):
     assert printed["stop_reason"] in ("max_time_s", "target_accuracy") and printed["virtual_time_s"] >= 1.0
     assert load_config(run / "config.yaml").stop.max_time_s == 3.0
 
-    res = runner.invoke(app, ["run", str(tiny), "--engine", "local"])
-    assert res.exit_code == 2 and "engine 'local' is not available yet; use --engine sim" in res.output
+    res = runner.invoke(app, ["run", str(tiny), "--engine", "local", "--bootstrap", "nohost"])
+    assert res.exit_code == 2 and "--bootstrap: 'nohost' is not allowed" in res.output
     res = runner.invoke(app, ["run", str(tiny), "--set", "devices.count=0", "--set", "optim.lr=-1"])
     assert res.exit_code == 2
     assert "devices.count: 0 is not allowed; must be >= 1" in res.output and "optim.lr" in res.output

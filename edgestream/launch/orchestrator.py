@@ -1,0 +1,460 @@
+"""`run_local`: one real run on this machine — broker, topics, the producer and one trainer per device
+as child processes, a live view, a clean stop, and the same run directory the simulator writes.
+
+Life of a run (`<out>/<name>-<run id>/`):
+1. the broker: `bootstrap` (or runtime.bootstrap), else the managed local broker (started here and
+   stopped at the end when it was not already running); it must answer, else one line naming the
+   address (LaunchError, exit 1);
+2. the run's topics (`ensure_run_topics`), config.yaml (secrets shown as ***);
+3. the children, each the leader of its own process group, stdout+stderr to a file in the run dir:
+   `edgestream produce` (producer.out) and `edgestream train` for rank i = device i (ranks/<i>.out)
+   with torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR=127.0.0.1, a free
+   MASTER_PORT); their pids in pids.json;
+4. the live view, fed by tailing ranks/*.jsonl;
+5. the stop: all trainers exit 0 (the stop condition; then the producer gets SIGTERM and prints its
+   summary), a child dies (every other child is stopped; LaunchError names the device and the tail of
+   its log), or SIGINT/SIGTERM reaches the orchestrator (forwarded as SIGTERM to every child group,
+   SIGKILL after a grace period). No child outlives `run_local` in any case (see procs.py).
+6. events.jsonl (the rank files merged by time), summary.json (`engine: local`), accuracy.png,
+   buffer.png — written at every stop, so a failed or interrupted run can be inspected and resumed.
+
+`resume=RUN_DIR` continues a run: same run id, the producer continues each stream where its topic
+ends, the trainers get `--resume` (checkpoint and committed offsets), the rank files grow on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from edgestream.launch.procs import Child, ChildSet, describe_status, tail_lines
+from edgestream.launch.rundir import write_local_rundir
+from edgestream.launch.tail import RanksTail
+from edgestream.launch.view import LiveState, View
+from edgestream.runid import check_run_id, new_run_id
+
+#: seconds the other trainers get to finish after the first one stopped at the agreed stop condition
+STRAGGLER_S = float(os.environ.get("EDGESTREAM_LAUNCH_STRAGGLER_S", "120"))
+#: seconds children get to exit after SIGTERM before SIGKILL
+GRACE_S = float(os.environ.get("EDGESTREAM_LAUNCH_GRACE_S", "10"))
+#: seconds the producer gets to flush and print its summary after SIGTERM
+PRODUCER_STOP_S = 40.0
+#: broker reachability attempts (wait_for_broker backoff 0.5, 1 s: about 8 s before giving up)
+BROKER_ATTEMPTS = 3
+SECRET_FILE = ".child-config.yaml"
+
+
+class LaunchError(RuntimeError):
+    """A local run could not start or did not finish: `str()` is one line; `detail` the lines that
+    follow it (a child's log tail); `code` the exit status the CLI ends with."""
+
+    def __init__(self, message: str, code: int = 1, detail: list[str] | None = None,
+                 run_dir: Path | None = None) -> None:
+        super().__init__(" ".join(str(message).split()))
+        self.code = code
+        self.detail = detail or []
+        self.run_dir = run_dir
+
+
+def _python() -> str:
+    return sys.executable or "python3"
+
+
+def cli_cmd(*args: str) -> list[str]:
+    """The edgestream command line for a child, with this interpreter."""
+    return [_python(), "-m", "edgestream.cli", *args]
+
+
+@dataclass
+class _Outcome:
+    """How the children's phase ended: 'done', 'failed' (a child died) or 'signal'."""
+
+    kind: str = "running"
+    reason: str = ""
+    child: Child | None = None
+    signum: int | None = None
+    stopped: list[str] = field(default_factory=list)
+
+
+class _Signals:
+    """SIGINT/SIGTERM set a flag (the main loop acts on it); restored at exit. Only in the main thread."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> _Signals:
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._previous[sig] = signal.signal(sig, self._on)
+        return self
+
+    def _on(self, signum, frame) -> None:
+        if self.signum is None:
+            self.signum = signum
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+
+def _secret_masked(cfg: Any) -> list[str]:
+    from edgestream.config import SECRET_MASK, is_secret_key
+
+    return [k for k, v in cfg.runtime.kafka_client.items() if is_secret_key(k) and v == SECRET_MASK]
+
+
+def _first_difference(a: Any, b: Any, path: str = "") -> str | None:
+    if isinstance(a, dict) and isinstance(b, dict):
+        for k in list(a) + [k for k in b if k not in a]:
+            d = _first_difference(a.get(k), b.get(k), f"{path}.{k}" if path else str(k))
+            if d is not None:
+                return d
+        return None
+    return None if a == b else path
+
+
+#: config sections a resumed run may change (where it stops, when it evaluates, how it connects)
+RESUME_MAY_CHANGE = ("runtime", "stop", "eval")
+
+
+def resume_target(resume: Path, cfg: Any) -> tuple[Path, str]:
+    """(out, run id) of the run directory `resume`; LaunchError (exit 2) when it is not a local run of
+    this config."""
+    import yaml
+
+    resume = Path(resume)
+    if not (resume / "config.yaml").is_file():
+        raise LaunchError(f"--resume {resume}: not a run directory (no config.yaml)", 2)
+    prefix = f"{cfg.name}-"
+    if not resume.name.startswith(prefix):
+        raise LaunchError(f"--resume {resume}: the folder is not a run of {cfg.name!r} (expected {prefix}<run id>)", 2)
+    run_id = resume.name[len(prefix):]
+    try:
+        check_run_id(run_id)
+    except ValueError as exc:
+        raise LaunchError(f"--resume {resume}: {exc}", 2) from None
+    summary = resume / "summary.json"
+    if summary.is_file():
+        with contextlib.suppress(ValueError, OSError):
+            engine = json.loads(summary.read_text()).get("engine")
+            if engine not in (None, "local"):
+                raise LaunchError(f"--resume {resume}: a run of engine {engine!r}; only local runs resume", 2)
+    old = yaml.safe_load((resume / "config.yaml").read_text()) or {}
+    new = yaml.safe_load(cfg.to_yaml()) or {}
+    for section in RESUME_MAY_CHANGE:
+        old.pop(section, None)
+        new.pop(section, None)
+    diff = _first_difference(old, new)
+    if diff is not None:
+        raise LaunchError(f"--resume {resume}: the config differs from the run's config.yaml at {diff}; a resumed "
+                          f"run may change only {', '.join(RESUME_MAY_CHANGE)}", 2)
+    return resume.parent, run_id
+
+
+def _read_json_line(path: Path) -> dict | None:
+    """The last line of `path` that is a JSON object (the producer's summary)."""
+    for line in reversed(tail_lines(path, 50)):
+        if line.startswith("{"):
+            with contextlib.suppress(ValueError):
+                rec = json.loads(line)
+                if isinstance(rec, dict):
+                    return rec
+    return None
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class LocalRun:
+    """One local run; `run()` returns (run directory, summary) or raises LaunchError."""
+
+    def __init__(self, cfg: Any, *, out: str | Path | None = None, run_id: str | None = None,
+                 bootstrap: str | None = None, resume: str | Path | None = None, progress: bool = True,
+                 echo: Callable[[str], None] | None = None, broker_dir: str | Path | None = None) -> None:
+        if _secret_masked(cfg):
+            raise LaunchError(f"runtime.kafka_client {', '.join(_secret_masked(cfg))}: the value is *** (a config.yaml "
+                              "from a run directory shows secrets masked); give the original config file", 2)
+        self.cfg = cfg
+        if resume is not None:
+            out_dir, run_id = resume_target(Path(resume), cfg)
+            self.resumed = True
+        else:
+            out_dir = Path(out if out is not None else cfg.runtime.out)
+            run_id = check_run_id(run_id) if run_id is not None else new_run_id()
+            self.resumed = False
+        self.run_id = run_id
+        self.run_name = f"{cfg.name}-{run_id}"
+        self.out = Path(out_dir).absolute()
+        self.path = self.out / self.run_name
+        self.bootstrap = bootstrap or cfg.runtime.bootstrap
+        self.progress = progress
+        self.broker_dir = Path(broker_dir) if broker_dir is not None else None
+        self.world = cfg.devices.count
+        self._echo = echo or (lambda m: print(m, file=sys.stderr, flush=True))
+        self._console = None
+        self.children = ChildSet()
+        self.producer: Child | None = None
+        self.trainers: dict[int, Child] = {}
+        self.broker = None          # the managed LocalBroker when this run started it
+        self.broker_pid: int | None = None
+
+    # ------------------------------------------------------------ helpers
+    def echo(self, msg: str) -> None:
+        if self._console is not None:
+            self._console.print(msg, markup=False, highlight=False, soft_wrap=True)
+        else:
+            self._echo(msg)
+
+    def _check_fresh(self) -> None:
+        if self.resumed:
+            pids = self.path / "pids.json"
+            with contextlib.suppress(ValueError, OSError):
+                other = json.loads(pids.read_text()).get("orchestrator")
+                if other and other != os.getpid() and _pid_alive(int(other)) and (
+                        b"edgestream" in Path(f"/proc/{other}/cmdline").read_bytes()):
+                    raise LaunchError(f"{self.path}: another orchestrator (pid {other}) runs this run", 2)
+            return
+        if self.path.exists() and any(self.path.iterdir()):
+            raise LaunchError(f"run directory {self.path} exists; continue it with --resume {self.path}, or choose "
+                              "another --run-id", 2)
+
+    def _write_pids(self) -> None:
+        data = {"orchestrator": os.getpid(), "broker": self.broker_pid,
+                "producer": self.producer.pid if self.producer else None,
+                "trainers": {str(r): c.pid for r, c in sorted(self.trainers.items())}}
+        tmp = self.path / "pids.json.tmp"
+        tmp.write_text(json.dumps(data, indent=2) + "\n")
+        tmp.replace(self.path / "pids.json")
+
+    def _connect(self, signals: _Signals) -> str:
+        """The bootstrap address of an answering broker (starting the managed one if none was given)."""
+        from edgestream.kafka.admin import KafkaUnavailable, WaitInterrupted, wait_for_broker
+        from edgestream.kafka.jars import BrokerError
+
+        if self.bootstrap is None:
+            from edgestream.kafka.broker import LocalBroker
+            from edgestream.kafka.jars import cache_dir
+
+            broker = LocalBroker(self.broker_dir or cache_dir() / "broker", log=self.echo)
+            pid = broker.running_pid()
+            if pid is None:
+                self.echo(f"no bootstrap given: starting the managed local broker in {broker.data_dir} "
+                          "(stopped at the end)")
+                try:
+                    broker.start()
+                except BrokerError as exc:
+                    raise LaunchError(f"the managed local broker did not start: {exc}".splitlines()[0], 1) from None
+                self.broker, pid = broker, broker.pid
+            self.broker_pid = pid
+            self.bootstrap = broker.read_state()["bootstrap"]
+        try:
+            wait_for_broker(self.bootstrap, self.cfg.runtime.kafka_client, attempts=BROKER_ATTEMPTS,
+                            should_stop=lambda: signals.signum is not None)
+        except KafkaUnavailable:
+            raise LaunchError(f"no Kafka broker answered at {self.bootstrap}; check the address (--bootstrap or "
+                              "runtime.bootstrap), or leave it unset to use the managed local broker", 1) from None
+        except WaitInterrupted:
+            raise LaunchError(f"interrupted while waiting for a Kafka broker at {self.bootstrap}",
+                              128 + (signals.signum or signal.SIGINT)) from None
+        return self.bootstrap
+
+    def _child_config(self) -> Path:
+        """config.yaml (secrets masked) for the record; the file the children read: config.yaml itself,
+        or, when the config holds secrets, a private copy (mode 0600) removed at the end of the run."""
+        masked = self.cfg.to_yaml()
+        (self.path / "config.yaml").write_text(masked)
+        revealed = self.cfg.to_yaml(reveal_secrets=True)
+        if revealed == masked:
+            return self.path / "config.yaml"
+        secret = self.path / SECRET_FILE
+        with contextlib.suppress(FileNotFoundError):
+            secret.unlink()
+        fd = os.open(secret, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(revealed)
+        return secret
+
+    def _start_children(self, config_file: Path) -> None:
+        from edgestream.kafka.broker import free_port
+
+        common = ["--bootstrap", self.bootstrap, "--run-id", self.run_id]
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        self.producer = self.children.start("producer", cli_cmd("produce", str(config_file), *common),
+                                            self.path / "producer.out", env=env)
+        self._write_pids()
+        port = free_port({int(self.bootstrap.rsplit(":", 1)[-1])} if self.bootstrap.rsplit(":", 1)[-1].isdigit()
+                         else None)
+        threads = str(max(1, (os.cpu_count() or 1) // self.world))
+        for rank in range(self.world):
+            tenv = dict(env, RANK=str(rank), WORLD_SIZE=str(self.world), LOCAL_RANK=str(rank),
+                        LOCAL_WORLD_SIZE=str(self.world), GROUP_RANK="0", MASTER_ADDR="127.0.0.1",
+                        MASTER_PORT=str(port))
+            tenv.setdefault("OMP_NUM_THREADS", threads)
+            cmd = cli_cmd("train", str(config_file), *common, "--out", str(self.out),
+                          *(["--resume"] if self.resumed else []))
+            self.trainers[rank] = self.children.start(f"trainer {rank}", cmd, self.path / "ranks" / f"{rank}.out",
+                                                      env=tenv, device=rank)
+        self._write_pids()
+
+    # ------------------------------------------------------------ the children's phase
+    def _watch(self, signals: _Signals, state: LiveState, view: View, tail: RanksTail) -> _Outcome:
+        first_done: float | None = None
+        while True:
+            state.add(tail.read())
+            view.update()
+            if signals.signum is not None:
+                return _Outcome("signal", f"interrupted by {signal.Signals(signals.signum).name}",
+                                signum=signals.signum)
+            codes = {r: c.poll() for r, c in self.trainers.items()}
+            for r, code in codes.items():
+                if code is not None and code != 0:
+                    return _Outcome("failed", f"device {r} (trainer rank {r}) {describe_status(code)}",
+                                    child=self.trainers[r])
+            pcode = self.producer.poll() if self.producer else None
+            if all(code == 0 for code in codes.values()):
+                return _Outcome("done", "finished")
+            if pcode is not None:
+                return _Outcome("failed", f"the producer exited early ({describe_status(pcode)})", child=self.producer)
+            if first_done is None and any(code == 0 for code in codes.values()):
+                first_done = time.monotonic()
+                state.status = "stopping"
+            if first_done is not None and time.monotonic() - first_done > STRAGGLER_S:
+                late = min(r for r, code in codes.items() if code is None)
+                return _Outcome("failed", f"device {late} (trainer rank {late}) did not stop within {STRAGGLER_S:g} s "
+                                f"of the others", child=self.trainers[late])
+            if state.status == "starting" and any(d.step is not None for d in state.devices.values()):
+                state.status = "training"
+            time.sleep(0.1)
+
+    def _stop_producer(self, grace_s: float) -> dict | None:
+        if self.producer is None:
+            return None
+        if self.producer.poll() is None:
+            self.producer.signal_group(signal.SIGTERM)
+            deadline = time.monotonic() + grace_s
+            while self.producer.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+        self.children.kill_all([self.producer])
+        return _read_json_line(self.producer.out_path)
+
+    # ------------------------------------------------------------ the run
+    def run(self) -> tuple[Path, dict]:
+        t0 = time.monotonic()
+        previous_wall = 0.0
+        if self.resumed:
+            with contextlib.suppress(ValueError, OSError):
+                previous_wall = float(json.loads((self.path / "summary.json").read_text()).get("wall_s") or 0.0)
+        outcome = _Outcome()
+        view: View | None = None
+        producer_summary = None
+        secret_file: Path | None = None
+        with _Signals() as signals:
+            try:
+                self._check_fresh()
+                self._connect(signals)
+                from edgestream.kafka.run_topics import ensure_run_topics
+
+                ensure_run_topics(self.bootstrap, self.run_name, range(self.world),
+                                  security=self.cfg.runtime.kafka_client)
+                self.path.mkdir(parents=True, exist_ok=True)
+                (self.path / "ranks").mkdir(exist_ok=True)
+                config_file = self._child_config()
+                secret_file = config_file if config_file.name == SECRET_FILE else None
+                if signals.signum is not None:
+                    raise LaunchError(f"interrupted by {signal.Signals(signals.signum).name} before the run started",
+                                      128 + signals.signum)
+                self._start_children(config_file)
+                state = LiveState(self.run_name + (" (resumed)" if self.resumed else ""), self.world)
+                live = self.progress and sys.stderr.isatty()
+                if live:
+                    from rich.console import Console
+
+                    self._console = Console(stderr=True)
+                view = View(state, live=live, echo=self.echo if self.progress else None, console=self._console)
+                if not live and self.progress:
+                    self.echo(f"run {self.run_name}: producer and {self.world} trainer(s) started (pids in "
+                              f"{self.path / 'pids.json'}); Kafka at {self.bootstrap}")
+                outcome = self._watch(signals, state, view, RanksTail(self.path / "ranks"))
+                state.status = outcome.reason
+                if outcome.kind == "done":
+                    producer_summary = self._stop_producer(PRODUCER_STOP_S)
+                else:
+                    others = [c for c in self.children.children if c is not outcome.child and c.poll() is None]
+                    outcome.stopped = [c.name for c in others]
+                    self.children.stop(grace_s=GRACE_S)
+                    producer_summary = _read_json_line(self.producer.out_path) if self.producer else None
+            finally:
+                if view is not None:
+                    view.close()
+                self._console = None
+                self.children.close()
+                if secret_file is not None:
+                    with contextlib.suppress(OSError):
+                        secret_file.unlink()
+                if self.broker is not None:
+                    self.broker.stop()
+        return self._finish(outcome, t0, previous_wall, producer_summary)
+
+    def _finish(self, outcome: _Outcome, t0: float, previous_wall: float, producer_summary: dict | None
+                ) -> tuple[Path, dict]:
+        wall = time.monotonic() - t0
+        reason = outcome.reason
+        if outcome.kind == "done":
+            ranks_dir = self.path / "ranks"
+            with contextlib.suppress(ValueError, OSError):
+                reason = json.loads((ranks_dir / "0.summary.json").read_text()).get("stop_reason") or reason
+        extra = {"run_dir": str(self.path), "bootstrap": self.bootstrap, "resumed": self.resumed,
+                 "session_wall_s": round(wall, 3),
+                 "producer": {k: producer_summary.get(k) for k in ("produced", "delivered", "failed",
+                                                                   "unacknowledged", "duration_s")}
+                 if producer_summary else None}
+        summary = write_local_rundir(self.path, self.cfg, self.run_name, wall_s=previous_wall + wall,
+                                     stop_reason=reason, extra=extra)
+        if outcome.kind == "failed":
+            child = outcome.child
+            detail = []
+            if child is not None:
+                logs = [child.out_path]
+                if child.device is not None:
+                    logs.append(self.path / "ranks" / f"{child.device}.log")
+                for p in logs:
+                    lines = tail_lines(p, 10)
+                    if lines:
+                        detail.append(f"last lines of {p}:")
+                        detail += ["  " + ln for ln in lines]
+            stopped = f"; stopped {', '.join(outcome.stopped)}" if outcome.stopped else ""
+            raise LaunchError(f"{outcome.reason}{stopped}; run directory {self.path}", 1, detail, self.path)
+        if outcome.kind == "signal":
+            raise LaunchError(f"{outcome.reason}: stopped every child; run directory {self.path} (continue with "
+                              f"--resume {self.path})", 128 + (outcome.signum or signal.SIGINT), run_dir=self.path)
+        return self.path, summary
+
+
+def run_local(cfg: Any, out: str | Path | None = None, run_id: str | None = None, progress: bool = True,
+              base_dir: str | Path | None = None, *, bootstrap: str | None = None, resume: str | Path | None = None,
+              echo: Callable[[str], None] | None = None, broker_dir: str | Path | None = None
+              ) -> tuple[Path, dict]:
+    """Run `cfg` for real on this machine and write its run directory; returns (path, summary).
+
+    Same leading parameters as the simulator's run (`base_dir` is unused: config paths are absolute
+    once loaded). LaunchError (one line, `.detail`, `.code`) when the run could not start or finish.
+    """
+    return LocalRun(cfg, out=out, run_id=run_id, bootstrap=bootstrap, resume=resume, progress=progress,
+                    echo=echo, broker_dir=broker_dir).run()

@@ -1,0 +1,158 @@
+"""Child processes of a local run: each in its own process group, its output in a log file, and
+stopped as a group (SIGTERM, then SIGKILL) so that no process outlives the orchestrator.
+
+Three layers keep orphans away:
+- every child is the leader of a new session/process group (`start_new_session`), so a terminal's
+  Ctrl-C reaches only the orchestrator, which decides how to stop them, and `killpg` reaches whatever
+  a child started in turn;
+- `ChildSet.stop` (called from the orchestrator's `finally`) and an `atexit` hook kill every group
+  still alive;
+- on Linux each child asks the kernel for SIGKILL when the orchestrator dies (PR_SET_PDEATHSIG), which
+  covers the one case no handler can: the orchestrator itself killed with SIGKILL.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import time
+import weakref
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _load_prctl():
+    """libc's prctl, resolved in the parent (never dlopen between fork and exec); None off Linux."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+_PRCTL = _load_prctl()
+
+
+def _die_with_parent(parent: int) -> None:  # runs in the child between fork and exec
+    """Ask for SIGKILL when the parent dies (Linux); exit at once if it already has."""
+    _PRCTL(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    if os.getppid() != parent:  # the parent died before prctl took effect
+        os._exit(1)
+
+
+@dataclass
+class Child:
+    """One child process: `name` ("producer", "trainer 1"), the device it trains (None: not a
+    trainer), its Popen and the file its stdout and stderr go to."""
+
+    name: str
+    device: int | None
+    proc: subprocess.Popen
+    out_path: Path
+    started: float = field(default_factory=time.monotonic)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def poll(self) -> int | None:
+        return self.proc.poll()
+
+    def group_alive(self) -> bool:
+        """Whether any process of this child's group still exists (the child, or what it started)."""
+        try:
+            os.killpg(self.proc.pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+
+    def signal_group(self, sig: int) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, sig)
+
+
+def describe_status(code: int) -> str:
+    """'exit status 3' or 'killed by SIGKILL' for a Popen return code."""
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit status {code}"
+
+
+class ChildSet:
+    """The children of one run, started and stopped together."""
+
+    def __init__(self) -> None:
+        self.children: list[Child] = []
+        ref = weakref.ref(self)
+        self._atexit = lambda: (lambda s: s.kill_all() if s is not None else None)(ref())
+        atexit.register(self._atexit)
+
+    def start(self, name: str, cmd: Sequence[str], out_path: Path, env: Mapping[str, str] | None = None,
+              device: int | None = None, cwd: str | Path | None = None) -> Child:
+        """Start `cmd` as the leader of a new process group, stdout and stderr appended to `out_path`."""
+        out_path.parent.mkdir(parents=True, exist_ok=True)
+        parent = os.getpid()
+        preexec = (lambda: _die_with_parent(parent)) if _PRCTL is not None else None
+        with open(out_path, "ab") as out:
+            proc = subprocess.Popen(list(cmd), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    env=dict(env) if env is not None else None, cwd=cwd,
+                                    start_new_session=True, preexec_fn=preexec)
+        child = Child(name, device, proc, out_path)
+        self.children.append(child)
+        return child
+
+    def running(self) -> list[Child]:
+        return [c for c in self.children if c.poll() is None]
+
+    def stop(self, children: Sequence[Child] | None = None, grace_s: float = 10.0) -> None:
+        """SIGTERM each child's group, wait up to `grace_s` for them to exit, then SIGKILL the groups
+        still alive (stragglers and grandchildren alike) and reap."""
+        todo = list(self.children if children is None else children)
+        for c in todo:
+            if c.poll() is None:
+                c.signal_group(signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline and any(c.poll() is None for c in todo):
+            time.sleep(0.05)
+        self.kill_all(todo)
+
+    def kill_all(self, children: Sequence[Child] | None = None) -> None:
+        """SIGKILL every group still alive and reap the children (no zombie, no orphan)."""
+        for c in (self.children if children is None else children):
+            c.signal_group(signal.SIGKILL)
+            if c.poll() is None:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    c.proc.wait(timeout=10)
+
+    def close(self) -> None:
+        """Kill what is left and drop the atexit hook."""
+        self.kill_all()
+        atexit.unregister(self._atexit)
+
+
+def tail_lines(path: Path, n: int = 10, max_bytes: int = 64 * 1024) -> list[str]:
+    """The last `n` non-empty lines of a text file (reads at most `max_bytes` from its end)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - max_bytes))
+            data = f.read()
+    except OSError:
+        return []
+    lines = [ln.rstrip() for ln in data.decode("utf-8", "replace").splitlines() if ln.strip()]
+    return lines[-n:]

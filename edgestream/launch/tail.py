@@ -1,0 +1,76 @@
+"""Follow the trainers' `ranks/<rank>.jsonl` files as they grow (the live view) and read them whole
+(the run directory's events.jsonl)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+RANK_FILE = re.compile(r"^(\d+)\.jsonl$")
+
+
+def rank_files(ranks_dir: Path) -> dict[int, Path]:
+    """rank -> ranks/<rank>.jsonl, for the files that exist."""
+    if not ranks_dir.is_dir():
+        return {}
+    out = {}
+    for p in ranks_dir.iterdir():
+        m = RANK_FILE.match(p.name)
+        if m:
+            out[int(m.group(1))] = p
+    return dict(sorted(out.items()))
+
+
+def _parse(line: bytes) -> dict | None:
+    try:
+        rec = json.loads(line)
+    except ValueError:
+        return None
+    return rec if isinstance(rec, dict) else None
+
+
+class JsonlTail:
+    """New complete lines of one growing JSONL file, parsed; a partial last line waits for its newline."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = 0
+        self._partial = b""
+
+    def read(self) -> list[dict]:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                data = f.read()
+        except OSError:
+            return []
+        if not data:
+            return []
+        self.offset += len(data)
+        data = self._partial + data
+        *lines, self._partial = data.split(b"\n")
+        return [r for r in (_parse(ln) for ln in lines if ln.strip()) if r is not None]
+
+
+class RanksTail:
+    """Every ranks/*.jsonl of a run, followed together: `read()` -> [(rank, record), ...] new since last."""
+
+    def __init__(self, ranks_dir: Path) -> None:
+        self.ranks_dir = ranks_dir
+        self.tails: dict[int, JsonlTail] = {}
+
+    def read(self) -> list[tuple[int, dict]]:
+        for rank, path in rank_files(self.ranks_dir).items():
+            self.tails.setdefault(rank, JsonlTail(path))
+        return [(rank, rec) for rank, t in sorted(self.tails.items()) for rec in t.read()]
+
+
+def read_rank_file(path: Path) -> list[dict]:
+    """Every complete, parseable line of one rank file, in file order. A killed trainer may leave a
+    torn last line: it is skipped (so is any line that is not a JSON object)."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return []
+    return [r for r in (_parse(ln) for ln in data.split(b"\n") if ln.strip()) if r is not None]

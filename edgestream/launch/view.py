@@ -1,0 +1,152 @@
+"""What a local run shows while it trains: a rich Live table on a terminal (refreshed about twice a
+second), otherwise one plain progress line every few seconds. Both are fed from the trainers' rank
+files (`RanksTail`), never from the trainers themselves."""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+WINDOW = 20  # steps per device that the rate and the wait/compute/comm shares are taken over
+
+
+@dataclass
+class DeviceState:
+    step: int | None = None
+    batch: int | None = None
+    buffer: int | None = None
+    dropped: int = 0
+    loss: float | None = None
+    rate: float | None = None          # the stream rate a trainer reports (extra key "rate"), if any
+    recent: deque = field(default_factory=lambda: deque(maxlen=WINDOW))  # (time, batch, wait, compute, comm)
+
+    def add(self, rec: dict) -> None:
+        self.step = rec.get("step", self.step)
+        self.batch = rec.get("batch", self.batch)
+        self.buffer = rec.get("buffer_samples", self.buffer)
+        self.dropped += int(rec.get("dropped") or 0)
+        if rec.get("loss") is not None:
+            self.loss = rec["loss"]
+        if rec.get("rate") is not None:
+            self.rate = rec["rate"]
+        self.recent.append((float(rec.get("time") or 0.0), int(rec.get("batch") or 0), float(rec.get("wait_s") or 0.0),
+                            float(rec.get("compute_s") or 0.0), float(rec.get("comm_s") or 0.0)))
+
+    def trained_per_s(self) -> float | None:
+        """Samples trained per second over the recent steps."""
+        if len(self.recent) < 2:
+            return None
+        span = self.recent[-1][0] - self.recent[0][0]
+        return sum(r[1] for r in list(self.recent)[1:]) / span if span > 0 else None
+
+    def shares(self) -> tuple[float, float, float] | None:
+        """(wait, compute, comm) fractions of the recent steps' measured time."""
+        w = sum(r[2] for r in self.recent)
+        c = sum(r[3] for r in self.recent)
+        m = sum(r[4] for r in self.recent)
+        total = w + c + m
+        return (w / total, c / total, m / total) if total > 0 else None
+
+
+class LiveState:
+    """Running figures of a local run, updated from (rank, record) pairs of the rank files."""
+
+    def __init__(self, run: str, world: int) -> None:
+        self.run = run
+        self.world = world
+        self.t0 = time.monotonic()
+        self.devices: dict[int, DeviceState] = {r: DeviceState() for r in range(world)}
+        self.accuracy: float | None = None
+        self.eval_step: int | None = None
+        self.status = "starting"
+
+    def add(self, items: list[tuple[int, dict]]) -> None:
+        for rank, rec in items:
+            if rec.get("kind") == "eval":
+                if rec.get("accuracy") is not None:
+                    self.accuracy, self.eval_step = float(rec["accuracy"]), rec.get("step")
+                continue
+            device = rec.get("device", rank)
+            self.devices.setdefault(int(device), DeviceState()).add(rec)
+
+    @property
+    def elapsed(self) -> float:
+        return time.monotonic() - self.t0
+
+    def headline(self) -> str:
+        acc = f"{self.accuracy:.3f} (step {self.eval_step})" if self.accuracy is not None else "-"
+        return f"{self.run} | {self.elapsed:6.1f} s | accuracy {acc} | {self.status}"
+
+    def table(self) -> Any:
+        from rich.table import Table
+
+        t = Table(title=self.headline(), title_justify="left", expand=False)
+        for col in ("device", "step", "rate/s", "trained/s", "batch", "buffer", "dropped", "wait", "compute",
+                    "comm", "loss"):
+            t.add_column(col, justify="right")
+        for d, s in sorted(self.devices.items()):
+            sh = s.shares()
+            tps = s.trained_per_s()
+            t.add_row(str(d), _fmt(s.step), _fmt(s.rate, ".0f"), _fmt(tps, ".0f"), _fmt(s.batch), _fmt(s.buffer),
+                      str(s.dropped), *((f"{x:.0%}" for x in sh) if sh else ("-", "-", "-")), _fmt(s.loss, ".3f"))
+        return t
+
+    def line(self) -> str:
+        """One plain progress line (for logs and pipes)."""
+        steps = [s.step for s in self.devices.values() if s.step is not None]
+        tps = [x for x in (s.trained_per_s() for s in self.devices.values()) if x is not None]
+        buf = [s.buffer for s in self.devices.values() if s.buffer is not None]
+        shares = [s.shares() for s in self.devices.values()]
+        shares = [x for x in shares if x is not None]
+        part = [f"[{self.elapsed:7.1f}s] {self.status}",
+                f"steps {min(steps)}-{max(steps)}" if steps else "steps -",
+                f"accuracy {self.accuracy:.3f}" if self.accuracy is not None else "accuracy -",
+                f"trained/s {sum(tps):.0f}" if tps else "trained/s -",
+                f"buffer max {max(buf)}" if buf else "buffer -"]
+        if shares:
+            n = len(shares)
+            part.append("wait/compute/comm " + "/".join(f"{sum(x[i] for x in shares) / n:.0%}" for i in range(3)))
+        return " | ".join(part)
+
+
+def _fmt(v: Any, spec: str = "") -> str:
+    if v is None:
+        return "-"
+    try:
+        return format(v, spec)
+    except (TypeError, ValueError):
+        return str(v)
+
+
+class View:
+    """The live view of a run: a rich Live table when `live`, else `line()` every `every_s` seconds
+    on `echo` (None: silent)."""
+
+    def __init__(self, state: LiveState, *, live: bool, echo=None, every_s: float = 5.0, console: Any = None) -> None:
+        self.state = state
+        self.echo = echo
+        self.every_s = every_s
+        self._next = every_s
+        self._live = None
+        if live:
+            from rich.console import Console
+            from rich.live import Live
+
+            self._live = Live(state.table(), console=console or Console(stderr=True), refresh_per_second=2,
+                              transient=False)
+            self._live.start()
+
+    def update(self) -> None:
+        if self._live is not None:
+            self._live.update(self.state.table())
+        elif self.echo is not None and self.state.elapsed >= self._next:
+            self._next = self.state.elapsed + self.every_s
+            self.echo(self.state.line())
+
+    def close(self) -> None:
+        if self._live is not None:
+            self._live.update(self.state.table())
+            self._live.stop()
+            self._live = None

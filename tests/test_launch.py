@@ -1,0 +1,187 @@
+"""`edgestream run --engine local`: the orchestrator against a real broker (EDGESTREAM_BOOTSTRAP or the
+session broker), with real `edgestream produce` and `edgestream train` child processes (gloo, CPU).
+Nothing is mocked; timeouts below are hang guards only."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from edgestream.launch.rundir import merged_events
+from edgestream.launch.tail import JsonlTail
+
+CLI = [sys.executable, "-m", "edgestream.cli"]
+HANG_S = 240  # a whole run, start-up of three Python processes with torch on a shared 2-core machine included
+
+
+def write_cfg(path: Path, name: str, *, max_steps: int, max_time_s: float = 120, every_steps: int | None = None) -> Path:
+    cfg = {"name": name, "seed": 0,
+           "data": {"dataset": "digits", "partition": "iid"},
+           "devices": {"count": 2, "rates": {"distribution": "constant", "rate": 200}},
+           "model": {"name": "mlp"},
+           "optim": {"lr": 0.05, "momentum": 0.9},
+           "algorithm": {"name": "ddl", "batch": {"policy": "fixed", "size": 16}, "buffer": "truncate"},
+           "stop": {"target_accuracy": None, "max_time_s": max_time_s, "max_steps": max_steps},
+           "eval": {"every_s": 1}}
+    if every_steps is not None:
+        cfg["checkpoint"] = {"every_steps": every_steps}
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def start_run(cfg: Path, bootstrap: str, out: Path, *extra: str, new_session: bool = False) -> subprocess.Popen:
+    return subprocess.Popen([*CLI, "run", str(cfg), "--engine", "local", "--bootstrap", bootstrap, "--out", str(out),
+                             "--run-id", "r1", *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=new_session)
+
+
+def finish(proc: subprocess.Popen) -> tuple[int, str, str]:
+    try:
+        out, err = proc.communicate(timeout=HANG_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        pytest.fail(f"the orchestrator hung; stderr:\n{err}")
+    return proc.returncode, out, err
+
+
+def pids_of(run_dir: Path) -> dict:
+    return json.loads((run_dir / "pids.json").read_text())
+
+
+def child_pids(run_dir: Path) -> list[int]:
+    p = pids_of(run_dir)
+    return [p["producer"], *p["trainers"].values()]
+
+
+def edgestream_alive(pid: int) -> bool:
+    """Whether `pid` is a live (non-zombie) process of ours (an edgestream command line)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z" and b"edgestream" in cmdline
+
+
+def wait_training(run_dir: Path, proc: subprocess.Popen, steps: int = 3) -> dict:
+    """Wait until both trainers logged `steps` step lines (the run is mid-way); return pids.json."""
+    deadline = time.monotonic() + HANG_S
+    tails: dict[int, JsonlTail] = {}
+    seen = {0: 0, 1: 0}
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"the orchestrator ended early ({proc.returncode}): {proc.stderr.read()}")
+        for r in (0, 1):
+            tails.setdefault(r, JsonlTail(run_dir / "ranks" / f"{r}.jsonl"))
+            seen[r] += sum(1 for rec in tails[r].read() if rec.get("kind") == "step")
+        if min(seen.values()) >= steps and (run_dir / "pids.json").is_file() and len(pids_of(run_dir)["trainers"]) == 2:
+            return pids_of(run_dir)
+        time.sleep(0.2)
+    pytest.fail("the trainers did not start training")
+
+
+def assert_no_child_left(run_dir: Path) -> None:
+    deadline = time.monotonic() + 10  # reaped by then (PDEATHSIG delivery is asynchronous)
+    while time.monotonic() < deadline and any(edgestream_alive(p) for p in child_pids(run_dir)):
+        time.sleep(0.1)
+    left = [p for p in child_pids(run_dir) if edgestream_alive(p)]
+    assert not left, f"child processes left running: {left}"
+
+
+def test_local_run_writes_the_run_directory(bootstrap, run_prefix, tmp_path):
+    cfg = write_cfg(tmp_path / "c.yaml", run_prefix, max_steps=8)
+    code, out, err = finish(start_run(cfg, bootstrap, tmp_path / "runs"))
+    assert code == 0, err
+    run_dir = tmp_path / "runs" / f"{run_prefix}-r1"
+    assert f"run directory: {run_dir}" in err
+    printed = json.loads(out.strip().splitlines()[-1])
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["engine"] == "local" and summary["stop_reason"] == "max_steps" == printed["stop_reason"]
+    assert summary["device_steps"] == {"0": 8, "1": 8} and summary["steps"] == 16 == printed["steps"]
+    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    steps = [e for e in events if e["kind"] == "step"]
+    assert len(steps) == 16 and {e["device"] for e in steps} == {0, 1}
+    assert summary["samples_trained"] == sum(e["batch"] for e in steps) == 16 * 16
+    assert [e["time"] for e in events] == sorted(e["time"] for e in events)
+    assert any(e["kind"] == "eval" and 0 <= e["accuracy"] <= 1 for e in events)
+    assert summary["final_accuracy"] == pytest.approx([e for e in events if e["kind"] == "eval"][-1]["accuracy"], abs=1e-6)
+    assert yaml.safe_load((run_dir / "config.yaml").read_text())["name"] == run_prefix
+    for png in ("accuracy.png", "buffer.png"):
+        assert (run_dir / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert summary["producer"]["delivered"] > 0 and summary["producer"]["failed"] == 0
+    assert_no_child_left(run_dir)
+
+
+def test_a_killed_trainer_stops_the_run_and_is_named(bootstrap, run_prefix, tmp_path):
+    cfg = write_cfg(tmp_path / "c.yaml", run_prefix, max_steps=100000)
+    proc = start_run(cfg, bootstrap, tmp_path / "runs", "--quiet")
+    run_dir = tmp_path / "runs" / f"{run_prefix}-r1"
+    pids = wait_training(run_dir, proc)
+    os.kill(pids["trainers"]["1"], signal.SIGKILL)
+    code, out, err = finish(proc)
+    assert code == 1 and out == ""
+    first = next(line for line in err.splitlines() if line.startswith("error:"))
+    assert "device 1 (trainer rank 1) killed by SIGKILL" in first and "stopped" in first
+    assert "ranks/1.out" in err or "ranks/1.log" in err  # the tail of its log follows
+    assert_no_child_left(run_dir)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["engine"] == "local" and summary["stop_reason"].startswith("device 1")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_to_the_orchestrator_leaves_no_child(bootstrap, run_prefix, tmp_path, sig):
+    cfg = write_cfg(tmp_path / "c.yaml", run_prefix, max_steps=100000)
+    # its own session, so that SIGINT to its process group is what a terminal's Ctrl-C sends
+    proc = start_run(cfg, bootstrap, tmp_path / "runs", "--quiet", new_session=True)
+    run_dir = tmp_path / "runs" / f"{run_prefix}-r1"
+    wait_training(run_dir, proc)
+    if sig == signal.SIGINT:
+        os.killpg(proc.pid, signal.SIGINT)
+    else:
+        os.kill(proc.pid, signal.SIGTERM)
+    code, _, err = finish(proc)
+    assert code == 128 + sig, err
+    assert f"interrupted by {signal.Signals(sig).name}" in err and "--resume" in err
+    assert_no_child_left(run_dir)
+    assert json.loads((run_dir / "summary.json").read_text())["engine"] == "local"
+
+
+def test_sigkill_of_the_orchestrator_takes_the_children_along(bootstrap, run_prefix, tmp_path):
+    """The one signal no handler sees: the children die with their parent (PR_SET_PDEATHSIG)."""
+    cfg = write_cfg(tmp_path / "c.yaml", run_prefix, max_steps=100000)
+    proc = start_run(cfg, bootstrap, tmp_path / "runs", "--quiet")
+    run_dir = tmp_path / "runs" / f"{run_prefix}-r1"
+    wait_training(run_dir, proc, steps=1)
+    proc.kill()
+    proc.communicate(timeout=HANG_S)
+    assert_no_child_left(run_dir)
+
+
+def test_an_unreachable_bootstrap_is_one_line_naming_it(run_prefix, tmp_path):
+    cfg = write_cfg(tmp_path / "c.yaml", run_prefix, max_steps=5)
+    code, out, err = finish(start_run(cfg, "127.0.0.1:1", tmp_path / "runs"))
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 1 and out == "" and len(lines) == 1, err
+    assert lines[0].startswith("error: no Kafka broker answered at 127.0.0.1:1")
+    assert not (tmp_path / "runs").exists()
+
+
+def test_merged_events_continue_across_a_resume(tmp_path):
+    """A resumed trainer counts its time from its own start again: the merge keeps time monotonic."""
+    ranks = tmp_path / "ranks"
+    ranks.mkdir()
+    (ranks / "0.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [
+        {"kind": "step", "time": 1.0, "device": 0, "step": 0}, {"kind": "step", "time": 2.0, "device": 0, "step": 1},
+        {"kind": "step", "time": 0.5, "device": 0, "step": 2}]) + '{"kind": "st')  # torn last line: skipped
+    (ranks / "1.jsonl").write_text(json.dumps({"kind": "step", "time": 1.5, "device": 1, "step": 0}) + "\n")
+    events = merged_events(ranks)
+    assert [(e["device"], e["time"]) for e in events] == [(0, 1.0), (1, 1.5), (0, 2.0), (0, 2.5)]
