@@ -32,6 +32,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from edgestream.consumers.device_stream import BROKER_TIMEOUT_S
 from edgestream.runner.driver import StepMeter, drive, run_blocking
 from edgestream.runner.stop import StopRule
 
@@ -191,7 +192,9 @@ def train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: boo
         signal.signal(sig, lambda signum, frame: stop_event.set())
 
     try:
-        dataset = KafkaStreamDataset.from_config(cfg, bootstrap, run, env.rank, timeout=1.0)
+        dataset = KafkaStreamDataset.from_config(
+            cfg, bootstrap, run, env.rank, timeout=1.0,
+            broker_timeout_s=float(os.environ.get("EDGESTREAM_BROKER_TIMEOUT_S", BROKER_TIMEOUT_S)))
     except KafkaUnavailable as exc:
         raise TrainerError(str(exc)) from None
     timeout_s = float(os.environ.get("EDGESTREAM_RENDEZVOUS_TIMEOUT_S", RENDEZVOUS_TIMEOUT_S))
@@ -239,10 +242,13 @@ def train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: boo
 
     def checkpoint() -> None:
         offsets = performer.pending_ack["ack"] if performer.pending_ack is not None else None
-        save_checkpoint(ckpt_file, model=model, optimizer=optimizer, step=ctx.step, state=getattr(ctx, "state", {}),
+        # taken when the worker yields Log: ctx.step steps are applied and acked and ctx.state is
+        # complete (the sync/ state contract), so a restarted worker continues from exactly here
+        save_checkpoint(ckpt_file, model=model, optimizer=optimizer, step=ctx.step, state=ctx.state,
                         offsets=_offsets(offsets, ckpt), elapsed_s=performer.now(env.rank), samples=performer.samples)
         performer.commit_pending()  # acks become durable only with the checkpoint that holds their model
         saved_at["step"] = ctx.step
+        log.info("checkpoint: step %d, offsets %s", ctx.step, offsets)
 
     def on_request(rank: int, req: Any) -> None:
         if not isinstance(req, Log):
@@ -252,7 +258,7 @@ def train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: boo
         if evaluator is not None:
             with performer.model_lock:
                 evaluator.offer(model, performer.now(rank), ctx.step)
-        if every is not None and ctx.step != saved_at["step"] and (ctx.step + 1) % every == 0:
+        if every is not None and ctx.step != saved_at["step"] and ctx.step % every == 0:
             checkpoint()
 
     def sink(line: dict) -> None:

@@ -121,6 +121,10 @@ class TrainerPerformer:
         meter.count(dropped=meta["dropped"], injected=meta["injected"], dlq=meta["dlq"])
         meter.gauge(buffer_samples=meta["buffer_samples"], buffer_bytes=meta["buffer_bytes"],
                     rate=round(float(meta["rate"]), 3))
+        own = meta["seq"][meta["source"] == self.rank]
+        if len(own):  # the device stream's sequence numbers this step trained on (resume checks)
+            meter.gauges.setdefault("seq_first", int(own[0]))
+            meter.gauge(seq_last=int(own[-1]), seq_count=int(meter.gauges.get("seq_count", 0)) + len(own))
         self.samples += n
         return TrainerBatch(x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True), n, meta)
 

@@ -1,0 +1,230 @@
+"""Real trainer processes (`edgestream train`, gloo) on real Kafka streams: nothing mocked.
+
+Each test streams a small digits run into the session broker (in-process producer, persist buffers, so
+the streams are fixed), starts one `edgestream train` process per device with the torchrun
+environment, and checks what the per-rank event files say.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from edgestream.config import load_config
+from edgestream.producers import producer_from_config
+
+PY = sys.executable
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _config(tmp_path: Path, name: str, devices: int, algorithm: dict, **extra) -> Path:
+    raw = {"name": name, "seed": 3, "data": {"dataset": "digits"},
+           "devices": {"count": devices, "rates": {"distribution": "constant", "rate": 1500}},
+           "model": {"name": "cnn-small"}, "optim": {"lr": 0.05, "momentum": 0.9, "weight_decay": 0.0},
+           "algorithm": algorithm, "stop": {"max_steps": 16, "max_time_s": 300, "target_accuracy": None},
+           "eval": {"every_s": 1.0}}
+    raw.update(extra)
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def _produce(cfg_path: Path, bootstrap: str, run_id: str, seconds: float) -> None:
+    cfg = load_config(cfg_path)
+    run = f"{cfg.name}-{run_id}"
+    producer_from_config(cfg, bootstrap, run, list(range(cfg.devices.count))).run_for(seconds)
+
+
+def _env(rank: int, world: int, port: int, **extra) -> dict:
+    env = os.environ.copy()
+    env.update(RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+               LOCAL_RANK="0", OMP_NUM_THREADS="1", **{k: str(v) for k, v in extra.items()})
+    return env
+
+
+def _start(cfg_path: Path, bootstrap: str, run_id: str, out: Path, ranks, world: int, port: int,
+           args=(), **env) -> list[subprocess.Popen]:
+    cmd = [PY, "-m", "edgestream.cli", "train", str(cfg_path), "--run-id", run_id, "--bootstrap", bootstrap,
+           "--out", str(out), *args]
+    return [subprocess.Popen(cmd, env=_env(r, world, port, **env), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True) for r in ranks]
+
+
+def _finish(procs: list[subprocess.Popen], timeout: float = 240) -> list[tuple[int, str, str]]:
+    results = []
+    for p in procs:
+        try:
+            out, err = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            raise
+        results.append((p.returncode, out, err))
+    return results
+
+
+def _train(tmp_path, bootstrap, name, devices, algorithm, produce_s=2.0, **extra):
+    cfg_path = _config(tmp_path, name, devices, algorithm, **extra)
+    run_id = f"{os.getpid()}{int(time.time() * 1000) % 10**8}"
+    _produce(cfg_path, bootstrap, run_id, produce_s)
+    out = tmp_path / "runs"
+    results = _finish(_start(cfg_path, bootstrap, run_id, out, range(devices), devices, _free_port()))
+    for rank, (code, _, err) in enumerate(results):
+        assert code == 0, f"rank {rank}: {err[-3000:]}"
+    run_dir = out / f"{name}-{run_id}"
+    steps = {r: [json.loads(line) for line in open(run_dir / "ranks" / f"{r}.jsonl")] for r in range(devices)}
+    return run_dir, steps, [json.loads(out.strip().splitlines()[-1]) for _, out, _ in results]
+
+
+def _step_lines(lines: list[dict]) -> list[dict]:
+    return [e for e in lines if e["kind"] == "step" and "loss" in e and e.get("round") is None]
+
+
+def _falling(losses: list[float]) -> bool:
+    k = max(3, len(losses) // 4)
+    return float(np.mean(losses[-k:])) < float(np.mean(losses[:k]))
+
+
+def test_ddl_two_ranks_learn_with_identical_replicas(bootstrap, tmp_path, run_prefix):
+    run_dir, lines, summaries = _train(tmp_path, bootstrap, "ddl2", 2, {"name": "ddl", "batch": {"policy": "fixed",
+                                                                                                 "size": 32}})
+    per_rank = [_step_lines(lines[r]) for r in range(2)]
+    assert [len(s) for s in per_rank] == [16, 16] and all(s["stop_reason"] == "max_steps" for s in summaries)
+    assert [e["digest"] for e in per_rank[0]] == [e["digest"] for e in per_rank[1]]  # bitwise-identical replicas
+    assert _falling([e["loss"] for e in per_rank[0]])
+    # batches are consecutive slices of each device's stream: nothing lost, nothing twice
+    for r in range(2):
+        firsts = [e["seq_first"] for e in per_rank[r]]
+        assert firsts == list(range(0, 16 * 32, 32)) and all(e["seq_last"] == e["seq_first"] + 31 for e in per_rank[r])
+    evals = [e for e in lines[0] if e["kind"] == "eval"]
+    assert evals and evals[-1]["step"] == 16 and 0.0 <= evals[-1]["accuracy"] <= 1.0
+    assert (run_dir / "ranks" / "1.summary.json").exists()
+
+
+def test_scadles_injection_and_adaptive_topk_on_four_ranks(bootstrap, tmp_path):
+    from confluent_kafka import Consumer, TopicPartition
+
+    from edgestream.consumers.device_stream import trainer_group
+    from edgestream.kafka import consumer_config, injection_topic
+
+    algo = {"name": "scadles", "batch": {"policy": "available", "max": 48}, "injection": {"alpha": 0.5, "beta": 0.25},
+            "params": {"base_batch": 32}}
+    run_dir, lines, summaries = _train(tmp_path, bootstrap, "scadles4", 4, algo, produce_s=1.5,
+                                       compression={"name": "adaptive-topk", "ratio": 0.1, "delta": 0.3},
+                                       stop={"max_steps": 10, "max_time_s": 300, "target_accuracy": None})
+    per_rank = [_step_lines(lines[r]) for r in range(4)]
+    assert all(len(s) == 10 for s in per_rank)
+    for r in range(1, 4):
+        assert [e["digest"] for e in per_rank[r]] == [e["digest"] for e in per_rank[0]]
+    # one injection per step per device: floor(beta b_i) samples to ceil(alpha M) = 2 peers
+    for r in range(4):
+        for e in per_rank[r]:
+            assert e["injected_sent"] == e.get("inject_sent", 0) == 2 * (e["batch"] // 4)
+    sent = sum(e["injected_sent"] for s in per_rank for e in s)
+    received = sum(e["injected"] for s in per_rank for e in s)
+    # counted on both sides: what was sent is what the inj topics hold, and what was received plus what
+    # still waits in them (sent during the last step) is the same number
+    run = run_dir.name
+    c = Consumer(consumer_config(bootstrap, f"{run}.check"))
+    held = waiting = 0
+    for d in range(4):
+        tp = TopicPartition(injection_topic(run, d), 0)
+        lo, hi = c.get_watermark_offsets(tp, timeout=10)
+        held += hi - lo
+        g = Consumer(consumer_config(bootstrap, trainer_group(run, d, "inj")))
+        committed = g.committed([tp], timeout=10)[0].offset
+        g.close()
+        waiting += hi - max(committed, 0)
+    c.close()
+    assert sent == held and received + waiting == sent and received > 0
+    assert {e["compressed"] for s in per_rank for e in s} <= {True, False}
+
+
+@pytest.mark.parametrize("algo", [{"name": "abs-sgd", "params": {"ref_batch": 32}},
+                                  {"name": "local-sgd", "params": {"tau": 2}, "batch": {"policy": "fixed", "size": 32}}],
+                         ids=["abs-sgd", "local-sgd"])
+def test_other_algorithms_finish_and_learn(bootstrap, tmp_path, algo):
+    name = algo["name"].replace("-", "")
+    _, lines, summaries = _train(tmp_path, bootstrap, name, 2, algo, stop={"max_steps": 20, "max_time_s": 300,
+                                                                           "target_accuracy": None})
+    per_rank = [_step_lines(lines[r]) for r in range(2)]
+    assert all(s["stop_reason"] == "max_steps" for s in summaries)
+    assert all(len(s) >= 20 for s in per_rank)
+    assert _falling([e["loss"] for e in per_rank[0]])
+    if algo["name"] == "local-sgd":  # replicas agree after every averaging round
+        rounds = [[e["digest"] for e in lines[r] if e["kind"] == "step" and e.get("round") is not None]
+                  for r in range(2)]
+        assert rounds[0] and rounds[0] == rounds[1]
+
+
+def test_resume_after_a_kill_trains_no_acked_sample_twice_and_loses_none(bootstrap, tmp_path):
+    cfg_path = _config(tmp_path, "resume", 2, {"name": "ddl", "batch": {"policy": "fixed", "size": 16}},
+                       stop={"max_steps": 30, "max_time_s": 300, "target_accuracy": None},
+                       checkpoint={"every_steps": 5})
+    run_id = f"r{os.getpid()}{int(time.time()) % 10**6}"
+    _produce(cfg_path, bootstrap, run_id, 1.5)
+    out = tmp_path / "runs"
+    run_dir = out / f"resume-{run_id}"
+    # slow steps (devices.compute.static 40x) so the kill lands mid-run, after the first checkpoints
+    procs = _start(cfg_path, bootstrap, run_id, out, range(2), 2, _free_port(),
+                   args=("--set", "devices.compute.static=[40.0]"))
+    deadline = time.monotonic() + 180
+    rank0 = run_dir / "ranks" / "0.jsonl"
+    while time.monotonic() < deadline:
+        if rank0.exists() and sum(1 for line in open(rank0) if '"kind":"step"' in line) >= 12:
+            break
+        time.sleep(0.2)
+    for p in procs:
+        p.send_signal(signal.SIGKILL)
+    _finish(procs)
+    first = [_step_lines([json.loads(x) for x in open(run_dir / "ranks" / f"{r}.jsonl")]) for r in range(2)]
+    assert all(len(f) >= 12 for f in first)
+    results = _finish(_start(cfg_path, bootstrap, run_id, out, range(2), 2, _free_port(), args=("--resume",)))
+    assert all(code == 0 for code, _, _ in results), [err[-2000:] for _, _, err in results]
+    for r in range(2):
+        lines = _step_lines([json.loads(x) for x in open(run_dir / "ranks" / f"{r}.jsonl")])
+        before = lines[:len(first[r])]
+        after = lines[len(first[r]):]
+        resumed_at = after[0]["step"]
+        assert resumed_at % 5 == 0 and 10 <= resumed_at <= len(first[r])  # from the last checkpoint
+        # the steps the checkpoint holds, then everything after it: contiguous sequence numbers
+        kept = [e for e in before if e["step"] < resumed_at] + after
+        seqs = [(e["seq_first"], e["seq_last"]) for e in kept]
+        assert seqs[0][0] == 0 and all(b[0] == a[1] + 1 for a, b in zip(seqs, seqs[1:], strict=False))
+        assert after[-1]["step"] == 29 and len(kept) == 30
+
+
+def test_bad_input_ends_with_one_line(bootstrap, tmp_path):
+    cfg_path = _config(tmp_path, "bad", 2, {"name": "ddl", "batch": {"policy": "fixed", "size": 8}})
+    out = tmp_path / "runs"
+    # a device index outside the config
+    [(code, _, err)] = _finish(_start(cfg_path, bootstrap, "x1", out, [5], 2, _free_port()))
+    assert code != 0 and err.strip().count("\n") == 0 and "RANK=5" in err and "Traceback" not in err
+    # an unreachable bootstrap
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = f"127.0.0.1:{s.getsockname()[1]}"
+    [(code, _, err)] = _finish(_start(cfg_path, dead, "x2", out, [0], 2, _free_port(),
+                                      EDGESTREAM_BROKER_TIMEOUT_S=3))
+    assert code != 0 and err.strip().count("\n") == 0 and dead in err
+    # a missing rendezvous peer
+    _produce(cfg_path, bootstrap, "x3", 0.3)
+    port = _free_port()
+    [(code, _, err)] = _finish(_start(cfg_path, bootstrap, "x3", out, [0], 2, port,
+                                      EDGESTREAM_RENDEZVOUS_TIMEOUT_S=4))
+    assert code != 0 and err.strip().count("\n") == 0 and f"127.0.0.1:{port}" in err and "rendezvous" in err
