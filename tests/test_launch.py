@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from edgestream.launch.rundir import merged_events
+from edgestream.launch.rundir import merged_events, record_session
 from edgestream.launch.tail import JsonlTail
 
 CLI = [sys.executable, "-m", "edgestream.cli"]
@@ -139,7 +139,7 @@ def test_a_killed_trainer_stops_the_run_and_is_named(bootstrap, run_prefix, tmp_
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_a_signal_to_the_orchestrator_leaves_no_child(bootstrap, run_prefix, tmp_path, sig):
-    cfg = write_cfg(tmp_path / "c.yaml", run_prefix, max_steps=100000)
+    cfg = write_cfg(tmp_path / "c.yaml", run_prefix, max_steps=100000, every_steps=5)
     # its own session, so that SIGINT to its process group is what a terminal's Ctrl-C sends
     proc = start_run(cfg, bootstrap, tmp_path / "runs", "--quiet", new_session=True)
     run_dir = tmp_path / "runs" / f"{run_prefix}-r1"
@@ -153,6 +153,63 @@ def test_a_signal_to_the_orchestrator_leaves_no_child(bootstrap, run_prefix, tmp
     assert f"interrupted by {signal.Signals(sig).name}" in err and "--resume" in err
     assert_no_child_left(run_dir)
     assert json.loads((run_dir / "summary.json").read_text())["engine"] == "local"
+    if sig == signal.SIGTERM:
+        resume_after_signal(cfg, bootstrap, run_dir)
+
+
+def step_lines(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if '"kind":"step"' in line]
+
+
+def resume_after_signal(cfg: Path, bootstrap: str, run_dir: Path) -> None:
+    """`--resume RUN_DIR` continues the interrupted run to a new max_steps: the same run directory,
+    the rank files grow, events.jsonl holds every device's steps in order, up to the new stop."""
+    before = {r: len(step_lines(run_dir / "ranks" / f"{r}.jsonl")) for r in (0, 1)}
+    last = max(e["step"] for r in (0, 1) for e in step_lines(run_dir / "ranks" / f"{r}.jsonl"))
+    target = last + 6
+    proc = subprocess.Popen([*CLI, "run", str(cfg), "--resume", str(run_dir), "--bootstrap", bootstrap, "--quiet",
+                             "--set", f"stop.max_steps={target}"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    code, out, err = finish(proc)
+    assert code == 0, err
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["resumed"] is True and summary["stop_reason"] == "max_steps" == json.loads(out)["stop_reason"]
+    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    assert [e["time"] for e in events] == sorted(e["time"] for e in events)
+    for r in (0, 1):
+        assert len(step_lines(run_dir / "ranks" / f"{r}.jsonl")) > before[r]  # appended, not rewritten
+        steps = [e["step"] for e in events if e["kind"] == "step" and e["device"] == r]
+        assert steps == sorted(set(steps)) and steps[-1] == target - 1 and steps[0] == 0
+    assert summary["steps"] == sum(1 for e in events if e["kind"] == "step")
+    assert_no_child_left(run_dir)
+
+
+def test_bad_runs_and_resumes_are_one_line(tmp_path, run_prefix):
+    """Refused before any broker is contacted: exit 2, one line naming the problem."""
+    from typer.testing import CliRunner
+
+    from edgestream.cli import app
+
+    def one_line(*args: str) -> str:
+        res = CliRunner().invoke(app, list(args))
+        lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+        assert res.exit_code == 2 and len(lines) == 1, res.output
+        return lines[0]
+
+    cfg = write_cfg(tmp_path / "c.yaml", run_prefix, max_steps=5)
+    existing = tmp_path / "runs" / f"{run_prefix}-r1"
+    existing.mkdir(parents=True)
+    (existing / "events.jsonl").write_text("")
+    assert one_line("run", str(cfg), "--engine", "local", "--out", str(tmp_path / "runs"), "--run-id", "r1",
+                    "--bootstrap", "127.0.0.1:1").startswith(f"error: run directory {existing} exists; continue it "
+                                                             "with --resume")
+    assert one_line("run", "--resume", str(tmp_path / "nope")) == f"--resume {tmp_path / 'nope'}: not a run " \
+                                                                    "directory (no config.yaml)"
+    (existing / "config.yaml").write_text(cfg.read_text())
+    assert "checkpoint.every_steps is null" in one_line("run", "--resume", str(existing))
+    assert "the config differs from the run's config.yaml at model.name" in one_line(
+        "run", str(cfg), "--resume", str(existing), "--set", "model.name=cnn-small")
+    assert "only local runs" in one_line("run", str(cfg), "--resume", str(existing), "--engine", "sim")
 
 
 def test_sigkill_of_the_orchestrator_takes_the_children_along(bootstrap, run_prefix, tmp_path):
@@ -175,13 +232,24 @@ def test_an_unreachable_bootstrap_is_one_line_naming_it(run_prefix, tmp_path):
     assert not (tmp_path / "runs").exists()
 
 
-def test_merged_events_continue_across_a_resume(tmp_path):
-    """A resumed trainer counts its time from its own start again: the merge keeps time monotonic."""
+def test_merged_events_stitch_a_resumed_session(tmp_path):
+    """A resumed trainer restarts from its checkpoint (step 2, time 2.9 here): the lines its killed
+    session wrote after that checkpoint were rolled back and are left out; a torn last line is skipped."""
     ranks = tmp_path / "ranks"
     ranks.mkdir()
-    (ranks / "0.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [
-        {"kind": "step", "time": 1.0, "device": 0, "step": 0}, {"kind": "step", "time": 2.0, "device": 0, "step": 1},
-        {"kind": "step", "time": 0.5, "device": 0, "step": 2}]) + '{"kind": "st')  # torn last line: skipped
-    (ranks / "1.jsonl").write_text(json.dumps({"kind": "step", "time": 1.5, "device": 1, "step": 0}) + "\n")
+
+    def lines(*recs: dict) -> str:
+        return "".join(json.dumps(r) + "\n" for r in recs)
+
+    (ranks / "0.jsonl").write_text(lines(*({"kind": "step", "time": t, "device": 0, "step": s}
+                                           for s, t in ((0, 1.0), (1, 2.0), (2, 3.0))),
+                                         {"kind": "eval", "time": 3.1, "step": 3, "accuracy": 0.5},
+                                         {"kind": "step", "time": 4.0, "device": 0, "step": 3}) + '{"kind": "st')
+    (ranks / "1.jsonl").write_text(lines({"kind": "step", "time": 1.5, "device": 1, "step": 0}))
+    assert record_session(ranks, 2) == {0: (ranks / "0.jsonl").stat().st_size, 1: (ranks / "1.jsonl").stat().st_size}
+    with open(ranks / "0.jsonl", "a") as f:
+        f.write(lines(*({"kind": "step", "time": t, "device": 0, "step": s} for s, t in ((2, 2.9), (3, 3.9))),
+                      {"kind": "eval", "time": 4.0, "step": 4, "accuracy": 0.6}))
     events = merged_events(ranks)
-    assert [(e["device"], e["time"]) for e in events] == [(0, 1.0), (1, 1.5), (0, 2.0), (0, 2.5)]
+    assert [(e["kind"], e.get("device"), e["time"]) for e in events] == [
+        ("step", 0, 1.0), ("step", 1, 1.5), ("step", 0, 2.0), ("step", 0, 2.9), ("step", 0, 3.9), ("eval", None, 4.0)]

@@ -1,6 +1,16 @@
 """edgestream.launch — the local orchestrator: broker, topics, the producer and one trainer per device
-as child processes, a live view, a clean stop, and the run directory (`edgestream run --engine local`)."""
+as child processes, a live view, a clean stop, and the run directory (`edgestream run --engine local`).
+
+Importing it registers the engine "local" with the runner's engine registry (runner/engines.py), so
+`edgestream compare --engine local` and `runner.run.run_config(cfg, "local")` reach `run_local`."""
 
 from edgestream.launch.orchestrator import LaunchError, LocalRun, run_local
+
+try:
+    from edgestream.runner.engines import register_engine
+except ImportError:  # a tree without the registry: `edgestream run --engine local` is wired in cli.py
+    register_engine = None
+if register_engine is not None:
+    register_engine("local", run_local)
 
 __all__ = ["LaunchError", "LocalRun", "run_local"]

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from edgestream.launch.procs import Child, ChildSet, describe_status, tail_lines
-from edgestream.launch.rundir import write_local_rundir
+from edgestream.launch.rundir import record_session, write_local_rundir
 from edgestream.launch.tail import RanksTail
 from edgestream.launch.view import LiveState, View
 from edgestream.runid import check_run_id, new_run_id
@@ -83,6 +83,8 @@ class _Outcome:
     child: Child | None = None
     signum: int | None = None
     stopped: list[str] = field(default_factory=list)
+    killed: list[str] = field(default_factory=list)   # children still alive GRACE_S after SIGTERM
+    stop_s: float | None = None                        # seconds from SIGTERM to the last child gone
 
 
 class _Signals:
@@ -90,6 +92,7 @@ class _Signals:
 
     def __init__(self) -> None:
         self.signum: int | None = None
+        self.count = 0
         self._previous: dict[int, Any] = {}
 
     def __enter__(self) -> _Signals:
@@ -99,6 +102,7 @@ class _Signals:
         return self
 
     def _on(self, signum, frame) -> None:
+        self.count += 1
         if self.signum is None:
             self.signum = signum
 
@@ -149,7 +153,13 @@ def resume_target(resume: Path, cfg: Any) -> tuple[Path, str]:
             engine = json.loads(summary.read_text()).get("engine")
             if engine not in (None, "local"):
                 raise LaunchError(f"--resume {resume}: a run of engine {engine!r}; only local runs resume", 2)
-    old = yaml.safe_load((resume / "config.yaml").read_text()) or {}
+    from edgestream.config import ConfigError, validate_dict
+
+    try:  # both sides resolved the same way (defaults filled in, secrets masked)
+        old = yaml.safe_load(validate_dict(yaml.safe_load((resume / "config.yaml").read_text())).to_yaml())
+    except (ConfigError, yaml.YAMLError, OSError) as exc:
+        problem = " ".join(str(exc).split())
+        raise LaunchError(f"--resume {resume}: its config.yaml does not load ({problem})", 2) from None
     new = yaml.safe_load(cfg.to_yaml()) or {}
     for section in RESUME_MAY_CHANGE:
         old.pop(section, None)
@@ -230,6 +240,7 @@ class LocalRun:
                 if other and other != os.getpid() and _pid_alive(int(other)) and (
                         b"edgestream" in Path(f"/proc/{other}/cmdline").read_bytes()):
                     raise LaunchError(f"{self.path}: another orchestrator (pid {other}) runs this run", 2)
+            self._check_checkpoints()
             return
         if self.path.exists() and any(self.path.iterdir()):
             raise LaunchError(f"run directory {self.path} exists; continue it with --resume {self.path}, or choose "
@@ -274,6 +285,16 @@ class LocalRun:
             raise LaunchError(f"interrupted while waiting for a Kafka broker at {self.bootstrap}",
                               128 + (signals.signum or signal.SIGINT)) from None
         return self.bootstrap
+
+    def _check_checkpoints(self) -> None:
+        """A resumed run needs a checkpoint of every rank to continue from."""
+        if self.cfg.checkpoint.every_steps is None:
+            raise LaunchError(f"--resume {self.path}: checkpoint.every_steps is null, so the run saved no checkpoint "
+                              "to continue from", 2)
+        missing = [str(r) for r in range(self.world) if not (self.path / "checkpoints" / f"rank{r}.pt").is_file()]
+        if missing:
+            raise LaunchError(f"--resume {self.path}: no checkpoint of rank(s) {', '.join(missing)} in "
+                              f"{self.path / 'checkpoints'} (the run stopped before its first checkpoint)", 2)
 
     def _child_config(self) -> Path:
         """config.yaml (secrets masked) for the record; the file the children read: config.yaml itself,
@@ -343,16 +364,13 @@ class LocalRun:
                 state.status = "training"
             time.sleep(0.1)
 
-    def _stop_producer(self, grace_s: float) -> dict | None:
+    def _stop_producer(self, grace_s: float, hurry=None) -> tuple[dict | None, list[str]]:
+        """SIGTERM the producer (it flushes and prints its summary), SIGKILL after `grace_s`; returns
+        (its summary, [its name] if it had to be killed)."""
         if self.producer is None:
-            return None
-        if self.producer.poll() is None:
-            self.producer.signal_group(signal.SIGTERM)
-            deadline = time.monotonic() + grace_s
-            while self.producer.poll() is None and time.monotonic() < deadline:
-                time.sleep(0.05)
-        self.children.kill_all([self.producer])
-        return _read_json_line(self.producer.out_path)
+            return None, []
+        killed = self.children.stop([self.producer], grace_s=grace_s, hurry=hurry)
+        return _read_json_line(self.producer.out_path), killed
 
     # ------------------------------------------------------------ the run
     def run(self) -> tuple[Path, dict]:
@@ -375,6 +393,7 @@ class LocalRun:
                                   security=self.cfg.runtime.kafka_client)
                 self.path.mkdir(parents=True, exist_ok=True)
                 (self.path / "ranks").mkdir(exist_ok=True)
+                offsets = record_session(self.path / "ranks", self.world) if self.resumed else {}
                 config_file = self._child_config()
                 secret_file = config_file if config_file.name == SECRET_FILE else None
                 if signals.signum is not None:
@@ -391,15 +410,19 @@ class LocalRun:
                 if not live and self.progress:
                     self.echo(f"run {self.run_name}: producer and {self.world} trainer(s) started (pids in "
                               f"{self.path / 'pids.json'}); Kafka at {self.bootstrap}")
-                outcome = self._watch(signals, state, view, RanksTail(self.path / "ranks"))
+                outcome = self._watch(signals, state, view, RanksTail(self.path / "ranks", offsets))
                 state.status = outcome.reason
-                if outcome.kind == "done":
-                    producer_summary = self._stop_producer(PRODUCER_STOP_S)
-                else:
-                    others = [c for c in self.children.children if c is not outcome.child and c.poll() is None]
-                    outcome.stopped = [c.name for c in others]
-                    self.children.stop(grace_s=GRACE_S)
-                    producer_summary = _read_json_line(self.producer.out_path) if self.producer else None
+                t_stop = time.monotonic()
+                outcome.stopped = [c.name for c in self.children.running() if c is not outcome.child]
+                # the trainers first, while the producer still streams (a trainer waiting for data
+                # sees the stop at its next step); then the producer flushes and prints its summary
+                first = 1 if outcome.kind == "signal" else 0
+                hurry = lambda: signals.count > first  # noqa: E731 - a second Ctrl-C: SIGKILL now
+                outcome.killed = self.children.stop(list(self.trainers.values()), grace_s=GRACE_S, hurry=hurry)
+                grace = PRODUCER_STOP_S if outcome.kind == "done" else GRACE_S
+                producer_summary, killed = self._stop_producer(grace, hurry)
+                outcome.killed += killed
+                outcome.stop_s = time.monotonic() - t_stop
             finally:
                 if view is not None:
                     view.close()
@@ -422,6 +445,8 @@ class LocalRun:
                 reason = json.loads((ranks_dir / "0.summary.json").read_text()).get("stop_reason") or reason
         extra = {"run_dir": str(self.path), "bootstrap": self.bootstrap, "resumed": self.resumed,
                  "session_wall_s": round(wall, 3),
+                 "children_stop_s": round(outcome.stop_s, 3) if outcome.stop_s is not None else None,
+                 "children_killed": outcome.killed,
                  "producer": {k: producer_summary.get(k) for k in ("produced", "delivered", "failed",
                                                                    "unacknowledged", "duration_s")}
                  if producer_summary else None}

@@ -22,7 +22,7 @@ import subprocess
 import sys
 import time
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -118,17 +118,22 @@ class ChildSet:
     def running(self) -> list[Child]:
         return [c for c in self.children if c.poll() is None]
 
-    def stop(self, children: Sequence[Child] | None = None, grace_s: float = 10.0) -> None:
-        """SIGTERM each child's group, wait up to `grace_s` for them to exit, then SIGKILL the groups
-        still alive (stragglers and grandchildren alike) and reap."""
+    def stop(self, children: Sequence[Child] | None = None, grace_s: float = 10.0,
+             hurry: Callable[[], bool] | None = None) -> list[str]:
+        """SIGTERM each child's group, wait up to `grace_s` for them to exit (or until `hurry()`, e.g. a
+        second Ctrl-C), then SIGKILL the groups still alive (stragglers and grandchildren alike) and
+        reap. Returns the names of the children that had to be killed."""
         todo = list(self.children if children is None else children)
         for c in todo:
             if c.poll() is None:
                 c.signal_group(signal.SIGTERM)
         deadline = time.monotonic() + grace_s
-        while time.monotonic() < deadline and any(c.poll() is None for c in todo):
+        while (time.monotonic() < deadline and any(c.poll() is None for c in todo)
+               and not (hurry is not None and hurry())):
             time.sleep(0.05)
+        killed = [c.name for c in todo if c.poll() is None]
         self.kill_all(todo)
+        return killed
 
     def kill_all(self, children: Sequence[Child] | None = None) -> None:
         """SIGKILL every group still alive and reap the children (no zombie, no orphan)."""

@@ -9,31 +9,82 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from edgestream.launch.tail import rank_files, read_rank_file
+from edgestream.launch.tail import parse_line as _parse_line
+from edgestream.launch.tail import rank_files
 from edgestream.metrics import EventLog, accuracy_plot, buffer_plot
 
+SESSIONS = "sessions.json"
 
-def rank_events(path: Path) -> list[dict]:
-    """One rank file's records in file order, with times made monotonic across restarts: a resumed
-    trainer counts its time from its own start again, so a record whose time falls below the last
-    one's is shifted by the time the earlier sessions reached (each session starts where the last ended)."""
-    out, offset, last = [], 0.0, 0.0
-    for rec in read_rank_file(path):
-        t = rec.get("time")
-        if isinstance(t, (int, float)):
-            if t + offset < last - 1e-9:
-                offset = last
-            rec["time"] = round(float(t) + offset, 6)
-            last = rec["time"]
-        out.append(rec)
+
+def read_sessions(ranks_dir: Path) -> dict[int, list[int]]:
+    """rank -> byte offsets in ranks/<rank>.jsonl where each later session (a resume) began."""
+    try:
+        raw = json.loads((ranks_dir / SESSIONS).read_text())
+        return {int(r): [int(o) for o in offs] for r, offs in raw.items()}
+    except (OSError, ValueError, AttributeError, TypeError):
+        return {}
+
+
+def record_session(ranks_dir: Path, world: int) -> dict[int, int]:
+    """Before a resumed session starts: note where each rank file ends (the new session's lines follow),
+    in ranks/sessions.json; returns rank -> that offset."""
+    sessions = read_sessions(ranks_dir)
+    now = {}
+    for rank in range(world):
+        p = ranks_dir / f"{rank}.jsonl"
+        now[rank] = p.stat().st_size if p.exists() else 0
+        if now[rank] > 0:
+            sessions.setdefault(rank, []).append(now[rank])
+    tmp = ranks_dir / (SESSIONS + ".tmp")
+    tmp.write_text(json.dumps({str(r): offs for r, offs in sorted(sessions.items())}) + "\n")
+    tmp.replace(ranks_dir / SESSIONS)
+    return now
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _rolled_back(r: dict, first_step: int | None, first_time: float | None) -> bool:
+    """Whether an earlier session's record falls after the checkpoint a later session resumed from."""
+    after_step = first_step is not None and _is_int(r.get("step")) and r["step"] >= first_step
+    if r.get("kind") == "eval":
+        t = r.get("time")
+        return after_step or (first_time is not None and isinstance(t, (int, float)) and t >= first_time)
+    return after_step
+
+
+def rank_events(path: Path, starts: list[int] | None = None) -> list[dict]:
+    """One rank file's records in file order, sessions stitched together: a resumed trainer restarts
+    from its last checkpoint (its step count and time continue from there), so the lines an earlier
+    session wrote after that checkpoint were rolled back. `starts`: byte offsets where later sessions
+    begin (ranks/sessions.json); each drops the earlier lines with a step >= its first step, and
+    earlier eval lines at or after its first time."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return []
+    bounds = [0, *sorted(o for o in (starts or []) if 0 < o < len(data)), len(data)]
+    out: list[dict] = []
+    for a, b in zip(bounds, bounds[1:], strict=False):
+        chunk = [r for r in (_parse_line(ln) for ln in data[a:b].split(b"\n") if ln.strip()) if r is not None]
+        if out and chunk:
+            first_step = min((r["step"] for r in chunk if r.get("kind", "step") == "step" and _is_int(r.get("step"))),
+                             default=None)
+            first_time = min((float(r["time"]) for r in chunk if isinstance(r.get("time"), (int, float))),
+                             default=None)
+            out = [r for r in out if not _rolled_back(r, first_step, first_time)]
+        out += chunk
     return out
 
 
 def merged_events(ranks_dir: Path) -> list[dict]:
-    """Every rank's records, sorted by time (ties: step lines before eval lines, then by device)."""
+    """Every rank's records (sessions stitched, see rank_events), sorted by time (ties: step lines
+    before eval lines, then by rank and file order)."""
+    sessions = read_sessions(ranks_dir)
     items = []
     for rank, path in rank_files(ranks_dir).items():
-        for i, rec in enumerate(rank_events(path)):
+        for i, rec in enumerate(rank_events(path, sessions.get(rank))):
             items.append(((float(rec.get("time") or 0.0), rec.get("kind") == "eval", rank, i), rec))
     items.sort(key=lambda x: x[0])
     return [rec for _, rec in items]

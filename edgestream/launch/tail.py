@@ -22,7 +22,7 @@ def rank_files(ranks_dir: Path) -> dict[int, Path]:
     return dict(sorted(out.items()))
 
 
-def _parse(line: bytes) -> dict | None:
+def parse_line(line: bytes) -> dict | None:
     try:
         rec = json.loads(line)
     except ValueError:
@@ -33,9 +33,9 @@ def _parse(line: bytes) -> dict | None:
 class JsonlTail:
     """New complete lines of one growing JSONL file, parsed; a partial last line waits for its newline."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, offset: int = 0) -> None:
         self.path = path
-        self.offset = 0
+        self.offset = offset
         self._partial = b""
 
     def read(self) -> list[dict]:
@@ -50,27 +50,18 @@ class JsonlTail:
         self.offset += len(data)
         data = self._partial + data
         *lines, self._partial = data.split(b"\n")
-        return [r for r in (_parse(ln) for ln in lines if ln.strip()) if r is not None]
+        return [r for r in (parse_line(ln) for ln in lines if ln.strip()) if r is not None]
 
 
 class RanksTail:
     """Every ranks/*.jsonl of a run, followed together: `read()` -> [(rank, record), ...] new since last."""
 
-    def __init__(self, ranks_dir: Path) -> None:
+    def __init__(self, ranks_dir: Path, offsets: dict[int, int] | None = None) -> None:
         self.ranks_dir = ranks_dir
+        self.offsets = offsets or {}
         self.tails: dict[int, JsonlTail] = {}
 
     def read(self) -> list[tuple[int, dict]]:
         for rank, path in rank_files(self.ranks_dir).items():
-            self.tails.setdefault(rank, JsonlTail(path))
+            self.tails.setdefault(rank, JsonlTail(path, self.offsets.get(rank, 0)))
         return [(rank, rec) for rank, t in sorted(self.tails.items()) for rec in t.read()]
-
-
-def read_rank_file(path: Path) -> list[dict]:
-    """Every complete, parseable line of one rank file, in file order. A killed trainer may leave a
-    torn last line: it is skipped (so is any line that is not a JSON object)."""
-    try:
-        data = path.read_bytes()
-    except OSError:
-        return []
-    return [r for r in (_parse(ln) for ln in data.split(b"\n") if ln.strip()) if r is not None]
