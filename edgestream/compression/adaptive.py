@@ -107,6 +107,16 @@ class AdaptiveTopKState:
         """True = vote to compress this step: statistic <= delta."""
         return self._value is not None and self._value <= self.delta
 
+    def state_dict(self) -> dict:
+        """{"value", "sum", "count"}: the statistic and the reference mean's running sums."""
+        return {"value": self._value, "sum": self._sum, "count": self._count}
+
+    def load_state_dict(self, state: dict) -> None:
+        value = state.get("value")
+        self._value = None if value is None else float(value)
+        self._sum = float(state.get("sum", 0.0))
+        self._count = int(state.get("count", 0))
+
 
 def group_compress(votes: Sequence[bool]) -> bool:
     """The group compresses when at least half of the workers vote so (ties compress); no votes: dense."""

@@ -54,6 +54,15 @@ class Compressor(Protocol):
 
     def decompress(self, c: Compressed) -> torch.Tensor: ...
 
+    def state_dict(self) -> dict[str, Any]:
+        """What the compressor carries between steps (seeded draws' counters and generator states),
+        as tensors and plain values only, so torch.save + torch.load(weights_only=True) round-trips it;
+        {} for stateless compressors. `load_state_dict` restores it into a compressor built with the
+        same spec."""
+        ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
 
 @runtime_checkable
 class Memory(Protocol):
@@ -70,6 +79,13 @@ class Memory(Protocol):
     ) -> None: ...
 
     def reset(self, name: str | None = None) -> None: ...
+
+    def state_dict(self) -> dict[str, Any]:
+        """The error-feedback state (tensors by name; plain values), valid until the next update: copy it
+        (torch.save does) to keep it. `load_state_dict` restores it."""
+        ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
 
 def wire_counts(payload: Sequence[torch.Tensor]) -> tuple[int, int]:

@@ -22,3 +22,10 @@ class FP16Compressor:
     def decompress(self, c: Compressed) -> torch.Tensor:
         shape, _, dtype = c.ctx
         return c.payload[0].to(dtype).reshape(shape)
+
+    def state_dict(self) -> dict:
+        """Stateless: {} (see `Compressor.state_dict`)."""
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        return None

@@ -19,6 +19,12 @@ class NoneMemory:
     def reset(self, name: str | None = None) -> None:
         return None
 
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        return None
+
 
 class ResidualMemory:
     """Error feedback (Seide et al. 2014; Karimireddy et al. 2019): t = g + e; send C(t); e = t - D(C(t)).
@@ -47,6 +53,13 @@ class ResidualMemory:
             self.residuals.clear()
         else:
             self.residuals.pop(name, None)
+
+    def state_dict(self) -> dict:
+        """{"residuals": {name: e}} (references: `update` replaces a residual, never edits it)."""
+        return {"residuals": dict(self.residuals)}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.residuals = dict(state.get("residuals", {}))
 
 
 class DGCMemory:
@@ -93,3 +106,11 @@ class DGCMemory:
         else:
             self.u.pop(name, None)
             self.v.pop(name, None)
+
+    def state_dict(self) -> dict:
+        """{"u": {name: u}, "v": {name: v}}: references, edited in place by the next `update`."""
+        return {"u": dict(self.u), "v": dict(self.v)}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.u = {k: t.clone() for k, t in state.get("u", {}).items()}
+        self.v = {k: t.clone() for k, t in state.get("v", {}).items()}

@@ -58,6 +58,17 @@ class QSGDCompressor:
         floats, nbytes = wire_counts(payload)
         return Compressed(payload, tensor_ctx(tensor) + (s,), floats, nbytes)
 
+    def state_dict(self) -> dict:
+        """{"generators": {device: generator state (a uint8 CPU tensor)}}."""
+        return {"generators": {key: gen.get_state() for key, gen in self._gens.items()}}
+
+    def load_state_dict(self, state: dict) -> None:
+        self._gens = {}
+        for key, gen_state in state.get("generators", {}).items():
+            gen = torch.Generator(device=torch.device(key))
+            gen.set_state(gen_state.cpu() if gen_state.device.type != "cpu" else gen_state)
+            self._gens[key] = gen
+
     def decompress(self, c: Compressed) -> torch.Tensor:
         shape, _, dtype, s = c.ctx
         norm, q = c.payload

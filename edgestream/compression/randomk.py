@@ -48,3 +48,10 @@ class RandomKCompressor:
 
     def decompress(self, c: Compressed) -> torch.Tensor:
         return sparse_decompress(c)
+
+    def state_dict(self) -> dict:
+        """{"calls": {tensor name: calls so far}}: the next draw of each tensor."""
+        return {"calls": dict(self._calls)}
+
+    def load_state_dict(self, state: dict) -> None:
+        self._calls = {str(k): int(v) for k, v in state.get("calls", {}).items()}

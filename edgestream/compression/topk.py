@@ -64,3 +64,10 @@ class TopKCompressor:
 
     def decompress(self, c: Compressed) -> torch.Tensor:
         return sparse_decompress(c)
+
+    def state_dict(self) -> dict:
+        """Stateless: {} (see `Compressor.state_dict`)."""
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        return None
