@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from common import OUT, record  # noqa: E402
 
 from edgestream.config import validate_dict  # noqa: E402
-from edgestream.sim.compare import parse_variants, run_compare  # noqa: E402
+from edgestream.runner.compare import parse_variants, run_compare  # noqa: E402
 
 RUNS = OUT / "sim_paper_runs"
 SCADLES_T6 = ("scadles[algorithm.buffer=truncate,compression.name=adaptive-topk,compression.ratio=0.1,"

@@ -299,7 +299,7 @@ def demo(bootstrap: str = typer.Option(None, help="HOST:PORT of a broker; defaul
         raise typer.Exit(1) from None
 
 
-# ---------------------------------------------------------------- run / compare (simulator)
+# ---------------------------------------------------------------- run / compare (any engine: edgestream.runner)
 def _config_problems(exc: Exception) -> None:
     for line in getattr(exc, "problems", None) or str(exc).splitlines():
         typer.echo(line, err=True)
@@ -364,12 +364,11 @@ def run_cmd(config: Path = typer.Argument(None, help="experiment YAML file (opti
         run_local_command(cfg, out=out, run_id=run_id, bootstrap=bootstrap, resume=resume, quiet=quiet)
         return
     from edgestream.config import ConfigError
-    from edgestream.sim.engine import SimConfigError
-    from edgestream.sim.run import run_sim
+    from edgestream.runner import EngineError, run_config
 
     try:
-        path, summary = run_sim(cfg, out=out, run_id=run_id, progress=not quiet)
-    except (SimConfigError, ConfigError) as exc:
+        path, summary = run_config(cfg, engine, out=out, run_id=run_id, progress=not quiet)
+    except (EngineError, ConfigError) as exc:
         _config_problems(exc)
     keys = ("time_to_target_s", "final_accuracy", "steps", "buffer_max_samples", "dropped_total",
             "floats_sent_total", "cnc_ratio", "stop_reason", "virtual_time_s", "wall_s")
@@ -384,24 +383,36 @@ def compare_cmd(config: Path = typer.Argument(..., help="experiment YAML file"),
                 set_: list[str] = typer.Option(None, "--set", help="override KEY.PATH=VALUE (repeatable)"),
                 out: Path = typer.Option(None, "--out", help="parent folder; default runtime.out"),
                 run_id: str = typer.Option(None, "--run-id", help="id of the compare folder; default new"),
+                engine: str = typer.Option("sim", "--engine", help="sim | local: the engine every variant runs on"),
                 quiet: bool = typer.Option(False, "--quiet", help="no progress bars")) -> None:
-    """Simulate CONFIG once per algorithm; write compare.md and compare.png and print the table.
+    """Run CONFIG once per algorithm (simulated unless --engine local); write compare.md and compare.png
+    and print the table.
 
     Batch rule: the config's algorithm.batch is kept for an algorithm it suits (rate/available for
     scadles, fixed for the others); otherwise the algorithm's default (scadles rate 8..1024, fixed 64).
     """
+    if engine not in ("sim", "local"):
+        _bad_input(f"--engine: {engine!r} is not allowed; must be one of sim, local")
     _check_out(out)
     _check_run_id(run_id)
     cfg = _load(config, set_)
     from edgestream.config import ConfigError
-    from edgestream.sim.compare import parse_variants, run_compare
-    from edgestream.sim.engine import SimConfigError
+    from edgestream.runner import EngineError
+    from edgestream.runner.compare import parse_variants, run_compare
 
     try:
         variants = parse_variants(algorithms)
-        folder, _, table = run_compare(cfg, variants, out=out, run_id=run_id, progress=not quiet)
-    except (SimConfigError, ConfigError, ValueError) as exc:
+        folder, _, table = run_compare(cfg, variants, out=out, run_id=run_id, progress=not quiet, engine=engine)
+    except (EngineError, ConfigError, ValueError) as exc:
         _config_problems(exc)
+    except Exception as exc:  # an engine's run failure that names its exit status (launch.LaunchError)
+        code = getattr(exc, "code", None)
+        if not isinstance(code, int) or isinstance(exc, SystemExit):
+            raise
+        typer.echo(f"error: {exc}", err=True)
+        for line in getattr(exc, "detail", None) or []:
+            typer.echo(line, err=True)
+        raise typer.Exit(code) from None
     typer.echo(f"compare folder: {folder}", err=True)
     sys.stdout.write(table)
 

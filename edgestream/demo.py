@@ -82,7 +82,7 @@ def stream_demo(bootstrap: str, console: Console, seconds: float = 10.0) -> dict
 def sim_demo(console: Console, out: Path) -> dict | None:
     """DDL vs ScaDLES on the same streams in virtual time (edgestream compare)."""
     try:
-        from edgestream.sim.compare import compare_algorithms
+        from edgestream.runner.compare import compare_algorithms
     except ImportError:
         return None
     cfg = _demo_config("demo-compare")

@@ -1,4 +1,5 @@
-"""The engine-free proof: `driver_local` (no SimPy, no clock, no Kafka) runs the UNCHANGED sync workers.
+"""The engine-free proof: the lockstep engine (`runner.drive` round robin in one process; no SimPy, no
+clock, no Kafka) runs the UNCHANGED sync workers.
 
 Tiny MLP on scikit-learn digits, 3 workers with different stream rates and speeds, a few dozen steps.
 """
@@ -16,9 +17,9 @@ from sklearn.datasets import load_digits
 from torch import Tensor, nn
 
 from edgestream.models import build_model
+from edgestream.runner.lockstep import ArraySource, LockstepEngine
 from edgestream.streams import build_batch_policy
 from edgestream.sync import ALGORITHMS, Log, WorkerContext
-from edgestream.sync.driver_local import ArraySource, LocalDriver
 
 M = 3
 RATES = (8.0, 24.0, 60.0)
@@ -34,8 +35,8 @@ def _data() -> tuple[Tensor, Tensor]:
 X, Y = _data()
 
 
-class SnapshotDriver(LocalDriver):
-    """LocalDriver that keeps each replica's parameters whenever its worker logs a step."""
+class SnapshotDriver(LockstepEngine):
+    """LockstepEngine that keeps each replica's parameters whenever its worker logs a step."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -54,12 +55,13 @@ def _driver(model: nn.Module, momentum: float = 0.5, rates: tuple[float, ...] = 
 
 
 def _contexts(name: str, params: dict, lr: float, stop_at: int | list[int | None], **kw: Any) -> list[WorkerContext]:
+    """Contexts whose worker asks to stop once `stop_at` steps are completed (per worker with a list)."""
     spec = ALGORITHMS[name]
     ctxs = []
     for i in range(M):
         limit = stop_at[i] if isinstance(stop_at, list) else stop_at
-        ctx = WorkerContext(rank=i, world_size=M, seed=7, params=spec.resolve(params), lr=lr, **kw)
-        ctx.should_stop = (lambda c=ctx, n=limit: n is not None and c.step >= n)
+        ctx = WorkerContext(rank=i, world_size=M, seed=7, params=spec.resolve(params), lr=lr,
+                            should_stop=lambda completed, n=limit: n is not None and completed >= n, **kw)
         ctxs.append(ctx)
     return ctxs
 
@@ -67,11 +69,11 @@ def _contexts(name: str, params: dict, lr: float, stop_at: int | list[int | None
 def _run(name: str, params: dict, lr: float, steps: int, seed: int = 0, **kw: Any) -> SnapshotDriver:
     torch.manual_seed(seed)
     drv = _driver(build_model("mlp", (1, 8, 8), 10))
-    drv.run([ALGORITHMS[name].worker(c) for c in _contexts(name, params, lr, steps - 1, **kw)])
+    drv.run([ALGORITHMS[name].worker(c) for c in _contexts(name, params, lr, steps, **kw)])
     return drv
 
 
-def _step_losses(drv: LocalDriver) -> list[float]:
+def _step_losses(drv: LockstepEngine) -> list[float]:
     """Mean loss over workers per step (logs with a loss, in step order)."""
     per: dict[int, list[float]] = defaultdict(list)
     for e in drv.events:
@@ -96,7 +98,7 @@ CASES = {
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_unchanged_workers_learn_on_the_local_driver(case: str) -> None:
+def test_unchanged_workers_learn_on_the_lockstep_engine(case: str) -> None:
     name = case.split("+")[0]
     params, lr, kw = CASES[case]
     drv = _run(name, params, lr, steps=36, **kw)
@@ -164,7 +166,7 @@ def test_scadles_step_is_weighted_gradient_at_scaled_lr() -> None:
     eta_t = eta * sum(RATES) / (base * M)
     want = [w - eta_t * p.grad for w, p in zip(w0, model.parameters(), strict=True)]
 
-    ctxs = _contexts("scadles", {"base_batch": base}, eta, stop_at=0)
+    ctxs = _contexts("scadles", {"base_batch": base}, eta, stop_at=1)
     drv.run([ALGORITHMS["scadles"].worker(c) for c in ctxs])
     assert [e["batch"] for e in drv.events] == [int(r) for r in RATES]
     assert all(e["lr"] == pytest.approx(eta_t) and e["global_batch"] == sum(RATES) for e in drv.events)
@@ -181,12 +183,11 @@ def test_abs_sgd_matches_hand_rolled_delayed_sgd() -> None:
     ref, lam, eta = 8, 0.5, 0.3
     sources = [ArraySource(X[i::2], Y[i::2], rate=10, seed=i) for i in range(2)]
     replay = copy.deepcopy(sources)
-    drv = LocalDriver(copy.deepcopy(model), sources, momentum=0.0)
+    drv = LockstepEngine(copy.deepcopy(model), sources, momentum=0.0)
     spec = ALGORITHMS["abs-sgd"]
-    ctxs = [WorkerContext(rank=i, world_size=2, params=spec.resolve({"ref_batch": ref, "lambda": lam}), lr=eta)
+    ctxs = [WorkerContext(rank=i, world_size=2, params=spec.resolve({"ref_batch": ref, "lambda": lam}), lr=eta,
+                          should_stop=lambda completed: completed >= 3)
             for i in range(2)]
-    for c in ctxs:
-        c.should_stop = (lambda c=c: c.step >= 2)
     drv.run([spec.worker(c) for c in ctxs])
     assert [e["ref_batches"] for e in drv.events] == [1] * 6
 
@@ -215,10 +216,11 @@ def test_one_worker_asking_to_stop_stops_the_group_after_that_step() -> None:
     for name, params in [("ddl", {}), ("local-sgd", {"tau": 2}), ("abs-sgd", {})]:
         torch.manual_seed(0)
         drv = _driver(build_model("mlp", (1, 8, 8), 10))
-        ctxs = _contexts(name, params, 0.1, stop_at=[None, 2, None])
+        ctxs = _contexts(name, params, 0.1, stop_at=[None, 3, None])
         drv.run([ALGORITHMS[name].worker(c) for c in ctxs])  # would deadlock if one worker left early
         assert len({c.step for c in ctxs}) == 1, name
-        assert ctxs[0].step == {"ddl": 3, "local-sgd": 2, "abs-sgd": 3}[name]
+        # local-sgd (tau 2) learns of the stop at its next averaging, after step 4
+        assert ctxs[0].step == {"ddl": 3, "local-sgd": 4, "abs-sgd": 3}[name]
 
 
 def test_scadles_injection_adds_peer_samples_and_counts_them() -> None:

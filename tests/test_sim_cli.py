@@ -1,5 +1,5 @@
-"""`run_sim`'s run directory, `edgestream run` and `edgestream compare` (typer's CliRunner), and the
-compare rules (variants, batch policy per algorithm)."""
+"""The simulator's run directory (`runner.run_config(cfg, "sim")`), `edgestream run` and `edgestream
+compare` (typer's CliRunner), and the compare rules (variants, batch policy per algorithm)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from edgestream.cli import app
 from edgestream.config import ConfigError, load_config, validate_dict
 from edgestream.metrics import read_events
 from edgestream.metrics.events import STEP_FIELDS
-from edgestream.sim.compare import Variant, batch_for, parse_variants, variant_config
-from edgestream.sim.run import run_sim
+from edgestream.runner import engines, run_config
+from edgestream.runner.compare import Variant, batch_for, parse_variants, variant_config
 
 TINY = {
     "name": "tiny",
@@ -46,7 +46,7 @@ def is_png(path: Path) -> bool:
 
 def test_run_directory_contents(tmp_path):
     cfg = validate_dict(TINY)
-    path, summary = run_sim(cfg, out=tmp_path / "runs", run_id="r1", progress=False)
+    path, summary = run_config(cfg, "sim", out=tmp_path / "runs", run_id="r1", progress=False)
     assert path == tmp_path / "runs" / "tiny-r1"
     assert validate_dict(yaml.safe_load((path / "config.yaml").read_text())) == cfg
     assert json.loads((path / "summary.json").read_text()) == summary
@@ -102,6 +102,23 @@ def test_cli_compare(tiny, tmp_path):
     assert res.exit_code == 2 and "devices.count: -2 is not allowed" in res.output
     res = runner.invoke(app, ["compare", str(tiny), "--algorithms", "ddl,[oops"])
     assert res.exit_code == 2
+    res = runner.invoke(app, ["compare", str(tiny), "--algorithms", "ddl", "--engine", "warp"])
+    assert res.exit_code == 2 and "--engine: 'warp' is not allowed" in res.output
+
+
+def test_an_engine_that_is_not_registered_is_one_line_exit_2(tiny, tmp_path, monkeypatch):
+    """The registry's answer for an engine whose package does not register it (as `local` was before
+    edgestream/launch existed): one line, exit 2, and no run directory."""
+    monkeypatch.setattr(engines, "_ENGINES", {k: v for k, v in engines._ENGINES.items() if k != "local"})
+    monkeypatch.setitem(engines.ENGINE_MODULES, "local", "edgestream.no_such_engine_package")
+    with pytest.raises(engines.EngineUnavailable, match="engine 'local' is not available"):
+        engines.get_engine("local")
+    res = CliRunner().invoke(app, ["compare", str(tiny), "--algorithms", "ddl", "--engine", "local",
+                                   "--out", str(tmp_path / "o"), "--quiet"])
+    assert res.exit_code == 2 and res.output.strip() == "engine 'local' is not available"
+    assert not (tmp_path / "o").exists()
+    with pytest.raises(engines.EngineUnavailable):
+        run_config(validate_dict(TINY), "nope", out=tmp_path / "o")
 
 
 def test_variants_and_batch_rule():
@@ -126,7 +143,7 @@ def test_compare_algorithms_for_the_demo(tmp_path):
 
     from rich.console import Console
 
-    from edgestream.sim.compare import compare_algorithms
+    from edgestream.runner.compare import compare_algorithms
 
     buf = io.StringIO()
     cfg = validate_dict({**TINY, "stop": {"target_accuracy": 0.95, "max_time_s": 3.0}})

@@ -10,6 +10,7 @@ import copy
 from typing import Any
 
 import pytest
+import torch
 
 from edgestream.config import validate_dict
 from edgestream.metrics import EventLog, read_events
@@ -208,3 +209,31 @@ def test_calibrated_compute_model_and_injection_bytes():
     sent = sum(e.get("inject_bytes", 0) for e in lines)
     assert sent == engine.stats.inject_bytes > 0
     assert sent == sum(e.get("injected_sent", 0) for e in lines) * engine.data.sample_bytes
+
+
+def test_batch_norm_model_runs_as_on_per_worker_replicas(tmp_path):
+    """A shared replica would update batch-norm running statistics once per worker per step; the
+    simulator keeps per-worker replicas for models with buffers, so a run equals the per-worker run
+    (events and every buffer bitwise) and each worker's statistics see its own batches once per step."""
+    from edgestream.sim.replicas import BUFFERS_REASON
+
+    steps = 2
+    cfg = cfg_of(data={"dataset": "synthetic", "shape": [3, 8, 8], "num_classes": 4, "n_train": 160, "n_test": 20},
+                 model={"name": "resnet20"}, devices={"count": 2}, algorithm={"batch": {"policy": "fixed", "size": 8}},
+                 stop={"max_steps": steps}, eval={"every_s": 1000.0})
+    default = SimEngine(cfg, EventLog(tmp_path / "d.jsonl"))
+    default.run()
+    default.events.close()
+    per_worker = SimEngine(cfg, EventLog(tmp_path / "p.jsonl"), share_replicas=False)
+    per_worker.run()
+    per_worker.events.close()
+    assert (tmp_path / "d.jsonl").read_text() == (tmp_path / "p.jsonl").read_text()
+    for rank in range(2):
+        a, b = default.replicas.models[rank].state_dict(), per_worker.replicas.models[rank].state_dict()
+        assert all(torch.equal(a[k], b[k]) for k in a)
+        assert all(int(v) == steps for k, v in a.items() if k.endswith("num_batches_tracked"))
+    means = [m.state_dict() for m in default.replicas.models]
+    key = next(k for k in means[0] if k.endswith("running_mean"))
+    assert not torch.equal(means[0][key], means[1][key])  # each worker's statistics follow its own batches
+    assert default.replicas.identical()  # the trainable parameters stay in lockstep
+    assert default.replicas.layout() == {"replicas": "per-worker", "unshared_reason": BUFFERS_REASON}

@@ -1,6 +1,6 @@
 """The shared gradient exchange: ScaDLES' weighted aggregation oracle, compressed paths, adaptive votes.
 
-Collectives are executed by `run_lockstep` of the local driver (the exchange code path unchanged).
+Collectives are executed by `run_lockstep` of the lockstep engine (the exchange code path unchanged).
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from sklearn.datasets import load_digits
 from torch import Tensor, nn
 
 from edgestream.compression import AdaptiveTopKState, ResidualMemory, TopKCompressor, build_compressor
+from edgestream.runner.lockstep import run_lockstep
 from edgestream.sync import Codec, exchange
-from edgestream.sync.driver_local import run_lockstep
 
 
 def _no_local_requests(rank: int, req: object) -> None:

@@ -1,4 +1,7 @@
-"""`run_compare`: the same config simulated once per algorithm (or variant), side by side.
+"""`run_compare`: the same config run once per algorithm (or variant) on one engine, side by side.
+
+The engine is any registered one (edgestream.runner.engines): "sim" (virtual time) by default,
+"local" for real runs through Kafka when the local orchestrator is installed.
 
 Variants: ``ddl,scadles`` or, with per-variant config overrides, ``scadles[algorithm.buffer=persist]`` or
 ``scadles[compression.name=adaptive-topk,compression.ratio=0.1]`` (KEY.PATH=VALUE as with --set; the
@@ -12,7 +15,7 @@ overrides apply last, so ``ddl[algorithm.batch.size=32]`` sets ddl's batch expli
 
 Output folder `<out>/<name>-compare-<run id>/`: one run directory per variant, compare.md (the
 markdown table with the speedup of every variant over the first) and compare.png (accuracy vs
-virtual time, overlaid).
+the engine's time, overlaid).
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from typing import Any
 from edgestream.config import ConfigError, apply_override, validate_dict
 from edgestream.metrics import accuracy_plot, markdown_table, read_events
 from edgestream.runid import new_run_id
-from edgestream.sim.run import run_sim
+from edgestream.runner.engines import get_engine
 
 #: batch policies that suit an algorithm; the rest take DEFAULT_FAMILY.
 SUITABLE_BATCH: dict[str, tuple[str, ...]] = {"scadles": ("rate", "available")}
@@ -116,22 +119,32 @@ def _label_id(label: str) -> str:
     return re.sub(r"[^A-Za-z0-9_\-]+", "-", label).strip("-")[:64] or "run"
 
 
-def run_compare(cfg: Any, variants: list[Variant], out: str | Path | None = None, run_id: str | None = None,
-                progress: bool = True, base_dir: str | Path | None = None
-                ) -> tuple[Path, dict[str, dict], str]:
-    """Simulate every variant of `cfg`; returns (compare folder, {label: summary}, markdown table).
+def _time_words(engine: str) -> tuple[str, str]:
+    """(what the engine's times are, a table title) for compare.md and the terminal table."""
+    if engine == "sim":
+        return "virtual seconds", "simulated, virtual time"
+    return f"seconds of the {engine} engine", f"engine {engine}"
 
-    All variant configs are built (and validated) before the first run starts.
+
+def run_compare(cfg: Any, variants: list[Variant], out: str | Path | None = None, run_id: str | None = None,
+                progress: bool = True, base_dir: str | Path | None = None, engine: str = "sim",
+                **options: Any) -> tuple[Path, dict[str, dict], str]:
+    """Run every variant of `cfg` on `engine`; returns (compare folder, {label: summary}, markdown table).
+
+    All variant configs are built (and validated), and the engine looked up (EngineUnavailable), before
+    the first run starts. options go to the engine's run function (see runner.engines).
     """
     configs = [(v, variant_config(cfg, v)) for v in variants]
+    run = get_engine(engine)
+    if base_dir is not None:
+        options["base_dir"] = base_dir
     parent = Path(out if out is not None else cfg.runtime.out)
     folder = parent / f"{cfg.name}-compare-{run_id or new_run_id()}"
     folder.mkdir(parents=True, exist_ok=True)
     summaries: dict[str, dict] = {}
     curves: dict[str, list[tuple[float, float]]] = {}
     for v, vcfg in configs:
-        path, summary = run_sim(vcfg, out=folder, run_id=_label_id(v.label), progress=progress,
-                                base_dir=base_dir)
+        path, summary = run(vcfg, out=folder, run_id=_label_id(v.label), progress=progress, **options)
         summary["run_dir"] = str(path)
         summary["batch"] = vcfg.algorithm.batch.spec() if vcfg.algorithm.batch else None
         summaries[v.label] = summary
@@ -140,10 +153,11 @@ def run_compare(cfg: Any, variants: list[Variant], out: str | Path | None = None
                            if e.get("kind") == "eval" and e.get("accuracy") is not None]
     baseline = variants[0].label
     table = markdown_table(summaries, baseline=baseline)
+    unit, _ = _time_words(engine)
     lines = [f"# {cfg.name}: {', '.join(summaries)}", "",
              f"{cfg.devices.count} devices, rates {cfg.devices.rates.spec()}, model {cfg.model.name}, "
              f"dataset {cfg.data.dataset}, target accuracy {cfg.stop.target_accuracy}, "
-             f"max virtual time {cfg.stop.max_time_s} s; times are virtual seconds.", "", table, ""]
+             f"max time {cfg.stop.max_time_s} s; engine {engine}, times are {unit}.", "", table, ""]
     for label, s in summaries.items():
         lines.append(f"- {label}: batch {s['batch']}, stop {s.get('stop_reason')}, "
                      f"run {Path(s['run_dir']).name}")
@@ -153,15 +167,17 @@ def run_compare(cfg: Any, variants: list[Variant], out: str | Path | None = None
 
 
 def compare_algorithms(cfg: Any, algorithms: list[str], out: str | Path | None = None,
-                       console: Any = None, run_id: str | None = None) -> dict[str, Any]:
+                       console: Any = None, run_id: str | None = None, engine: str = "sim",
+                       **options: Any) -> dict[str, Any]:
     """`run_compare` for a list of variant specs (e.g. ["ddl", "scadles"]), printing the table on a rich
     `console` (progress bars when it is a terminal); returns {"folder", "table", "runs": {label: key
     figures}} (what `make demo` shows)."""
     variants = parse_variants(",".join(algorithms))
     progress = bool(console is not None and getattr(console, "is_terminal", False))
-    folder, summaries, table = run_compare(cfg, variants, out=out, run_id=run_id, progress=progress)
+    folder, summaries, table = run_compare(cfg, variants, out=out, run_id=run_id, progress=progress,
+                                           engine=engine, **options)
     if console is not None:
-        console.print(rich_table(summaries, variants[0].label))
+        console.print(rich_table(summaries, variants[0].label, title=_time_words(engine)[1]))
         console.print(f"compare.md and compare.png in {folder}")
     keys = ("time_to_target_s", "final_accuracy", "buffer_max_samples", "floats_sent_total", "cnc_ratio",
             "stop_reason", "virtual_time_s")
@@ -169,11 +185,11 @@ def compare_algorithms(cfg: Any, algorithms: list[str], out: str | Path | None =
             "runs": {label: {k: s.get(k) for k in keys} for label, s in summaries.items()}}
 
 
-def rich_table(summaries: dict[str, dict], baseline: str) -> Any:
+def rich_table(summaries: dict[str, dict], baseline: str, title: str = "simulated, virtual time") -> Any:
     """A compact rich Table of the headline figures (for terminals; compare.md has them all)."""
     from rich.table import Table
 
-    table = Table(title="simulated, virtual time")
+    table = Table(title=title)
     for col in ("run", "time to target (s)", "final acc", "buffer max", "floats sent", "CNC", "speedup"):
         table.add_column(col, justify="left" if col == "run" else "right")
     base_t = summaries.get(baseline, {}).get("time_to_target_s")

@@ -16,6 +16,7 @@ schedule it, a blocking engine runs it with `run_blocking`.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from types import GeneratorType
@@ -86,22 +87,33 @@ def step_line(now: float, rank: int, given: dict[str, Any], measured: dict[str, 
 
 def drive(rank: int, program: Generator[Any, Any, Any], performer: Performer,
           sink: Callable[[dict[str, Any]], None], meters: dict[int, StepMeter] | None = None,
-          on_request: Callable[[int, Any], None] | None = None) -> Generator[Any, Any, Any]:
+          on_request: Callable[[int, Any], None] | None = None,
+          profile: dict[str, float] | None = None) -> Generator[Any, Any, Any]:
     """Run worker `rank`'s `program` to its end against `performer`; return what the program returns.
 
     meters: where the worker's StepMeter lives (the performer reads `meters[rank]` to note batch
     figures); a private one when None. sink(line) receives each step line. on_request(rank, request)
-    is called before each request is performed (counters, progress, checkpoint hooks).
+    is called before each request is performed (counters, progress, checkpoint hooks: at a `Log`
+    the worker's ctx.step and ctx.state are complete, see edgestream.sync.context). profile: when
+    given, profile["algorithm"] accumulates the wall seconds spent inside the worker's own code and
+    profile["requests"] counts its requests (the simulator's wall profile).
     """
     meters = meters if meters is not None else {}
     meter = meters.setdefault(rank, StepMeter())
     now = performer.now
     send: Any = None
+    perf = time.perf_counter
     while True:
+        t_alg = perf() if profile is not None else 0.0
         try:
             req = program.send(send)
         except StopIteration as stop:
+            if profile is not None:
+                profile["algorithm"] = profile.get("algorithm", 0.0) + perf() - t_alg
             return stop.value
+        if profile is not None:
+            profile["algorithm"] = profile.get("algorithm", 0.0) + perf() - t_alg
+            profile["requests"] = profile.get("requests", 0) + 1
         if on_request is not None:
             on_request(rank, req)
         timed = TIMED.get(type(req))

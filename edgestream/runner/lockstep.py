@@ -1,17 +1,26 @@
-"""A minimal second engine: M worker generators run round-robin in one process, requests performed at once.
+"""The in-process lockstep engine: M workers in one process, each run by the one request loop
+(`runner.drive`), scheduled round robin, one request per turn; requests performed at once.
 
-It exists to prove the algorithms are engine-free (tests drive the unchanged `sync` workers with it)
-and to give unit tests a cheap way to execute collectives. No SimPy, no virtual network, no Kafka.
+It exists to prove the algorithms are engine-free (tests drive the unchanged `sync` workers with it),
+to give unit tests a cheap way to execute collectives, and to check checkpoint/resume of algorithm
+state. No SimPy, no virtual network, no Kafka.
 
-* `run_lockstep(programs, perform)` advances each generator ONE request per turn, round-robin.
-  Collectives are matched by order: the k-th collective of every worker forms slot k, completed
-  (`resolve_collective`) as soon as all workers have posted it. `Start` posts without blocking,
-  `Poll` reports whether the slot completed (handing the result over once), `Wait` and blocking
-  collectives park the worker until it did. Every other request goes to `perform(rank, request)`.
-  A round without progress raises (deadlock).
-* `LocalDriver` performs the data/model requests: M model replicas (deep copies, so identical) with
+* `Lockstep` is the performer of the collectives and the cooperative scheduler. Collectives are
+  matched by order: the k-th collective of every worker forms slot k, completed (`resolve_collective`)
+  as soon as all workers have posted it. Every request is performed when the worker yields it, and its
+  result is handed over on the worker's next turn: the performer returns a generator that yields one
+  token to the scheduler (`TURN`, or the slot number a blocking collective or `Wait` parks on until
+  the slot completes). `Start` posts without blocking, `Poll` reports whether the slot completed
+  (handing the result over once). Every other request goes to `local(rank, request)`. A round in which
+  no worker can move raises (deadlock).
+* `run_lockstep(programs, perform)`: bare generators (e.g. `exchange(...)`) against `Lockstep`, the
+  non-collective requests performed by `perform`.
+* `LockstepEngine` performs the data/model requests: M model replicas (deep copies, so identical) with
   SGD optimizers, one in-memory `ArraySource` per worker with a constant rate S_i for the batch
-  policy, injection queues, and a per-worker clock that `Compute` advances by n / speed_i.
+  policy, injection queues, and a per-worker clock that `Compute` advances by n / speed_i. Its
+  `checkpoint(rank)` / `restore(rank, ...)` save and load a worker's engine side (model, optimizer,
+  stream position, injection queue, clock) as tensors and plain values, the counterpart of the
+  algorithm's `ctx.step` and `ctx.state` (edgestream.sync.context, "State contract").
 """
 
 from __future__ import annotations
@@ -26,6 +35,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from edgestream.models import build_optimizer, grads_of, set_grads, set_lr
+from edgestream.runner.driver import StepMeter, drive
 from edgestream.sync.reduction import reduce_all
 from edgestream.sync.requests import (
     Ack,
@@ -47,6 +57,10 @@ from edgestream.sync.requests import (
     Wait,
 )
 
+#: the token a performed request yields: the worker's turn is over, it continues on its next turn
+TURN = None
+MAX_REQUESTS = 10_000_000
+
 
 def resolve_collective(requests: Sequence[AllReduce | AllGather]) -> list[Any]:
     """The per-worker results of one collective slot (rank order in, rank order out, fresh tensors)."""
@@ -60,85 +74,132 @@ def resolve_collective(requests: Sequence[AllReduce | AllGather]) -> list[Any]:
     return [out] + [[t.clone() for t in out] for _ in requests[1:]]
 
 
-def run_lockstep(
-    programs: Sequence[Generator[Any, Any, Any]],
-    perform: Callable[[int, Any], Any],
-    max_requests: int = 10_000_000,
-) -> list[Any]:
-    """Drive the generators to completion (see module doc); returns their return values by rank."""
-    m = len(programs)
-    posted: dict[int, list[Any]] = {}   # slot -> requests by rank (None until posted)
-    done: dict[int, list[Any]] = {}     # slot -> results by rank
-    taken: dict[int, int] = {}          # slot -> results handed out
-    next_slot = [0] * m
-    blocked: list[int | None] = [None] * m
-    send: list[Any] = [None] * m
-    started = [False] * m
-    finished = [False] * m
-    returns: list[Any] = [None] * m
+def _unsupported(rank: int, req: Any) -> Any:
+    raise TypeError(f"the lockstep engine has no performer for {type(req).__name__} (worker {rank})")
 
-    def post(rank: int, req: AllReduce | AllGather) -> int:
-        slot = next_slot[rank]
-        next_slot[rank] += 1
-        row = posted.setdefault(slot, [None] * m)
+
+def _zero_clock(rank: int) -> float:
+    return 0.0
+
+
+class Lockstep:
+    """The collectives of `world` workers and their round-robin scheduler (see module doc).
+
+    local(rank, request): performs every non-collective request; now(rank): the engine's clock.
+    """
+
+    def __init__(self, world: int, local: Callable[[int, Any], Any] = _unsupported,
+                 now: Callable[[int], float] = _zero_clock) -> None:
+        self.world = world
+        self.local = local
+        self._now = now
+        self.posted: dict[int, list[Any]] = {}   # slot -> requests by rank (None until posted)
+        self.done: dict[int, list[Any]] = {}     # slot -> results by rank
+        self.taken: dict[int, int] = {}          # slot -> results handed out
+        self.next_slot = [0] * world
+
+    # ---------------------------------------------------------------- collectives
+    def post(self, rank: int, req: AllReduce | AllGather) -> int:
+        """Worker `rank` contributes its next collective; returns the slot."""
+        slot = self.next_slot[rank]
+        self.next_slot[rank] += 1
+        row = self.posted.setdefault(slot, [None] * self.world)
         row[rank] = req
         if all(r is not None for r in row):
-            done[slot] = resolve_collective(posted.pop(slot))
-            taken[slot] = 0
+            self.done[slot] = resolve_collective(self.posted.pop(slot))
+            self.taken[slot] = 0
         return slot
 
-    def collect(rank: int, slot: int) -> Any:
-        result = done[slot][rank]
-        done[slot][rank] = None
-        taken[slot] += 1
-        if taken[slot] == m:
-            del done[slot], taken[slot]
+    def collect(self, rank: int, slot: int) -> Any:
+        """Worker `rank`'s result of completed slot `slot` (handed over once)."""
+        result = self.done[slot][rank]
+        self.done[slot][rank] = None
+        self.taken[slot] += 1
+        if self.taken[slot] == self.world:
+            del self.done[slot], self.taken[slot]
         return result
 
-    count = 0
-    while not all(finished):
-        progressed = False
-        for rank in range(m):
-            if finished[rank]:
-                continue
-            if blocked[rank] is not None:
-                if blocked[rank] not in done:
+    # ---------------------------------------------------------------- the performer
+    def now(self, rank: int) -> float:
+        return self._now(rank)
+
+    def perform(self, rank: int, req: Any) -> Generator[Any, Any, Any]:
+        """Perform `req` now; the generator yields the worker's turn (or parks it) and returns the result."""
+        if isinstance(req, (AllReduce, AllGather)):
+            return self._park(rank, self.post(rank, req))
+        if isinstance(req, Wait):
+            return self._park(rank, req.handle.id)
+        if isinstance(req, Start):
+            return self._turn(Handle(self.post(rank, req.request)))
+        if isinstance(req, Poll):
+            slot = req.handle.id
+            return self._turn((True, self.collect(rank, slot)) if slot in self.done else (False, None))
+        return self._turn(self.local(rank, req))
+
+    @staticmethod
+    def _turn(result: Any) -> Generator[Any, Any, Any]:
+        yield TURN
+        return result
+
+    def _park(self, rank: int, slot: int) -> Generator[Any, Any, Any]:
+        yield slot  # the scheduler resumes the worker once the slot completed
+        return self.collect(rank, slot)
+
+    # ---------------------------------------------------------------- the scheduler
+    def schedule(self, drivers: Sequence[Generator[Any, Any, Any]], max_requests: int = MAX_REQUESTS) -> list[Any]:
+        """Run the drivers (one per rank) round robin to completion; their return values by rank."""
+        m = len(drivers)
+        parked: list[int | None] = [None] * m
+        finished = [False] * m
+        returns: list[Any] = [None] * m
+        count = 0
+        while not all(finished):
+            progressed = False
+            for rank in range(m):
+                if finished[rank] or (parked[rank] is not None and parked[rank] not in self.done):
                     continue
-                send[rank] = collect(rank, blocked[rank])
-                blocked[rank] = None
-            try:
-                req = programs[rank].send(send[rank]) if started[rank] else next(programs[rank])
-            except StopIteration as stop:
-                finished[rank], returns[rank] = True, stop.value
                 progressed = True
-                continue
-            started[rank], progressed, send[rank] = True, True, None
-            count += 1
-            if count > max_requests:
-                raise RuntimeError(f"run_lockstep: more than {max_requests} requests")
-            if isinstance(req, (AllReduce, AllGather)):
-                blocked[rank] = post(rank, req)
-            elif isinstance(req, Start):
-                send[rank] = Handle(post(rank, req.request))
-            elif isinstance(req, Poll):
-                slot = req.handle.id
-                send[rank] = (True, collect(rank, slot)) if slot in done else (False, None)
-            elif isinstance(req, Wait):
-                blocked[rank] = req.handle.id
-            else:
-                send[rank] = perform(rank, req)
-        if not progressed:
-            state = {r: "finished" if finished[r] else f"waits on collective {blocked[r]}" for r in range(m)}
-            raise RuntimeError(f"deadlock: {state}")
-    return returns
+                try:
+                    parked[rank] = drivers[rank].send(None)
+                except StopIteration as stop:
+                    finished[rank], returns[rank] = True, stop.value
+                    continue
+                count += 1
+                if count > max_requests:
+                    raise RuntimeError(f"lockstep: more than {max_requests} requests")
+            if not progressed:
+                state = {r: "finished" if finished[r] else f"waits on collective {parked[r]}" for r in range(m)}
+                raise RuntimeError(f"deadlock: {state}")
+        return returns
+
+    def run(self, programs: Sequence[Generator[Any, Any, Any]], sink: Callable[[dict[str, Any]], None] | None = None,
+            meters: dict[int, StepMeter] | None = None, on_request: Callable[[int, Any], None] | None = None,
+            max_requests: int = MAX_REQUESTS) -> list[Any]:
+        """Drive one program per rank (`runner.drive`) to completion; their return values by rank."""
+        if len(programs) != self.world:
+            raise ValueError(f"{len(programs)} programs for {self.world} workers")
+        meters = meters if meters is not None else {}
+        drivers = [drive(r, p, self, sink or _discard, meters, on_request=on_request) for r, p in enumerate(programs)]
+        return self.schedule(drivers, max_requests)
+
+
+def _discard(line: dict[str, Any]) -> None:
+    return None
+
+
+def run_lockstep(programs: Sequence[Generator[Any, Any, Any]], perform: Callable[[int, Any], Any] = _unsupported,
+                 max_requests: int = MAX_REQUESTS) -> list[Any]:
+    """Drive the generators to completion in lockstep (see module doc); `perform(rank, request)` performs
+    the non-collective requests. Returns their return values by rank."""
+    return Lockstep(len(programs), perform).run(programs, max_requests=max_requests)
 
 
 # ---------------------------------------------------------------- data
 
 
 @dataclass
-class LocalBatch:
-    """A batch of the local driver: inputs, labels, sample count, and (worker, count) for Ack."""
+class LockstepBatch:
+    """A batch of the lockstep engine: inputs, labels, sample count, and the own-stream count for Ack."""
 
     x: Tensor
     y: Tensor
@@ -169,17 +230,26 @@ class ArraySource:
         index = torch.tensor(idx, dtype=torch.long)
         return self.x[index], self.y[index]
 
+    def state_dict(self) -> dict[str, Any]:
+        """The stream position: shuffle generator state, current order and position in it."""
+        return {"generator": self._gen.get_state(), "order": self._order.clone(), "pos": self._pos}
 
-# ---------------------------------------------------------------- the driver
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._gen.set_state(state["generator"])
+        self._order, self._pos = state["order"].clone(), int(state["pos"])
+
+
+# ---------------------------------------------------------------- the engine
 
 
 @dataclass
-class LocalDriver:
-    """Performs requests for M workers in one process (see module doc).
+class LockstepEngine:
+    """Performs the requests of M workers in one process (see module doc).
 
     model: replicated M times (deep copies); sources: one per worker; batch_policy: an object with
     `.target(rate, available)` (edgestream.streams), used when TakeBatch.size is None with
     available = the worker's rate; speeds: samples per clock unit of each worker's Compute.
+    events: the step lines of every run (time, device, the Log fields, the measured timings).
     """
 
     model: nn.Module
@@ -195,6 +265,7 @@ class LocalDriver:
     acked: list[int] = field(init=False)
     taken: list[int] = field(init=False)
     inbox: list[list[tuple[Tensor, Tensor]]] = field(init=False)
+    meters: dict[int, StepMeter] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         m = len(self.sources)
@@ -204,11 +275,18 @@ class LocalDriver:
         self.acked, self.taken = [0] * m, [0] * m
         self.inbox = [[] for _ in range(m)]
 
-    def run(self, workers: Sequence[Generator[Any, Any, Any]]) -> list[Any]:
-        """Run one generator per worker (rank = position) to completion."""
+    def now(self, rank: int) -> float:
+        """Worker `rank`'s clock: samples computed / speed, plus Sleep."""
+        return self.clocks[rank]
+
+    def run(self, workers: Sequence[Generator[Any, Any, Any]],
+            on_request: Callable[[int, Any], None] | None = None) -> list[Any]:
+        """Run one worker generator per source (rank = position) to completion through `runner.drive`;
+        on_request(rank, request) is called before each request is performed (checkpoint hooks)."""
         if len(workers) != len(self.sources):
             raise ValueError(f"{len(workers)} workers for {len(self.sources)} sources")
-        return run_lockstep(workers, self.perform)
+        lockstep = Lockstep(len(self.sources), self.perform, self.now)
+        return lockstep.run(workers, self.events.append, self.meters, on_request=on_request)
 
     def params(self, rank: int) -> list[Tensor]:
         """Detached copies of a replica's trainable parameters."""
@@ -241,6 +319,7 @@ class LocalDriver:
             index = torch.tensor(idx, dtype=torch.long)
             for target in req.targets:
                 self.inbox[target].append((req.batch.x[index], req.batch.y[index]))
+            self._meter(rank).count(inject_sent=len(idx) * len(req.targets))
             return None
         if isinstance(req, Now):
             return self.clocks[rank]
@@ -248,11 +327,13 @@ class LocalDriver:
             self.clocks[rank] += req.seconds
             return None
         if isinstance(req, Log):
-            self.events.append({"device": rank, "time": self.clocks[rank], **req.fields})
-            return None
-        raise TypeError(f"LocalDriver cannot perform {type(req).__name__}")
+            return None  # the driver writes the step line
+        raise TypeError(f"the lockstep engine cannot perform {type(req).__name__}")
 
-    def _take(self, rank: int, req: TakeBatch) -> LocalBatch:
+    def _meter(self, rank: int) -> StepMeter:
+        return self.meters.setdefault(rank, StepMeter())
+
+    def _take(self, rank: int, req: TakeBatch) -> LockstepBatch:
         src = self.sources[rank]
         if req.size is not None:
             k = req.size
@@ -266,9 +347,10 @@ class LocalDriver:
             xs, ys = zip(*self.inbox[rank], strict=True)
             x, y = torch.cat([x, *xs]), torch.cat([y, *ys])
             self.inbox[rank] = []
-        return LocalBatch(x, y, len(y), k)
+        self._meter(rank).count(batch=len(y), injected=len(y) - k)
+        return LockstepBatch(x, y, len(y), k)
 
-    def _compute(self, rank: int, batch: LocalBatch) -> ComputeResult:
+    def _compute(self, rank: int, batch: LockstepBatch) -> ComputeResult:
         model = self.models[rank]
         model.train()
         model.zero_grad(set_to_none=True)
@@ -277,3 +359,27 @@ class LocalDriver:
         speed = self.speeds[rank] if self.speeds is not None else 1.0
         self.clocks[rank] += batch.n / speed
         return ComputeResult(grads_of(model), float(loss.detach()), batch.n)
+
+    # ---------------------------------------------------------------- checkpoints
+    def checkpoint(self, rank: int) -> dict[str, Any]:
+        """Worker `rank`'s engine side, as tensors and plain values (torch.save it with the worker's
+        ctx.step and ctx.state at a Log): model and optimizer state, stream position, injection queue,
+        clock and counters. References: torch.save (or copy.deepcopy) before the worker moves on."""
+        return {
+            "model": self.models[rank].state_dict(),
+            "optimizer": self.optimizers[rank].state_dict(),
+            "source": self.sources[rank].state_dict(),
+            "inbox": [[x, y] for x, y in self.inbox[rank]],
+            "clock": self.clocks[rank],
+            "acked": self.acked[rank],
+            "taken": self.taken[rank],
+        }
+
+    def restore(self, rank: int, ckpt: dict[str, Any]) -> None:
+        """Load what `checkpoint(rank)` returned into worker `rank`'s replica, optimizer and stream."""
+        self.models[rank].load_state_dict(ckpt["model"])
+        self.optimizers[rank].load_state_dict(ckpt["optimizer"])
+        self.sources[rank].load_state_dict(ckpt["source"])
+        self.inbox[rank] = [(x, y) for x, y in ckpt["inbox"]]
+        self.clocks[rank] = float(ckpt["clock"])
+        self.acked[rank], self.taken[rank] = int(ckpt["acked"]), int(ckpt["taken"])

@@ -1,4 +1,5 @@
-"""A rich progress bar for simulated runs: virtual time, accuracy, steps; silent when not on a terminal."""
+"""A rich progress bar for in-process runs: engine time (virtual in the simulator), accuracy, steps;
+silent when not on a terminal."""
 
 from __future__ import annotations
 
@@ -8,12 +9,13 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 
-class SimProgress:
-    """Shows virtual time out of `total_s` (or a spinner-free counter without it), the last test
-    accuracy and the steps done. Inactive (every call a no-op) unless `enabled` and stderr is a terminal."""
+class RunProgress:
+    """Shows engine time out of `total_s` (or a spinner-free counter without it), the last test
+    accuracy and the steps done. Inactive (every call a no-op) unless `enabled` and stderr is a terminal.
+    `clock` names the time in the bar ("virtual" in the simulator)."""
 
     def __init__(self, label: str, total_s: float | None, enabled: bool = True,
-                 console: Console | None = None) -> None:
+                 console: Console | None = None, clock: str = "virtual") -> None:
         console = console or Console(stderr=True)
         self.active = bool(enabled and console.is_terminal)
         self._progress: Progress | None = None
@@ -21,20 +23,20 @@ class SimProgress:
         if self.active:
             self._progress = Progress(
                 TextColumn("[bold]{task.description}"), BarColumn(),
-                TextColumn("virtual {task.completed:,.1f}/{task.fields[total_s]} s"),
+                TextColumn(clock + " {task.completed:,.1f}/{task.fields[total_s]} s"),
                 TextColumn("acc {task.fields[acc]}"), TextColumn("steps {task.fields[steps]:,}"),
                 TimeElapsedColumn(), console=console, transient=False)
             self._task = self._progress.add_task(label, total=total_s, total_s=(f"{total_s:,.0f}" if total_s
                                                                                 else "?"), acc="-", steps=0)
             self._progress.start()
 
-    def update(self, virtual_s: float, steps: int, accuracy: float | None = None) -> None:
+    def update(self, time_s: float, steps: int, accuracy: float | None = None) -> None:
         if self._progress is None:
             return
         fields: dict[str, Any] = {"steps": steps}
         if accuracy is not None:
             fields["acc"] = f"{accuracy:.3f}"
-        self._progress.update(self._task, completed=virtual_s, **fields)
+        self._progress.update(self._task, completed=time_s, **fields)
 
     def close(self) -> None:
         if self._progress is not None:

@@ -1,10 +1,12 @@
-"""edgestream.sim — the virtual-time simulator: the unchanged `sync` algorithms driven by SimPy processes
-over modelled streams, devices and network, with real gradients (see engine.py and DESIGN.md)."""
+"""edgestream.sim — the virtual-time performer: the unchanged `sync` algorithms' requests performed over
+modelled streams, devices and network with SimPy, with real gradients (see engine.py and DESIGN.md).
+The run loop, run directory, stop rule, evaluation and comparison are edgestream.runner's; importing
+this package registers the engine "sim" there."""
 
-from edgestream.sim.compare import Variant, compare_algorithms, parse_variants, run_compare
-from edgestream.sim.engine import SimConfigError, SimEngine
+from edgestream.runner.engines import register_engine
+from edgestream.sim.engine import SimConfigError, SimEngine, run_sim
 from edgestream.sim.models import ComputeModel, NetworkModel, calibrate
-from edgestream.sim.run import run_sim
 
-__all__ = ["ComputeModel", "NetworkModel", "SimConfigError", "SimEngine", "Variant", "calibrate",
-           "compare_algorithms", "parse_variants", "run_compare", "run_sim"]
+register_engine("sim", run_sim)
+
+__all__ = ["ComputeModel", "NetworkModel", "SimConfigError", "SimEngine", "calibrate", "run_sim"]

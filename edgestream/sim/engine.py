@@ -1,6 +1,9 @@
-"""The virtual-time engine: one SimPy process per worker drives that worker's unchanged `sync` generator.
+"""The virtual-time performer: the simulator performs the requests of the unchanged `sync` workers in
+virtual time; `edgestream.runner` runs them.
 
-Each request an algorithm yields is performed in virtual time (see edgestream.sync.requests):
+Each worker is one SimPy process running the run core's one request loop (`runner.drive`, through a
+`runner.WorkerGroup` that also holds the run's contexts, stop rule and event sink); `SimEngine` is
+that loop's performer (`now(rank)`, `perform(rank, request)`; see edgestream.sync.requests):
 
 * TakeBatch: the device's `DeviceStream` truncates (buffer policy), sizes the batch (batch policy with
   the rate measured over the last window, or the request's size), waits until the samples are due,
@@ -10,17 +13,20 @@ Each request an algorithm yields is performed in virtual time (see edgestream.sy
   time is up (the replica cannot change meanwhile, and peers sharing it have applied by then).
 * AllReduce / AllGather / Start / Poll / Wait: `Collectives` (matched by order, network-timed).
 * Apply / GetParams / SetParams: the worker's replica and SGD optimizer (`Replicas`: one shared
-  replica while synchronous workers stay in lockstep, per-worker replicas otherwise).
+  replica while synchronous workers stay in lockstep and the model has no buffers, per-worker
+  replicas otherwise).
 * Inject: the chosen samples reach the targets' queues one network transfer later; bytes counted.
-* Ack (counted), Now (virtual time), Sleep (a timeout), Log (one events.jsonl line, merged with what
-  the engine measured since the worker's previous Log: wait_s, compute_s, comm_s, buffer, ...).
+* Ack (counted), Now (virtual time), Sleep (a timeout), Log (nothing: the driver writes the step line,
+  merged with what this performer noted on the worker's `StepMeter`: batch, buffer, dropped,
+  injected, injection bytes, and per collective the network time `net_s` and the wait for the last
+  peer `sync_wait_s`; the driver measures wait_s, compute_s and comm_s, waiting for peers included).
 
-Evaluation scores the global model (rank 0's replica for synchronous algorithms, the average of the
-replicas otherwise; `Replicas.global_model`) on the test split at t = 0 and every eval.every_s
-virtual seconds, and once more at the end. Stopping: each worker's `should_stop` turns true once the
-virtual time reaches stop.max_time_s, its step count reaches stop.max_steps, or an evaluation reached
-stop.target_accuracy; the algorithms agree through their next collective and return. A run that does
-not end by 1.5 max_time_s + 60 s of virtual time is cut there (stop_reason "hard_limit").
+Evaluation (`runner.Evaluation`, hosted as a SimPy process) scores the global model (rank 0's replica
+for synchronous algorithms, the average of the replicas otherwise; `Replicas.global_model`) on the
+test split at t = 0 and every eval.every_s virtual seconds, and once more at the end. Stopping: the
+run's `runner.StopRule` at virtual time (stop.max_time_s, stop.max_steps, stop.target_accuracy); the
+algorithms agree through their next collective and return. A run that does not end by
+1.5 max_time_s + 60 s of virtual time is cut there (stop_reason "hard_limit").
 
 Determinism: everything is seeded and SimPy orders simultaneous events by scheduling order, so a
 config with devices.compute.base_s and per_sample_s set gives the same events.jsonl every time (a
@@ -34,6 +40,7 @@ import math
 import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -41,14 +48,18 @@ import simpy
 import torch
 
 from edgestream.metrics import EventLog
+from edgestream.runner.engines import EngineError
+from edgestream.runner.evaluate import Evaluation, evaluate
+from edgestream.runner.group import WorkerGroup
+from edgestream.runner.progress import RunProgress
+from edgestream.runner.run import write_run
 from edgestream.sim.collectives import CollectiveOp, Collectives
 from edgestream.sim.data import SimBatch, SimData
 from edgestream.sim.models import ComputeModel, NetworkModel, calibrate
-from edgestream.sim.progress import SimProgress
 from edgestream.sim.replicas import Replicas
 from edgestream.sim.stream import DeviceStream
 from edgestream.streams import build_batch_policy, build_buffer_policy, build_rate_model
-from edgestream.sync import ALGORITHMS, WorkerContext
+from edgestream.sync.registry import get_algorithm
 from edgestream.sync.requests import (
     Ack,
     AllGather,
@@ -68,49 +79,12 @@ from edgestream.sync.requests import (
     Wait,
 )
 
-#: events.jsonl step-line keys in DESIGN.md order; other keys follow.
-LINE_ORDER = ("time", "device", "step", "batch", "wait_s", "compute_s", "comm_s", "buffer_samples",
-              "buffer_bytes", "dropped", "injected", "bytes_sent", "floats_sent", "compressed", "loss")
 HARD_LIMIT_FACTOR, HARD_LIMIT_EXTRA_S = 1.5, 60.0
 
 
-class SimConfigError(ValueError):
+class SimConfigError(EngineError):
     """A config the simulator cannot run (bad algorithm params, rates, dataset sizes...); `problems`
     holds one line per problem, as `ConfigError` does."""
-
-    def __init__(self, problems: list[str]) -> None:
-        self.problems = problems
-        super().__init__("\n".join(problems))
-
-
-@dataclass
-class _Pending:
-    """What the engine measured for one worker since its last Log."""
-
-    takes: int = 0
-    batch: int = 0
-    wait_s: float = 0.0
-    compute_s: float = 0.0
-    comm_s: float = 0.0
-    sync_wait_s: float = 0.0
-    dropped: int = 0
-    injected: int = 0
-    inject_sent: int = 0
-    inject_bytes: int = 0
-    buffer_samples: int = 0
-    held_samples: int = 0
-    rate: float = 0.0
-
-    def fields(self, sample_bytes: int) -> dict[str, Any]:
-        out: dict[str, Any] = {"wait_s": self.wait_s, "compute_s": self.compute_s, "comm_s": self.comm_s}
-        if self.takes:
-            out.update(batch=self.batch, buffer_samples=self.buffer_samples,
-                       buffer_bytes=self.buffer_samples * sample_bytes, dropped=self.dropped,
-                       injected=self.injected, held_samples=self.held_samples, rate=self.rate)
-        out["sync_wait_s"] = self.sync_wait_s
-        if self.inject_sent:
-            out.update(inject_sent=self.inject_sent, inject_bytes=self.inject_bytes)
-        return out
 
 
 @dataclass
@@ -118,11 +92,14 @@ class SimStats:
     """Run-level counters and the wall-time profile."""
 
     device_steps: int = 0
-    requests: int = 0
     acked_samples: int = 0
     inject_bytes: int = 0
-    lines: int = 0
     wall: dict[str, float] = field(default_factory=lambda: {"algorithm": 0.0, "data": 0.0})
+    driver: dict[str, float] = field(default_factory=dict)  # drive's profile: algorithm seconds, requests
+
+    @property
+    def requests(self) -> int:
+        return int(self.driver.get("requests", 0))
 
 
 class SimEngine:
@@ -131,28 +108,24 @@ class SimEngine:
     events: the run's EventLog (None: an in-memory one). progress: show a rich bar on a terminal.
     base_dir: folder that relative paths in the config (rate traces) are relative to.
     share_replicas: one shared replica while workers stay in lockstep (default: for synchronous
-    algorithms); False forces per-worker replicas (the results are the same, see replicas.py).
+    algorithms on models without buffers); False forces per-worker replicas (the results are the
+    same, see replicas.py).
     """
 
     def __init__(self, cfg: Any, events: EventLog | None = None, *, progress: bool = False,
                  base_dir: str | None = None, share_replicas: bool | None = None) -> None:
         self.cfg = cfg
-        self.spec = ALGORITHMS.get(cfg.algorithm.name)
-        if self.spec is None:
-            raise SimConfigError([f"algorithm.name: {cfg.algorithm.name!r} is not implemented in "
-                                  f"edgestream.sync; available: {', '.join(ALGORITHMS)}"])
         self.world = m = cfg.devices.count
         self.events = events if events is not None else EventLog(None)
         self.env = simpy.Environment()
         try:
+            self.spec = get_algorithm(cfg.algorithm.name)
             self.data = SimData.from_config(cfg)
             dev = cfg.devices
             self.rate_model = build_rate_model(dev.rates.spec(), dev.variation.spec(), m, cfg.seed,
                                                min_rate=dev.rates.min_rate, base_dir=base_dir)
             batch_policy = build_batch_policy(cfg.algorithm.batch.spec() if cfg.algorithm.batch else None)
             buffer_policy = build_buffer_policy(cfg.algorithm.buffer)
-            self.contexts = [WorkerContext.from_config(cfg, r, should_stop=self._stop_test(r))
-                             for r in range(m)]
         except ValueError as exc:
             raise SimConfigError(str(exc).splitlines()) from None
         self.streams = [DeviceStream(d, self.rate_model, buffer_policy, batch_policy) for d in range(m)]
@@ -160,30 +133,46 @@ class SimEngine:
         self.replicas = Replicas(cfg.model.name, self.data.shape, self.data.num_classes, m, o.lr, o.momentum,
                                  o.weight_decay, cfg.seed,
                                  shared=self.spec.synchronous if share_replicas is None else share_replicas)
-        for ctx in self.contexts:
-            ctx.param_names = list(self.replicas.names)
+        try:
+            self.group = WorkerGroup(cfg, self.events, self.now, param_names=list(self.replicas.names),
+                                     on_line=self._on_line)
+        except ValueError as exc:
+            raise SimConfigError(str(exc).splitlines()) from None
+        self.contexts = self.group.contexts
+        self.meters = self.group.meters
         self.compute_model, self.calibrated = self._compute_model()
         self.network = NetworkModel.from_config(cfg.devices.network)
         self.collectives = Collectives(m, self.network, self._schedule, self.env.event)
-        self.pending = [_Pending() for _ in range(m)]
         self.handles: dict[int, tuple[CollectiveOp, int, bool]] = {}
         self.stats = SimStats()
-        self.stop_reason: str | None = None
-        self.finished = 0
-        self.last_eval_time: float | None = None
-        self.last_accuracy: float | None = None
+        self.hard_limited = False
         self.last_backlog = [0] * m
         self.last_held = [0] * m
-        self.progress = SimProgress(f"{cfg.name} ({cfg.algorithm.name}, {m} devices)", cfg.stop.max_time_s,
+        self.progress = RunProgress(f"{cfg.name} ({cfg.algorithm.name}, {m} devices)", cfg.stop.max_time_s,
                                     enabled=progress)
-        self._instant: dict[type, Callable[[int, Any], Any]] = {
+        self.evaluation = Evaluation(self._score, self.events, self.group.stop, cfg.eval.every_s,
+                                     on_eval=self._on_eval)
+        self._handlers: dict[type, Callable[[int, Any], Any]] = {
+            TakeBatch: self._take_batch, Compute: self._compute, AllReduce: self._collective,
+            AllGather: self._collective, Wait: self._wait, Sleep: self._sleep,
             Ack: self._ack, Inject: self._inject, Start: self._start, Poll: self._poll, Apply: self._apply,
             GetParams: self._get_params, SetParams: self._set_params, Now: self._now, Log: self._log,
         }
-        self._timed: dict[type, Callable[[int, Any], Generator[Any, Any, Any]]] = {
-            TakeBatch: self._take_batch, Compute: self._compute, AllReduce: self._collective,
-            AllGather: self._collective, Wait: self._wait, Sleep: self._sleep,
-        }
+
+    # ------------------------------------------------------------------ run state
+    @property
+    def stop_reason(self) -> str | None:
+        """Why the run stopped: the StopRule's reason, "hard_limit", or None while it runs."""
+        return "hard_limit" if self.hard_limited else self.group.stop.reason
+
+    @property
+    def finished(self) -> int:
+        """Workers whose program has returned."""
+        return self.group.finished
+
+    @property
+    def last_accuracy(self) -> float | None:
+        return self.evaluation.last_accuracy
 
     # ------------------------------------------------------------------ setup helpers
     def _compute_model(self) -> tuple[ComputeModel, bool]:
@@ -202,88 +191,61 @@ class SimEngine:
         ev = self.env.timeout(max(0.0, delay))
         ev.callbacks.append(lambda _ev: callback())
 
-    def _stop_test(self, rank: int) -> Callable[[], bool]:
-        stop = self.cfg.stop
-
-        def should_stop() -> bool:
-            if self.stop_reason is not None:
-                return True
-            if stop.max_time_s is not None and self.env.now >= stop.max_time_s:
-                self.stop_reason = "max_time_s"
-            elif stop.max_steps is not None and self.contexts[rank].step + 1 >= stop.max_steps:
-                self.stop_reason = "max_steps"
-            return self.stop_reason is not None
-
-        return should_stop
-
-    # ------------------------------------------------------------------ processes
-    def _worker(self, rank: int) -> Generator[Any, Any, None]:
-        gen = self.spec.worker(self.contexts[rank])
-        instant, timed, wall, stats = self._instant, self._timed, self.stats.wall, self.stats
-        send: Any = None
-        perf = time.perf_counter
-        while True:
-            t0 = perf()
-            try:
-                req = gen.send(send)
-            except StopIteration:
-                wall["algorithm"] += perf() - t0
-                break
-            wall["algorithm"] += perf() - t0
-            stats.requests += 1
-            kind = type(req)
-            handler = instant.get(kind)
-            if handler is not None:
-                send = handler(rank, req)
-                continue
-            timed_handler = timed.get(kind)
-            if timed_handler is None:
-                raise TypeError(f"the simulator cannot perform {kind.__name__} (worker {rank}, algorithm "
-                                f"{self.spec.name})")
-            send = yield from timed_handler(rank, req)
-        self.finished += 1
-        self.collectives.worker_finished(rank)
-
-    def _evaluator(self) -> Generator[Any, Any, None]:
-        every = float(self.cfg.eval.every_s)
-        self._evaluate()
-        while self.finished < self.world:
-            yield self.env.timeout(every)
-            if self.finished < self.world:
-                self._evaluate()
-
-    def _evaluate(self) -> None:
+    # ------------------------------------------------------------------ evaluation and progress
+    def _score(self) -> tuple[float, float]:
+        t0 = time.perf_counter()
         model = self.replicas.global_model(self.spec.synchronous)
-        acc, loss = self.replicas.evaluate(model, self.data.x_test, self.data.y_test)
-        now = float(self.env.now)
-        step = min(c.step for c in self.contexts)
-        self.events.evaluation(now, step, acc, loss)
-        self.last_eval_time, self.last_accuracy = now, acc
-        target = self.cfg.stop.target_accuracy
-        if target is not None and acc >= target and self.stop_reason is None:
-            self.stop_reason = "target_accuracy"
-        self.progress.update(now, self.stats.device_steps, acc)
+        out = evaluate(model, self.data.x_test, self.data.y_test)
+        self.replicas.wall["eval"] += time.perf_counter() - t0
+        return out
 
+    def _on_eval(self, now: float, step: int, accuracy: float) -> None:
+        self.progress.update(now, self.stats.device_steps, accuracy)
+
+    def _on_line(self, line: dict[str, Any]) -> None:
+        if self.progress.active and self.group.lines % 64 == 0:
+            self.progress.update(float(self.env.now), self.stats.device_steps)
+
+    def _waits(self, schedule: Generator[float, None, None]) -> Generator[Any, Any, None]:
+        """Host a schedule of waits (runner.Evaluation.periodic) as a SimPy process."""
+        for seconds in schedule:
+            yield self.env.timeout(seconds)
+
+    # ------------------------------------------------------------------ the run
     def run(self) -> SimStats:
         """Simulate until every worker returned (or the hard limit); returns the run's stats."""
-        env = self.env
+        env, group = self.env, self.group
         try:
-            procs = [env.process(self._worker(r)) for r in range(self.world)]
-            env.process(self._evaluator())
+            procs = [env.process(d) for d in group.drivers(self, on_finish=self.collectives.worker_finished,
+                                                           profile=self.stats.driver)]
+            env.process(self._waits(self.evaluation.periodic(lambda: env.now, group.min_step,
+                                                             lambda: group.running)))
             until: simpy.Event = simpy.AllOf(env, procs)
             max_time = self.cfg.stop.max_time_s
             if max_time is not None:
                 hard = env.timeout(max_time * HARD_LIMIT_FACTOR + HARD_LIMIT_EXTRA_S)
                 until = simpy.AnyOf(env, [until, hard])
             env.run(until=until)
-            if self.finished < self.world:
-                self.stop_reason = "hard_limit"
+            if group.running:
+                self.hard_limited = True
             self.collectives.check_gathers()
-            if self.last_eval_time is None or self.last_eval_time < env.now:
-                self._evaluate()
+            self.evaluation.final(env.now, group.min_step())
         finally:
             self.progress.close()
         return self.stats
+
+    # ------------------------------------------------------------------ the performer
+    def now(self, rank: int) -> float:
+        """Virtual time (the same for every worker)."""
+        return self.env.now
+
+    def perform(self, rank: int, req: Any) -> Any:
+        """Worker `rank`'s request: its result, or a generator of SimPy events producing it."""
+        handler = self._handlers.get(type(req))
+        if handler is None:
+            raise TypeError(f"the simulator cannot perform {type(req).__name__} (worker {rank}, algorithm "
+                            f"{self.spec.name})")
+        return handler(rank, req)
 
     # ------------------------------------------------------------------ timed requests
     def _take_batch(self, rank: int, req: TakeBatch) -> Generator[Any, Any, SimBatch]:
@@ -301,15 +263,10 @@ class SimEngine:
         if len(taken.injected):
             indices = np.concatenate([indices, taken.injected])
         batch = self.data.batch(rank, indices, plan.target)
-        p = self.pending[rank]
-        p.takes += 1
-        p.batch += batch.n
-        p.wait_s += env.now - t_req
-        p.dropped += plan.dropped
-        p.injected += batch.injected
-        p.buffer_samples = taken.backlog
-        p.held_samples = taken.held
-        p.rate = plan.rate
+        meter = self.meters[rank]
+        meter.count(batch=batch.n, dropped=plan.dropped, injected=batch.injected)
+        meter.gauge(buffer_samples=taken.backlog, buffer_bytes=taken.backlog * self.data.sample_bytes,
+                    held_samples=taken.held, rate=plan.rate)
         self.last_backlog[rank], self.last_held[rank] = taken.backlog, taken.held
         self.stats.wall["data"] += wall + perf() - c0
         return batch
@@ -319,7 +276,6 @@ class SimEngine:
         meanwhile, and by then every peer has applied the update that preceded it (shared replicas)."""
         batch = req.batch
         dt = self.compute_model.step_time(rank, int(batch.n))
-        self.pending[rank].compute_s += dt
         self.stats.device_steps += 1
         yield self.env.timeout(dt)
         return self.replicas.compute(rank, batch.x, batch.y)
@@ -350,16 +306,15 @@ class SimEngine:
         return entry[0]
 
     def _collect(self, op: CollectiveOp, rank: int, handle_id: int | None = None) -> Any:
-        """Worker `rank`'s result; comm time and the wait for the last worker are counted once."""
+        """Worker `rank`'s result; the network time and the wait for the last worker are noted once."""
         if handle_id is not None:
             entry = self.handles[handle_id]
             if entry[2]:
                 return self.collectives.result(op, rank)
             self.handles[handle_id] = (op, rank, True)
-        p = self.pending[rank]
-        p.comm_s += op.comm_s
         arrived = op.arrived_at[rank] or 0.0
-        p.sync_wait_s += max(0.0, (op.complete_at or 0.0) - op.comm_s - arrived)
+        self.meters[rank].count(net_s=op.comm_s,
+                                sync_wait_s=max(0.0, (op.complete_at or 0.0) - op.comm_s - arrived))
         result = self.collectives.result(op, rank)
         self.collectives.release(op, rank)
         return result
@@ -402,45 +357,29 @@ class SimEngine:
             if not 0 <= target < self.world or target == rank:
                 raise ValueError(f"Inject: worker {rank} cannot inject into device {target}")
             self.streams[target].deliver(arrive, chosen)
-        p = self.pending[rank]
-        p.inject_sent += len(chosen) * len(req.targets)
-        p.inject_bytes += nbytes_each * len(req.targets)
+        self.meters[rank].count(inject_sent=len(chosen) * len(req.targets),
+                                inject_bytes=nbytes_each * len(req.targets))
         self.stats.inject_bytes += nbytes_each * len(req.targets)
 
     def _log(self, rank: int, req: Log) -> None:
-        p = self.pending[rank]
-        measured = p.fields(self.data.sample_bytes)
-        given = req.fields
-        line: dict[str, Any] = {"time": float(self.env.now), "device": rank}
-        for key in LINE_ORDER[2:]:
-            if key in given:
-                line[key] = given[key]
-            elif key in measured:
-                line[key] = measured[key]
-        for key, value in given.items():
-            line.setdefault(key, value)
-        for key, value in measured.items():
-            line.setdefault(key, value)
-        self.events.step(**line)
-        self.pending[rank] = _Pending()
-        self.stats.lines += 1
-        if self.progress.active and self.stats.lines % 64 == 0:
-            self.progress.update(float(self.env.now), self.stats.device_steps)
+        return None  # the driver writes the step line
 
     # ------------------------------------------------------------------ results
     def profile(self, wall_s: float) -> dict[str, float]:
         """Wall seconds by category; `engine` is the rest (SimPy, dispatch, bookkeeping, logging)."""
-        prof = {**self.replicas.wall, "reduce": self.collectives.reduce_s, **self.stats.wall}
+        prof = {**self.replicas.wall, "reduce": self.collectives.reduce_s, **self.stats.wall,
+                "algorithm": float(self.stats.driver.get("algorithm", 0.0))}
         prof["engine"] = max(0.0, wall_s - sum(prof.values()))
         return {k: round(v, 4) for k, v in prof.items()}
 
     def extra_summary(self, wall_s: float) -> dict[str, Any]:
-        """Simulator-specific summary fields (merged into summary.json)."""
+        """Simulator-specific summary fields (merged into summary.json); wall_s: the run's wall time."""
         prof = self.profile(wall_s)
         cm = self.compute_model
         torch_s = prof["forward_backward"] + prof["optimizer"] + prof["eval"] + prof["reduce"]
         outside = max(0.0, wall_s - torch_s - prof["algorithm"])
         return {
+            "sim_wall_s": round(wall_s, 3),
             "algorithm": self.spec.name,
             "devices": self.world,
             "stop_reason": self.stop_reason or "finished",
@@ -461,3 +400,13 @@ class SimEngine:
             "overhead_share": round(outside / wall_s, 4) if wall_s > 0 else None,
             "device_steps_per_wall_s": round(self.stats.device_steps / wall_s, 2) if wall_s > 0 else None,
         }
+
+
+def run_sim(cfg: Any, *, out: str | Path | None = None, run_id: str | None = None, progress: bool = True,
+            base_dir: str | Path | None = None) -> tuple[Path, dict]:
+    """The "sim" engine's run function (edgestream.runner.engines): simulate `cfg` and write its run
+    directory with `runner.write_run`; returns (path, summary). base_dir: folder that relative paths in
+    the config (rate traces) are relative to."""
+    folder = str(base_dir) if base_dir else None
+    return write_run(cfg, "sim", lambda events: SimEngine(cfg, events, progress=progress, base_dir=folder),
+                     out=out, run_id=run_id)

@@ -13,12 +13,14 @@ Two layouts, chosen per run:
   and reads before the others applied, as in ABS-SGD where workers apply at different times), or
   updates differ, or a worker sets parameters, the run falls back to per-worker replicas for good
   (M deep copies, once; `unshared` says why). So sharing never changes results, only cost: one
-  optimizer step and one model in memory instead of M.
+  optimizer step and one model in memory instead of M. A model with buffers (batch-norm running
+  statistics) is never shared: every worker's forward pass updates them with its own batch, so one
+  replica would update them M times per step where M separate machines update each once.
 
 Per step only references move: gradients are handed out as the `.grad` tensors of the backward pass
 (fresh tensors each step, since gradients are reset to None before it) and an update is installed as
 `.grad` for `optimizer.step()` (torch's multi-tensor SGD). `wall` accumulates the wall time of the
-torch work (forward/backward, optimizer, evaluation) for the simulator's profile.
+torch work (forward/backward, optimizer; the engine adds evaluation) for the simulator's profile.
 """
 
 from __future__ import annotations
@@ -35,7 +37,8 @@ from torch import Tensor, nn
 from edgestream.models import build_model, build_optimizer, param_names, set_lr
 from edgestream.sync.requests import ComputeResult
 
-EVAL_CHUNK = 2048
+#: why a model with buffers is never shared (see module doc)
+BUFFERS_REASON = "the model has buffers (batch-norm statistics) that every worker updates with its own batches"
 
 
 class Replicas:
@@ -51,7 +54,8 @@ class Replicas:
         self.world = world
         self.names = param_names(base)
         self._optim_args = (lr, momentum, weight_decay)
-        self.shared = shared and world > 1
+        has_buffers = any(True for _ in base.buffers())
+        self.shared = shared and world > 1 and not has_buffers
         count = 1 if self.shared else world
         self.models = [copy.deepcopy(base) for _ in range(count)]
         self.optimizers = [self._optimizer(m) for m in self.models]
@@ -61,7 +65,7 @@ class Replicas:
         self.wver = [0] * world                   # updates each worker has applied
         self.pending: tuple[list[Tensor], float] | None = None
         self.applied: set[int] = set()
-        self.unshared: str | None = None
+        self.unshared: str | None = BUFFERS_REASON if shared and world > 1 and has_buffers else None
         self._scratch: nn.Module | None = None
         self.wall = {"forward_backward": 0.0, "optimizer": 0.0, "eval": 0.0}
         for m in self.models:
@@ -207,23 +211,6 @@ class Replicas:
             self._scratch.load_state_dict(self.models[0].state_dict())
             torch._foreach_copy_(self._trainable(self._scratch), acc)
         return self._scratch
-
-    def evaluate(self, model: nn.Module, x: Tensor, y: Tensor) -> tuple[float, float]:
-        """(accuracy, mean cross-entropy) of `model` on (x, y), in eval mode, without gradients."""
-        t0 = time.perf_counter()
-        was_training = model.training
-        model.eval()
-        correct, loss_sum = 0, 0.0
-        with torch.no_grad():
-            for lo in range(0, len(y), EVAL_CHUNK):
-                logits = model(x[lo:lo + EVAL_CHUNK])
-                target = y[lo:lo + EVAL_CHUNK]
-                loss_sum += float(F.cross_entropy(logits, target, reduction="sum"))
-                correct += int((logits.argmax(dim=1) == target).sum())
-        model.train(was_training)
-        self.wall["eval"] += time.perf_counter() - t0
-        n = max(1, len(y))
-        return correct / n, loss_sum / n
 
     def layout(self) -> dict[str, Any]:
         """For the summary: shared or per-worker, and why sharing ended."""

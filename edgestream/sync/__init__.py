@@ -1,7 +1,9 @@
 """edgestream.sync — every algorithm, written once as engine-free worker generators (see DESIGN.md).
 
-A worker `yield`s requests (edgestream.sync.requests) and receives results; the simulator, the real
-runtime and the in-process `driver_local` perform them. `ALGORITHMS` maps names to specs.
+A worker `yield`s requests (edgestream.sync.requests) and receives results; every engine (the
+simulator, the real trainer, the in-process lockstep engine) runs it through `edgestream.runner.drive`
+and performs them. `ALGORITHMS` maps names to specs. Algorithm state is explicit (`WorkerContext.state`,
+see edgestream.sync.context), so engines can checkpoint and restore it.
 """
 
 from edgestream.sync.abs_sgd import delay_compensate

@@ -10,6 +10,11 @@ The update goes through `Apply` (the run's optimizer: with momentum 0 and weight
 exactly w_{t+1} = w_t - eta g~), so every engine keeps one optimizer path; w_t comes from
 `GetParams`. Iteration 0 has nothing to reduce: it computes one reference batch and moves on.
 Batches are acked after the update that used their gradients (one iteration later).
+
+State (`ctx.state`, complete at each Log): "w_prev" (w_t of the iteration just applied, which is
+w_{t-1} of the next), "G" and "n" (the gradient sum and sample count the next all-reduce sends) and
+"loss_sum". A worker restored from it starts at the next iteration's all-reduce; the batches behind
+"G" are never acked by it (see edgestream.sync.context on batches and checkpoints).
 """
 
 from __future__ import annotations
@@ -51,20 +56,24 @@ def worker(ctx: WorkerContext) -> Generator[Any, Any, None]:
     """One ABS-SGD worker (see module doc)."""
     p = coerce(PARAMS, ctx.params)
     ref, lam = p["ref_batch"], p["lambda"]
+    st = ctx.state
 
     def accumulate() -> Generator[Any, Any, tuple[list[Tensor], int, float, Any]]:
         batch = yield TakeBatch(ref)
         r: ComputeResult = yield Compute(batch)
         return [g * r.n for g in r.grads], r.n, r.loss * r.n, batch
 
-    # iteration 0: one reference batch on w_0
-    w_prev: list[Tensor] = yield GetParams()
-    G, n, loss_sum, b0 = yield from accumulate()
-    pending = [b0]
+    if "G" in st:  # restored at the end of an iteration
+        w_prev, G, n, loss_sum = list(st["w_prev"]), list(st["G"]), int(st["n"]), float(st["loss_sum"])
+        pending: list[Any] = []
+    else:  # iteration 0: one reference batch on w_0
+        w_prev = yield GetParams()
+        G, n, loss_sum, b0 = yield from accumulate()
+        pending = [b0]
     while True:
         w_t: list[Tensor] = yield GetParams()
-        flag = 1.0 if ctx.should_stop() else 0.0
-        meta = torch.tensor([float(n), flag], dtype=G[0].dtype)
+        flag = 1.0 if ctx.should_stop(ctx.step + 1) else 0.0
+        meta = torch.tensor([float(n), flag], dtype=G[0].dtype, device=G[0].device)
         sent = [*G, meta]
         handle = yield Start(AllReduce(sent, op="sum"))
         G_new = [torch.zeros_like(g) for g in G]
@@ -85,9 +94,11 @@ def worker(ctx: WorkerContext) -> Generator[Any, Any, None]:
         for b in pending:
             yield Ack(b)
         nbytes = sum(t.numel() * t.element_size() for t in sent)
-        yield Log(step=ctx.step, batch=n, global_batch=total_n, loss=loss_sum / max(n, 1), lr=lr,
-                  ref_batches=refs, floats_sent=-(-nbytes // 4), bytes_sent=nbytes, compressed=False)
+        fields = dict(step=ctx.step, batch=n, global_batch=total_n, loss=loss_sum / max(n, 1), lr=lr,
+                      ref_batches=refs, floats_sent=-(-nbytes // 4), bytes_sent=nbytes, compressed=False)
         ctx.step += 1
+        w_prev, G, n, loss_sum, pending = w_t, G_new, n_new, loss_new, batches
+        ctx.state.update(w_prev=w_prev, G=G, n=n, loss_sum=loss_sum)
+        yield Log(**fields)
         if float(reduced[-1][1]) > 0:
             return  # this iteration's batches were never applied: not acked, so they are redelivered
-        w_prev, G, n, loss_sum, pending = w_t, G_new, n_new, loss_new, batches

@@ -4,6 +4,10 @@ The global batch B = base_batch * M stays constant; every `every` steps the work
 measured speeds (samples per second of Compute, timed with `Now()`) in one small all-reduce and
 re-assign b_i proportional to speed (`reassign_batches`, a pure function, so all workers agree).
 Gradients are averaged sample-weighted (weight n_i) through the shared `exchange`; the LR is eta.
+
+State (`ctx.state`, complete at each Log): "batches" (the current assignment b), "busy_s" and
+"samples" (the speed measured since the last re-assignment) and "codec". The re-assignment due after
+a step runs at the top of the next one, so a restored worker performs it first.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import torch
 from edgestream.sync.context import WorkerContext
 from edgestream.sync.exchange import Codec, exchange
 from edgestream.sync.params import Param, coerce
-from edgestream.sync.requests import Ack, AllReduce, Apply, Compute, ComputeResult, Log, Now, TakeBatch
+from edgestream.sync.requests import Ack, AllReduce, Apply, Compute, ComputeResult, GetParams, Log, Now, TakeBatch
 
 PARAMS = (
     Param("base_batch", 64, "int", ge=1, doc="per-worker base batch; global batch B = base_batch * M"),
@@ -60,29 +64,36 @@ def worker(ctx: WorkerContext) -> Generator[Any, Any, None]:
     p = coerce(PARAMS, ctx.params)
     m = ctx.world_size
     total = p["base_batch"] * m
-    b = reassign_batches([1.0] * m, total, p["min_batch"])
+    st = ctx.state
+    b = [int(v) for v in st["batches"]] if "batches" in st else reassign_batches([1.0] * m, total, p["min_batch"])
+    busy_s, samples = float(st.get("busy_s", 0.0)), int(st.get("samples", 0))
     codec = Codec.from_spec(ctx.compression)
-    busy_s, samples = 0.0, 0
+    codec.load_state_dict(st.get("codec", {}))
+    device = None  # the gradients' device, where the speeds all-reduce lives
     while True:
-        batch = yield TakeBatch(b[ctx.rank])
-        t0 = yield Now()
-        res: ComputeResult = yield Compute(batch)
-        t1 = yield Now()
-        busy_s, samples = busy_s + (t1 - t0), samples + res.n
-        ex = yield from exchange(res.grads, float(res.n), codec.compressor, codec.memory,
-                                 names=ctx.names(len(res.grads)), adaptive=codec.adaptive,
-                                 stop=ctx.should_stop())
-        lr = ctx.lr_now()
-        yield Apply(ex.update, lr)
-        yield Ack(batch)
-        yield Log(step=ctx.step, batch=res.n, assigned_batch=b[ctx.rank], global_batch=ex.total_weight,
-                  loss=res.loss, lr=lr, floats_sent=ex.floats, bytes_sent=ex.nbytes, compressed=ex.compressed)
-        ctx.step += 1
-        if ex.stop:
-            return
-        if ctx.step % p["every"] == 0:
-            mine = torch.zeros(m, dtype=torch.float64)
+        if ctx.step > 0 and ctx.step % p["every"] == 0:
+            if device is None:  # restored right before a re-assignment: no gradients seen yet
+                device = (yield GetParams())[0].device
+            mine = torch.zeros(m, dtype=torch.float64, device=device)
             mine[ctx.rank] = samples / busy_s if busy_s > 0 else 0.0
             (speeds,) = yield AllReduce([mine], op="sum")
             b = reassign_batches([float(v) for v in speeds], total, p["min_batch"])
             busy_s, samples = 0.0, 0
+        batch = yield TakeBatch(b[ctx.rank])
+        t0 = yield Now()
+        res: ComputeResult = yield Compute(batch)
+        t1 = yield Now()
+        device = res.grads[0].device
+        busy_s, samples = busy_s + (t1 - t0), samples + res.n
+        ex = yield from exchange(res.grads, float(res.n), codec.compressor, codec.memory,
+                                 names=ctx.names(len(res.grads)), adaptive=codec.adaptive,
+                                 stop=ctx.should_stop(ctx.step + 1))
+        lr = ctx.lr_now()
+        yield Apply(ex.update, lr)
+        yield Ack(batch)
+        ctx.step += 1
+        ctx.state.update(batches=list(b), busy_s=busy_s, samples=samples, codec=codec.state_dict())
+        yield Log(step=ctx.step - 1, batch=res.n, assigned_batch=b[ctx.rank], global_batch=ex.total_weight,
+                  loss=res.loss, lr=lr, floats_sent=ex.floats, bytes_sent=ex.nbytes, compressed=ex.compressed)
+        if ex.stop:
+            return

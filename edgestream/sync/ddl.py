@@ -20,20 +20,24 @@ PARAMS = (Param("batch", None, "int", ge=1, optional=True,
 
 
 def worker(ctx: WorkerContext) -> Generator[Any, Any, None]:
-    """One ddl worker: take, compute, average (weight 1), apply, ack; until the group agrees to stop."""
+    """One ddl worker: take, compute, average (weight 1), apply, ack; until the group agrees to stop.
+
+    State (`ctx.state`): {"codec": the compressor's, memory's and adaptive statistic's state}."""
     p = coerce(PARAMS, ctx.params)
     codec = Codec.from_spec(ctx.compression)
+    codec.load_state_dict(ctx.state.get("codec", {}))
     while True:
         batch = yield TakeBatch(p["batch"])
         res: ComputeResult = yield Compute(batch)
         ex = yield from exchange(res.grads, 1.0, codec.compressor, codec.memory,
                                  names=ctx.names(len(res.grads)), adaptive=codec.adaptive,
-                                 stop=ctx.should_stop())
+                                 stop=ctx.should_stop(ctx.step + 1))
         lr = ctx.lr_now()
         yield Apply(ex.update, lr)
         yield Ack(batch)
-        yield Log(step=ctx.step, batch=res.n, loss=res.loss, lr=lr, floats_sent=ex.floats,
-                  bytes_sent=ex.nbytes, compressed=ex.compressed)
         ctx.step += 1
+        ctx.state["codec"] = codec.state_dict()
+        yield Log(step=ctx.step - 1, batch=res.n, loss=res.loss, lr=lr, floats_sent=ex.floats,
+                  bytes_sent=ex.nbytes, compressed=ex.compressed)
         if ex.stop:
             return

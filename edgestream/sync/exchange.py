@@ -79,6 +79,23 @@ class Codec:
         adaptive = compressor.new_state() if hasattr(compressor, "new_state") else None
         return cls(compressor, build_memory(memory_name), adaptive)
 
+    def state_dict(self) -> dict[str, Any]:
+        """The compressor's, memory's and adaptive statistic's state (tensors and plain values; {}
+        for dense), for `WorkerContext.state`. Valid until the next exchange: copy it to keep it."""
+        out: dict[str, Any] = {}
+        for key, part in (("compressor", self.compressor), ("memory", self.memory), ("adaptive", self.adaptive)):
+            if part is not None:
+                out[key] = part.state_dict()
+        return out
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore what `state_dict` returned (into a codec built from the same spec)."""
+        for key, part in (("compressor", self.compressor), ("memory", self.memory), ("adaptive", self.adaptive)):
+            if key in state:
+                if part is None:
+                    raise ValueError(f"codec state has {key!r} state, but this codec has no {key}")
+                part.load_state_dict(state[key])
+
 
 def _nbytes(tensors: Sequence[Tensor]) -> int:
     return sum(t.numel() * t.element_size() for t in tensors)
@@ -119,6 +136,7 @@ def exchange(
     grads = list(grads)
     names = list(names) if names is not None else [str(i) for i in range(len(grads))]
     dtype = grads[0].dtype if grads else torch.float32
+    device = grads[0].device if grads else None  # metadata travels with the gradients (NCCL on CUDA)
     flag = 1.0 if stop else 0.0
     sent = 0
     votes: int | None = None
@@ -127,7 +145,7 @@ def exchange(
 
     if compress and adaptive is not None:
         adaptive.observe(_compression_loss(compressor, memory, grads, names))
-        meta = torch.tensor([float(adaptive.vote()), 1.0, float(weight), flag], dtype=torch.float64)
+        meta = torch.tensor([float(adaptive.vote()), 1.0, float(weight), flag], dtype=torch.float64, device=device)
         sent += _nbytes([meta])
         (reduced,) = yield AllReduce([meta], op="sum")
         votes, m = int(round(float(reduced[0]))), int(round(float(reduced[1])))
@@ -141,7 +159,7 @@ def exchange(
                 memory.update(t, n, _IDENTITY, _IDENTITY.compress(t, n))
         out = [weight * t for t in ts]
         if meta_known is None:
-            out.append(torch.tensor([float(weight), flag], dtype=dtype))
+            out.append(torch.tensor([float(weight), flag], dtype=dtype, device=device))
         sent += _nbytes(out)
         reduced = yield AllReduce(out, op="sum")
         if meta_known is None:
@@ -160,7 +178,7 @@ def exchange(
             memory.update(t, n, compressor, c)
         sent_compressed.append(c)
         payload.extend(c.payload)
-    payload.append(torch.tensor([float(weight), flag], dtype=dtype))
+    payload.append(torch.tensor([float(weight), flag], dtype=dtype, device=device))
     sent += _nbytes(payload)
     gathered = yield AllGather(payload)
     weights = [float(p[-1][0]) for p in gathered]

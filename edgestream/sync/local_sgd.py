@@ -10,6 +10,12 @@ decision come back with the average and no extra round is needed.
   is the group loss of the first period (Wang & Joshi use F(x_0); the first period's mean is what
   workers can measure without an extra evaluation). The check counts rounds, not seconds, because
   every worker must pick the same tau and rounds are the one clock they share.
+
+A period never runs past the run's step budget (`ctx.max_steps`): the last one is shortened to end
+there, and its averaging stops the group, so a run stops after exactly max_steps local steps.
+
+State (`ctx.state`, complete at each Log): "tau", "f_0", "rounds", and the current period's progress
+"period_steps" and "loss_sum"; a worker restored from a Log in mid-period finishes that period.
 """
 
 from __future__ import annotations
@@ -58,23 +64,31 @@ def _periodic_averaging(
     ctx: WorkerContext, params: dict[str, Any], adaptive: bool
 ) -> Generator[Any, Any, None]:
     """tau local steps, then one averaging all-reduce; adacomm re-picks tau (see module doc)."""
-    tau, tau_0 = params["tau"], params["tau"]
-    f_0: float | None = None
-    rounds = 0
+    st = ctx.state
+    tau_0 = params["tau"]
+    tau = int(st.get("tau", tau_0))
+    f_0: float | None = st.get("f_0")
+    rounds = int(st.get("rounds", 0))
+    done, loss_sum = int(st.get("period_steps", 0)), float(st.get("loss_sum", 0.0))
     while True:
-        loss_sum = 0.0
-        for _ in range(tau):
+        length = tau
+        if ctx.max_steps is not None:  # end the last period at the step budget
+            length = min(tau, max(1, ctx.max_steps - (ctx.step - done)))
+        while done < length:
             batch = yield TakeBatch(params["batch"])
             res: ComputeResult = yield Compute(batch)
             lr = ctx.lr_now()
             yield Apply(res.grads, lr)
             yield Ack(batch)
-            yield Log(step=ctx.step, batch=res.n, loss=res.loss, lr=lr, floats_sent=0, bytes_sent=0,
-                      compressed=False)
             loss_sum += res.loss
+            done += 1
             ctx.step += 1
+            ctx.state.update(tau=tau, f_0=f_0, rounds=rounds, period_steps=done, loss_sum=loss_sum)
+            yield Log(step=ctx.step - 1, batch=res.n, loss=res.loss, lr=lr, floats_sent=0, bytes_sent=0,
+                      compressed=False)
         w = yield GetParams()
-        meta = torch.tensor([loss_sum / tau, 1.0 if ctx.should_stop() else 0.0], dtype=w[0].dtype)
+        stop_flag = 1.0 if ctx.should_stop(ctx.step) else 0.0
+        meta = torch.tensor([loss_sum / done, stop_flag], dtype=w[0].dtype, device=w[0].device)
         sent = [*w, meta]
         avg = yield AllReduce(sent, weight=1.0, op="weighted_mean")
         yield SetParams(avg[:-1])
@@ -85,6 +99,8 @@ def _periodic_averaging(
                 f_0 = f_group
             elif rounds % params["check_every"] == 0:
                 tau = adacomm_tau(f_group, f_0, tau_0, tau)
+        done, loss_sum = 0, 0.0
+        ctx.state.update(tau=tau, f_0=f_0, rounds=rounds, period_steps=done, loss_sum=loss_sum)
         nbytes = sum(t.numel() * t.element_size() for t in sent)
         yield Log(step=ctx.step, round=rounds, tau=tau, group_loss=f_group, floats_sent=-(-nbytes // 4),
                   bytes_sent=nbytes, compressed=False)

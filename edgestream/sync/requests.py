@@ -3,7 +3,9 @@
 An algorithm never performs I/O, never reads a clock and never talks to another worker: it yields one
 of these plain dataclasses and receives the result (``result = yield Request(...)``). The simulator
 turns a request into virtual-time events, the real runtime performs it (Kafka poll, torch
-forward/backward, torch.distributed collective), and `driver_local` performs it in one process.
+forward/backward, torch.distributed collective), and the lockstep engine (edgestream.runner.lockstep)
+performs it in one process. Every engine runs a worker through the one request loop,
+`edgestream.runner.drive`.
 
 Contract every engine keeps (see each class for its result):
 
@@ -12,6 +14,11 @@ Contract every engine keeps (see each class for its result):
 * `TakeBatch` blocks until the worker's stream holds the batch; `Wait` blocks until its collective has
   completed; `Poll` never blocks.
 * Results handed to different workers are independent tensors (a worker may modify its own).
+* Every tensor a worker hands a collective lives on its gradients' device (metadata such as weights
+  and stop flags included), so a CUDA engine can reduce them with NCCL.
+* `Log` ends a step (or an averaging round): at a Log the worker's `ctx.step` and `ctx.state` are
+  complete and consistent, so an engine may checkpoint there (edgestream.sync.context, "State
+  contract").
 """
 
 from __future__ import annotations
@@ -185,7 +192,7 @@ class SetParams:
 @dataclass(frozen=True)
 class Now:
     """Result: the engine's time in seconds (virtual in the simulator, monotonic wall time in the
-    runtime, a per-worker work counter in driver_local). Only differences are meaningful."""
+    runtime, a per-worker work counter in the lockstep engine). Only differences are meaningful."""
 
 
 @dataclass(frozen=True)
@@ -198,7 +205,11 @@ class Sleep:
 @dataclass(init=False)
 class Log:
     """Per-step metrics the engine writes to events.jsonl (it adds time and device):
-    step, batch, loss, lr, floats_sent, bytes_sent, compressed, ... Result: None."""
+    step, batch, loss, lr, floats_sent, bytes_sent, compressed, ... Result: None.
+
+    A worker yields one Log at the end of each step (and of each averaging round); by then it has
+    advanced `ctx.step` and brought `ctx.state` up to date, so the Log request is where an engine
+    may checkpoint the worker (edgestream.sync.context, "State contract")."""
 
     fields: dict[str, Any] = field(default_factory=dict)
 

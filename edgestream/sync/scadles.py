@@ -38,10 +38,14 @@ def scaled_lr(eta: float, batch_sum: float, base_global_batch: float) -> float:
 
 
 def worker(ctx: WorkerContext) -> Generator[Any, Any, None]:
-    """One ScaDLES worker (see module doc); stops after the step at which any worker asked to."""
+    """One ScaDLES worker (see module doc); stops after the step at which any worker asked to.
+
+    State (`ctx.state`): {"codec": the compressor's, memory's and adaptive statistic's state}; the
+    injection draws depend on (seed, rank, step) only."""
     p = coerce(PARAMS, ctx.params)
     B = p["base_batch"] * ctx.world_size
     codec = Codec.from_spec(ctx.compression)
+    codec.load_state_dict(ctx.state.get("codec", {}))
     injection = build_injection(ctx.injection)
     while True:
         if codec.adaptive is not None and p["epoch_steps"] and ctx.step % p["epoch_steps"] == 0:
@@ -57,14 +61,15 @@ def worker(ctx: WorkerContext) -> Generator[Any, Any, None]:
         res: ComputeResult = yield Compute(batch)
         ex = yield from exchange(res.grads, float(b_i), codec.compressor, codec.memory,
                                  names=ctx.names(len(res.grads)), adaptive=codec.adaptive,
-                                 stop=ctx.should_stop())
+                                 stop=ctx.should_stop(ctx.step + 1))
         lr = scaled_lr(ctx.lr_now(), ex.total_weight, B)
         yield Apply(ex.update, lr)
         yield Ack(batch)
-        yield Log(step=ctx.step, batch=b_i, global_batch=ex.total_weight, loss=res.loss, lr=lr,
+        ctx.step += 1
+        ctx.state["codec"] = codec.state_dict()
+        yield Log(step=ctx.step - 1, batch=b_i, global_batch=ex.total_weight, loss=res.loss, lr=lr,
                   floats_sent=ex.floats, bytes_sent=ex.nbytes, compressed=ex.compressed,
                   injected_sent=injected, compress_votes=ex.votes,
                   statistic=codec.adaptive.value if codec.adaptive is not None else None)
-        ctx.step += 1
         if ex.stop:
             return
