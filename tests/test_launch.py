@@ -119,6 +119,10 @@ def test_local_run_writes_the_run_directory(bootstrap, run_prefix, tmp_path):
         assert (run_dir / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert summary["producer"]["delivered"] > 0 and summary["producer"]["failed"] == 0
     assert_no_child_left(run_dir)
+    # the same run id again, in another folder: its topics exist, so the run is refused before it starts
+    code, out, err = finish(start_run(cfg, bootstrap, tmp_path / "elsewhere"))
+    assert code == 2 and out == "" and f"run {run_prefix}-r1 already has topics on {bootstrap}" in err
+    assert not (tmp_path / "elsewhere").exists()
 
 
 def test_a_killed_trainer_stops_the_run_and_is_named(bootstrap, run_prefix, tmp_path):

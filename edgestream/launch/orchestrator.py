@@ -286,6 +286,19 @@ class LocalRun:
                               128 + (signals.signum or signal.SIGINT)) from None
         return self.bootstrap
 
+    def _check_no_topics(self) -> None:
+        """A new run must not find its topics on the broker already: their samples belong to an earlier
+        run under this id (its run directory elsewhere or deleted), and the trainers would read them."""
+        from edgestream.kafka.admin import list_topics
+        from edgestream.kafka.topics import run_topic_prefix
+
+        found = list_topics(self.bootstrap, prefix=run_topic_prefix(self.run_name),
+                            security=self.cfg.runtime.kafka_client)
+        if found:
+            raise LaunchError(f"run {self.run_name} already has topics on {self.bootstrap} ({sorted(found)[0]}, ...): "
+                              "an earlier run used this run id; choose another --run-id (or --resume its run "
+                              "directory)", 2)
+
     def _check_checkpoints(self) -> None:
         """A resumed run needs a checkpoint of every rank to continue from."""
         if self.cfg.checkpoint.every_steps is None:
@@ -389,6 +402,8 @@ class LocalRun:
                 self._connect(signals)
                 from edgestream.kafka.run_topics import ensure_run_topics
 
+                if not self.resumed:
+                    self._check_no_topics()
                 ensure_run_topics(self.bootstrap, self.run_name, range(self.world),
                                   security=self.cfg.runtime.kafka_client)
                 self.path.mkdir(parents=True, exist_ok=True)
