@@ -32,6 +32,13 @@ def test_runner_imports_no_engine(path: Path) -> None:
     assert not bad, f"runner/{path.name} imports {bad}"
 
 
+@pytest.mark.parametrize("path", sorted((PKG / "sync").glob("*.py")), ids=lambda p: p.name)
+def test_sync_does_not_import_the_run_core(path: Path) -> None:
+    """sync/ is below runner/: algorithms know requests and their context, not the loop that runs them."""
+    bad = [n for n in _imports(path) if n == "edgestream.runner" or n.startswith("edgestream.runner.")]
+    assert not bad, f"sync/{path.name} imports {bad}"
+
+
 def test_importing_the_runner_loads_no_engine() -> None:
     code = ("import sys, edgestream.runner, edgestream.runner.lockstep, edgestream.runner.compare; "
             f"print([m for m in sys.modules if m.startswith({ENGINE_PACKAGES!r})])")
