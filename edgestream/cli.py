@@ -358,7 +358,7 @@ def run_cmd(config: Path = typer.Argument(None, help="experiment YAML file (opti
     else:
         cfg = _load(config, set_)
     engine = engine or ("local" if resume is not None else cfg.runtime.engine)
-    if engine == "local":  # edgestream/launch (wired here until the runner's engine registry takes it)
+    if engine == "local":  # launch/command.py (--bootstrap, --resume, exit codes); compare reaches it via the registry
         from edgestream.launch.command import run_local_command
 
         run_local_command(cfg, out=out, run_id=run_id, bootstrap=bootstrap, resume=resume, quiet=quiet)
