@@ -228,3 +228,61 @@ def test_bad_input_ends_with_one_line(bootstrap, tmp_path):
     [(code, _, err)] = _finish(_start(cfg_path, bootstrap, "x3", out, [0], 2, port,
                                       EDGESTREAM_RENDEZVOUS_TIMEOUT_S=4))
     assert code != 0 and err.strip().count("\n") == 0 and f"127.0.0.1:{port}" in err and "rendezvous" in err
+
+
+def test_lockstep_and_real_engine_agree_on_the_same_stream(bootstrap, tmp_path):
+    """The engines differ only in how they perform requests: the same config and the same streams give
+    the same parameters after k steps (real: trainer processes over Kafka and gloo; lockstep: one
+    process, the device streams replayed in the producers' order)."""
+    import torch
+
+    from edgestream.data import load_dataset, partition_indices
+    from edgestream.data.order import ShardOrder
+    from edgestream.models import build_model, param_names
+    from edgestream.runner.lockstep import ArraySource, LockstepEngine
+    from edgestream.sync import get_algorithm
+    from edgestream.sync.context import WorkerContext
+    from edgestream.trainer.checkpoint import load_checkpoint
+
+    k = 6
+    algo = {"name": "ddl", "batch": {"policy": "fixed", "size": 24}}
+    run_dir, lines, _ = _train(tmp_path, bootstrap, "same", 2, algo, produce_s=0.5, checkpoint={"every_steps": k},
+                               stop={"max_steps": k, "max_time_s": 300, "target_accuracy": None})
+    real = load_checkpoint(run_dir / "checkpoints" / "rank0.pt")
+    assert real["step"] == k
+
+    cfg = load_config(tmp_path / "same.yaml")
+    ds = load_dataset("digits", None, seed=cfg.seed)
+    shards = partition_indices(ds.y_train, 2, "iid", seed=cfg.seed)
+    x_all = torch.from_numpy(ds.affine(ds.x_train))
+    y_all = torch.from_numpy(ds.y_train).long()
+
+    class StreamSource(ArraySource):  # device d's stream in the producer's order (ShardOrder)
+        def __init__(self, d: int) -> None:
+            super().__init__(x_all, y_all, rate=1500.0)
+            self.order, self.k = ShardOrder(shards[d], cfg.seed, d), 0
+
+        def take(self, n: int):
+            idx = torch.tensor([self.order.index(i) for i in range(self.k, self.k + n)])
+            self.k += n
+            return self.x[idx], self.y[idx]
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(cfg.seed)
+        model = build_model("cnn-small", ds.shape, ds.num_classes)
+    from edgestream.streams import build_batch_policy
+
+    engine = LockstepEngine(model, [StreamSource(0), StreamSource(1)], batch_policy=build_batch_policy(algo["batch"]),
+                            momentum=0.9, weight_decay=0.0)
+    spec = get_algorithm("ddl")
+    ctxs = [WorkerContext.from_config(cfg, r, param_names=param_names(model),
+                                      should_stop=lambda completed: completed >= k) for r in range(2)]
+    engine.run([spec.worker(c) for c in ctxs])
+    names = [n for n, p in model.named_parameters() if p.requires_grad]
+    for rank in range(2):
+        for name, p in zip(names, engine.params(rank), strict=True):
+            # the same arithmetic in two processes: equal up to float32 rounding of a different thread split
+            assert torch.allclose(real["model"][name], p, rtol=1e-5, atol=1e-6), name
+    losses_real = [e["loss"] for e in _step_lines(lines[0])]
+    losses_lock = [e["loss"] for e in engine.events if e["device"] == 0 and "loss" in e]
+    assert np.allclose(losses_real, losses_lock, rtol=1e-4)
