@@ -357,10 +357,18 @@ class LocalRun:
                 return _Outcome("signal", f"interrupted by {signal.Signals(signals.signum).name}",
                                 signum=signals.signum)
             codes = {r: c.poll() for r, c in self.trainers.items()}
-            for r, code in codes.items():
-                if code is not None and code != 0:
-                    return _Outcome("failed", f"device {r} (trainer rank {r}) {describe_status(code)}",
-                                    child=self.trainers[r])
+            failed = [r for r, code in codes.items() if code is not None and code != 0]
+            if failed:
+                # when one trainer dies its peers fail soon after (a collective loses them): let them
+                # settle, then name a trainer killed by a signal first, else the lowest rank
+                time.sleep(0.5)
+                codes = {r: c.poll() for r, c in self.trainers.items()}
+                failed = [r for r, code in codes.items() if code is not None and code != 0]
+                failed.sort(key=lambda r: (codes[r] >= 0, r))
+                r = failed[0]
+                also = "; ".join(f"device {o} {describe_status(codes[o])}" for o in failed[1:])
+                return _Outcome("failed", f"device {r} (trainer rank {r}) {describe_status(codes[r])}"
+                                + (f" (also {also})" if also else ""), child=self.trainers[r])
             pcode = self.producer.poll() if self.producer else None
             if all(code == 0 for code in codes.values()):
                 return _Outcome("done", "finished")

@@ -5,13 +5,13 @@ events.jsonl (sorted by time), summary.json (`engine: local`), accuracy.png and 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from edgestream.launch.tail import parse_line as _parse_line
 from edgestream.launch.tail import rank_files
 from edgestream.metrics import EventLog, accuracy_plot, buffer_plot
+from edgestream.runner.run import buffer_series
 
 SESSIONS = "sessions.json"
 
@@ -88,16 +88,6 @@ def merged_events(ranks_dir: Path) -> list[dict]:
             items.append(((float(rec.get("time") or 0.0), rec.get("kind") == "eval", rank, i), rec))
     items.sort(key=lambda x: x[0])
     return [rec for _, rec in items]
-
-
-def buffer_series(events: Iterable[dict]) -> list[tuple[int, float]]:
-    """(step, max buffer_samples over devices) from step lines, in step order."""
-    per_step: dict[int, float] = {}
-    for e in events:
-        if e.get("kind", "step") == "step" and e.get("buffer_samples") is not None and e.get("step") is not None:
-            s = int(e["step"])
-            per_step[s] = max(per_step.get(s, 0.0), float(e["buffer_samples"]))
-    return sorted(per_step.items())
 
 
 def read_rank_summaries(ranks_dir: Path) -> dict[int, dict]:
