@@ -257,3 +257,26 @@ def test_merged_events_stitch_a_resumed_session(tmp_path):
     events = merged_events(ranks)
     assert [(e["kind"], e.get("device"), e["time"]) for e in events] == [
         ("step", 0, 1.0), ("step", 1, 1.5), ("step", 0, 2.0), ("step", 0, 2.9), ("step", 0, 3.9), ("eval", None, 4.0)]
+
+
+def test_secrets_reach_the_children_only_through_a_private_file(tmp_path, run_prefix):
+    """config.yaml shows secrets as ***; the children read a 0600 copy; a resume from the masked
+    config.yaml alone is refused (the secret is not there to give them)."""
+    from edgestream.config import load_config
+    from edgestream.launch import LaunchError, LocalRun
+
+    raw = yaml.safe_load(write_cfg(tmp_path / "c.yaml", run_prefix, max_steps=5, every_steps=5).read_text())
+    raw["runtime"] = {"kafka_client": {"sasl.username": "u", "sasl.password": "s3cret"}}
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(raw))
+    cfg = load_config(tmp_path / "c.yaml")
+    run = LocalRun(cfg, out=tmp_path / "runs", run_id="r1", bootstrap="127.0.0.1:1")
+    run.path.mkdir(parents=True)
+    child = run._child_config()
+    assert child.name == ".child-config.yaml" and child.stat().st_mode & 0o777 == 0o600
+    assert load_config(child).runtime.kafka_client["sasl.password"] == "s3cret"
+    assert "s3cret" not in (run.path / "config.yaml").read_text()
+    masked = load_config(run.path / "config.yaml")
+    with pytest.raises(LaunchError, match=r"sasl.password: the value is \*\*\*") as err:
+        LocalRun(masked, resume=run.path)
+    assert err.value.code == 2
+
