@@ -286,6 +286,24 @@ class LocalRun:
                               128 + (signals.signum or signal.SIGINT)) from None
         return self.bootstrap
 
+    def _topics(self) -> None:
+        """Create the run's topics (a new run first checks that none exist); Kafka trouble: one line."""
+        from confluent_kafka import KafkaException
+
+        from edgestream.kafka.admin import KafkaUnavailable
+        from edgestream.kafka.run_topics import ensure_run_topics
+
+        try:
+            if not self.resumed:
+                self._check_no_topics()
+            ensure_run_topics(self.bootstrap, self.run_name, range(self.world),
+                              security=self.cfg.runtime.kafka_client)
+        except (KafkaUnavailable, KafkaException) as exc:
+            detail = exc.args[0].str() if isinstance(exc, KafkaException) and exc.args and hasattr(
+                exc.args[0], "str") else str(exc)
+            raise LaunchError(f"creating the topics of run {self.run_name} on {self.bootstrap} failed: {detail}",
+                              1) from None
+
     def _check_no_topics(self) -> None:
         """A new run must not find its topics on the broker already: their samples belong to an earlier
         run under this id (its run directory elsewhere or deleted), and the trainers would read them."""
@@ -408,12 +426,7 @@ class LocalRun:
             try:
                 self._check_fresh()
                 self._connect(signals)
-                from edgestream.kafka.run_topics import ensure_run_topics
-
-                if not self.resumed:
-                    self._check_no_topics()
-                ensure_run_topics(self.bootstrap, self.run_name, range(self.world),
-                                  security=self.cfg.runtime.kafka_client)
+                self._topics()
                 self.path.mkdir(parents=True, exist_ok=True)
                 (self.path / "ranks").mkdir(exist_ok=True)
                 offsets = record_session(self.path / "ranks", self.world) if self.resumed else {}
