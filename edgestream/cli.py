@@ -280,8 +280,10 @@ def train_cmd(config: Path = typer.Argument(..., help="experiment YAML file"),
 # ---------------------------------------------------------------- demo
 @app.command("demo")
 def demo(bootstrap: str = typer.Option(None, help="HOST:PORT of a broker; default: a managed local broker"),
-         out: str = typer.Option("runs/demo", help="where the simulator comparison is written")) -> None:
-    """The main job: stream devices through Kafka into PyTorch batches, then compare DDL and ScaDLES."""
+         out: str = typer.Option("runs/demo", help="where the real and simulated comparisons are written"),
+         max_time: float = typer.Option(50.0, "--max-time", help="seconds each real run trains at most")) -> None:
+    """The main job: train DDL and ScaDLES for real on 4 devices' Kafka streams, then the simulator's
+    prediction for the same configs, in one table."""
     from edgestream.config import bootstrap_ok
 
     if bootstrap is not None and not bootstrap_ok(bootstrap):
@@ -291,10 +293,13 @@ def demo(bootstrap: str = typer.Option(None, help="HOST:PORT of a broker; defaul
 
     from edgestream.demo import run_demo
     from edgestream.kafka.admin import KafkaUnavailable
+    from edgestream.launch.orchestrator import LaunchError
 
+    if not max_time > 0:
+        _bad_input(f"--max-time: {max_time} is not allowed; must be > 0")
     try:
-        run_demo(bootstrap=bootstrap, console=console, out=out)
-    except (BrokerError, KafkaUnavailable, KafkaException) as exc:
+        run_demo(bootstrap=bootstrap, console=console, out=out, max_time_s=max_time)
+    except (BrokerError, KafkaUnavailable, KafkaException, LaunchError) as exc:
         typer.echo("error: " + " ".join(str(exc).split()), err=True)
         raise typer.Exit(1) from None
 

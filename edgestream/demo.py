@@ -1,111 +1,95 @@
-"""`make demo`: the platform's main job in one command.
+"""`make demo`: the platform's main job in one command -- a short real experiment and its prediction.
 
-1. Starts the managed local Kafka broker (unless a bootstrap address is given), streams the digits
-   dataset from 8 devices at heterogeneous rates (ScaDLES preset S1') through one topic per device,
-   and reads every device's stream back as PyTorch batches with ScaDLES's rate-proportional batch
-   policy and truncation buffer, printing what each device saw.
-2. Compares DDL (BSP, b = 64) with ScaDLES on the same streams in the virtual-time simulator and
-   prints the comparison table (time to target accuracy, buffer, floats sent).
+1. Starts the managed local Kafka broker (unless a bootstrap address is given).
+2. Trains DDL (BSP, fixed batch, persist buffer) and ScaDLES (rate-proportional batches, truncation)
+   for real: 4 devices stream the digits dataset at the rates of ScaDLES preset S1 into Kafka, and one
+   trainer process per device trains cnn-small on its stream over torch.distributed
+   (`edgestream compare --engine local`).
+3. Runs the virtual-time simulator on the same two configs (`edgestream compare --engine sim`,
+   compute model timed on this machine) and prints one table: the real time to target accuracy,
+   final accuracy, buffer and dropped samples, and the simulator's predicted time beside it.
 """
 
 from __future__ import annotations
 
-import threading
 import time
 from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
-DEMO_DEVICES = 8
+DEMO_DEVICES = 4
+VARIANTS = "ddl[algorithm.buffer=persist,algorithm.batch.size=32],scadles"
 
 
-def _demo_config(name: str):
+def demo_config(name: str = "demo", max_time_s: float = 50.0):
+    """The demo's experiment: 4 devices, digits, preset S1, target accuracy 0.85."""
     from edgestream.config import validate_dict
 
     return validate_dict({
-        "name": name, "seed": 0, "data": {"dataset": "digits", "partition": "iid"},
-        "devices": {"count": DEMO_DEVICES, "rates": {"preset": "S1'"}},
-        "model": {"name": "cnn-small"}, "optim": {"lr": 0.05, "momentum": 0.9},
+        "name": name, "seed": 2, "data": {"dataset": "digits", "partition": "iid"},
+        "devices": {"count": DEMO_DEVICES, "rates": {"preset": "S1"}},
+        "model": {"name": "cnn-small"}, "optim": {"lr": 0.05, "momentum": 0.9, "weight_decay": 0.0001},
         "algorithm": {"name": "scadles", "buffer": "truncate", "batch": {"policy": "rate", "min": 8, "max": 1024}},
-        "stop": {"target_accuracy": 0.9, "max_time_s": 120}, "eval": {"every_s": 2},
+        "stop": {"target_accuracy": 0.85, "max_time_s": max_time_s}, "eval": {"every_s": 2},
     })
 
 
-def stream_demo(bootstrap: str, console: Console, seconds: float = 10.0) -> dict:
-    """Produce for `seconds`, then read one batch per second per device back through Kafka."""
-    from edgestream.consumers import KafkaStreamDataset
-    from edgestream.kafka.topics import new_run_id, run_name
-    from edgestream.producers import producer_from_config
-
-    cfg = _demo_config("demo")
-    run = run_name(cfg.name, new_run_id())
-    producer = producer_from_config(cfg, bootstrap, run, list(range(DEMO_DEVICES)))
-    console.print(f"streaming {DEMO_DEVICES} devices (preset S1', rates "
-                  f"{', '.join(f'{producer.rates.base_rate(d):.0f}' for d in range(DEMO_DEVICES))} samples/s) "
-                  f"into {run}.dev.* for {seconds:.0f} s ...")
-    result: dict = {}
-    th = threading.Thread(target=lambda: result.update(summary=producer.run_for(seconds)), daemon=True)
-    th.start()
-    time.sleep(2.0)  # trainers connect late: what was produced before is not lost (truncate drops it, counted)
-    sets = [KafkaStreamDataset.from_config(cfg, bootstrap, run, d, timeout=5) for d in range(DEMO_DEVICES)]
-    rows = {d: [] for d in range(DEMO_DEVICES)}
-
-    def device_loop(d: int) -> None:  # one consumer per device, as on real edge trainers
-        while th.is_alive():
-            item = sets[d].next_batch()
-            if item is not None:
-                rows[d].append(item[2])
-                sets[d].ack(item[2])
-
-    loops = [threading.Thread(target=device_loop, args=(d,), daemon=True) for d in range(DEMO_DEVICES)]
-    for t in loops:
-        t.start()
-    th.join()
-    for t in loops:
-        t.join()
-    table = Table(title=f"Kafka -> PyTorch batches per device ({run})")
-    for col in ("device", "S_i", "produced", "batches", "b_i", "dropped", "buffer", "wait ms"):
-        table.add_column(col, justify="right")
-    summary = result["summary"]
-    for d, ds in enumerate(sets):
-        metas = rows[d]
-        table.add_row(str(d), f"{producer.rates.base_rate(d):.0f}/s", str(summary.devices[d]["delivered"]),
-                      str(len(metas)), str(metas[-1]["batch"]) if metas else "-",
-                      str(ds.totals["dropped"]), str(metas[-1]["buffer_samples"]) if metas else "-",
-                      f"{1000 * sum(m['wait_s'] for m in metas) / max(len(metas), 1):.0f}")
-        ds.close()
-    console.print(table)
-    return {"produced": summary.delivered, "trained_samples": sum(ds.totals["samples"] for ds in sets)}
+def _fmt_s(v) -> str:
+    return "-" if v is None else f"{float(v):.1f}"
 
 
-def sim_demo(console: Console, out: Path) -> dict | None:
-    """DDL vs ScaDLES on the same streams in virtual time (edgestream compare)."""
-    try:
-        from edgestream.runner.compare import compare_algorithms
-    except ImportError:
-        return None
-    cfg = _demo_config("demo-compare")
-    console.print("comparing ddl (b = 64) and scadles in the virtual-time simulator ...")
-    return compare_algorithms(cfg, ["ddl", "scadles"], out=out, console=console)
-
-
-def run_demo(bootstrap: str | None = None, console: Console | None = None, out: str = "runs/demo") -> dict:
+def run_demo(bootstrap: str | None = None, console: Console | None = None, out: str = "runs/demo",
+             max_time_s: float = 50.0) -> dict:
+    """Run the demo (see module doc); returns {label: {"real": summary, "sim": summary}}."""
     from edgestream.kafka import LocalBroker
+    from edgestream.runner.compare import parse_variants, run_compare
 
     console = console or Console()
+    cfg = demo_config(max_time_s=max_time_s)
+    variants = parse_variants(VARIANTS)
     broker = None
     if bootstrap is None:
         console.print("starting the managed local Kafka broker ...")
         t0 = time.monotonic()
-        broker = LocalBroker(log=console.print).start()
+        broker = LocalBroker().start()
         bootstrap = broker.bootstrap
         console.print(f"broker up at {bootstrap} in {time.monotonic() - t0:.1f} s")
     try:
-        result = stream_demo(bootstrap, console)
+        rates = ", ".join(f"{r:.0f}" for r in _rates(cfg))
+        console.print(f"training ddl and scadles for real: {DEMO_DEVICES} devices streaming digits at {rates} "
+                      f"samples/s (preset S1) through Kafka, one trainer process per device, up to "
+                      f"{max_time_s:.0f} s each ...")
+        real_dir, real, _ = run_compare(cfg, variants, out=out, engine="local", bootstrap=bootstrap, progress=True)
     finally:
         if broker is not None:
             broker.stop()
             console.print("broker stopped")
-    result["compare"] = sim_demo(console, Path(out))
+    console.print("the simulator's prediction for the same configs ...")
+    sim_dir, sim, _ = run_compare(cfg, variants, out=out, engine="sim", progress=False)
+
+    table = Table(title=f"real (Kafka + trainer processes) vs simulated, {DEMO_DEVICES} devices, target "
+                        f"{cfg.stop.target_accuracy}")
+    for col in ("algorithm", "real time to target (s)", "real final acc", "buffer max", "dropped",
+                "simulated time to target (s)", "sim / real"):
+        table.add_column(col, justify="right")
+    result = {}
+    for v in variants:
+        r, s = real[v.label], sim[v.label]
+        rt, st = r.get("time_to_target_s"), s.get("time_to_target_s")
+        ratio = f"{st / rt:.2f}" if rt and st else "-"
+        table.add_row(v.algorithm, _fmt_s(rt), f"{r.get('final_accuracy') or 0:.3f}", str(r.get("buffer_max_samples")),
+                      str(r.get("dropped_total")), _fmt_s(st), ratio)
+        result[v.label] = {"real": r, "sim": s}
+    console.print(table)
+    console.print(f"plots: {Path(real_dir) / 'compare.png'} (real), {Path(sim_dir) / 'compare.png'} (simulated)")
+    console.print(f"run directories: {real_dir}, {sim_dir}")
     return result
+
+
+def _rates(cfg) -> list[float]:
+    from edgestream.streams import build_rate_model
+
+    d = cfg.devices
+    model = build_rate_model(d.rates.spec(), d.variation.spec(), d.count, cfg.seed, min_rate=d.rates.min_rate)
+    return [model.base_rate(i) for i in range(d.count)]
