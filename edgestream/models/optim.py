@@ -12,8 +12,9 @@ from torch import nn
 def build_optimizer(
     model: nn.Module, lr: float, momentum: float = 0.9, weight_decay: float = 1e-4
 ) -> torch.optim.SGD:
-    """SGD with momentum and weight decay on all parameters (the papers' setting)."""
-    return torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum, weight_decay=weight_decay)
+    """SGD with momentum and weight decay on all parameters (the papers' setting); multi-tensor
+    (foreach) kernels on every device: the same update with far less Python per step."""
+    return torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum, weight_decay=weight_decay, foreach=True)
 
 
 def lr_at(t: float, base_lr: float, milestones: Sequence[float], gamma: float) -> float:

@@ -69,18 +69,25 @@ class DistCollectives:
     # ------------------------------------------------------------------ all-reduce
     def start_all_reduce(self, req: AllReduce) -> Pending:
         tensors = [t.detach() for t in req.tensors]
+        if self.world == 1:  # nothing to exchange: the same arithmetic, no transfer
+            return Pending([], lambda: reduce_all([req]), nbytes=0)
         device = tensors[0].device if tensors else torch.device("cpu")
         dtypes = {t.dtype for t in tensors}
         groups = [tensors] if len(dtypes) == 1 else [[t] for t in tensors]  # one buffer per dtype run
+        weight = torch.tensor([float(req.weight)], dtype=torch.float64, device=device)
+        # the weight rides in the first buffer, its float64 bits viewed as that buffer's dtype (exact)
+        carry = tensors[0].dtype.is_floating_point and 8 % tensors[0].element_size() == 0
         works, gathered = [], []
-        for part in groups:
+        for i, part in enumerate(groups):
             flat = _flat(part).contiguous()
+            if i == 0 and carry:
+                flat = torch.cat([flat, weight.view(flat.dtype)])
             bufs = [torch.empty_like(flat) for _ in range(self.world)]
             works.append(dist.all_gather(bufs, flat, group=self.group, async_op=True))
             gathered.append(bufs)
-        weight = torch.tensor([float(req.weight)], dtype=torch.float64, device=device)
-        wbufs = [torch.empty_like(weight) for _ in range(self.world)]
-        works.append(dist.all_gather(wbufs, weight, group=self.group, async_op=True))
+        if not carry:
+            wbufs = [torch.empty_like(weight) for _ in range(self.world)]
+            works.append(dist.all_gather(wbufs, weight, group=self.group, async_op=True))
 
         def finish() -> list[Tensor]:
             per_rank: list[AllReduce] = []
@@ -88,7 +95,11 @@ class DistCollectives:
                 parts: list[Tensor] = []
                 for part, bufs in zip(groups, gathered, strict=True):
                     parts += _split(bufs[r], part)
-                w = float(wbufs[r][0])
+                if carry:
+                    tail = gathered[0][r][-(8 // tensors[0].element_size()):]
+                    w = float(tail.contiguous().view(torch.float64)[0])
+                else:
+                    w = float(wbufs[r][0])
                 per_rank.append(AllReduce(parts, weight=w if req.op == "weighted_mean" else 1.0, op=req.op))
             return reduce_all(per_rank)
 
@@ -98,6 +109,8 @@ class DistCollectives:
     # ------------------------------------------------------------------ all-gather
     def start_all_gather(self, req: AllGather) -> Pending:
         payload = [t.detach().contiguous() for t in req.payload]
+        if self.world == 1:
+            return Pending([], lambda: [[t.clone() for t in payload]], nbytes=0)
         device = payload[0].device if payload else torch.device("cpu")
         k = len(payload)
         # sizes first (blocking, tiny): numel and shape (ndim <= 4) of every payload tensor
