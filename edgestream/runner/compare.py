@@ -139,12 +139,15 @@ def run_compare(cfg: Any, variants: list[Variant], out: str | Path | None = None
     if base_dir is not None:
         options["base_dir"] = base_dir
     parent = Path(out if out is not None else cfg.runtime.out)
-    folder = parent / f"{cfg.name}-compare-{run_id or new_run_id()}"
+    compare_id = run_id or new_run_id()
+    folder = parent / f"{cfg.name}-compare-{compare_id}"
     folder.mkdir(parents=True, exist_ok=True)
     summaries: dict[str, dict] = {}
     curves: dict[str, list[tuple[float, float]]] = {}
     for v, vcfg in configs:
-        path, summary = run(vcfg, out=folder, run_id=_label_id(v.label), progress=progress, **options)
+        # a real engine's run id names Kafka topics too: unique per compare, so compares can repeat on a broker
+        rid = _label_id(v.label) if engine == "sim" else _label_id(f"{compare_id}-{v.label}")
+        path, summary = run(vcfg, out=folder, run_id=rid, progress=progress, **options)
         summary["run_dir"] = str(path)
         summary["batch"] = vcfg.algorithm.batch.spec() if vcfg.algorithm.batch else None
         summaries[v.label] = summary

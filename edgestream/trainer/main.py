@@ -271,6 +271,15 @@ def train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: boo
     except Stopped:
         status = "stopped"
         raise TrainerError(f"device {env.rank}: stopped by a signal while waiting for stream data") from None
+    except (RuntimeError, dist.DistError) as exc:  # a peer died or the group broke: one line, details in the log
+        status = "failed"
+        text = " ".join(str(exc).split())
+        if not isinstance(exc, dist.DistError) and not any(w in text.lower() for w in ("gloo", "nccl", "connection",
+                                                                                       "peer", "timed out")):
+            raise
+        log.exception("collective failed")
+        raise TrainerError(f"device {env.rank}: a collective with the other trainers failed (a peer died or the "
+                           f"network broke): {text[:160]}") from None
     finally:
         if status == "finished":
             if evaluator is not None:
