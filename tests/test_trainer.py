@@ -155,18 +155,30 @@ def test_scadles_injection_and_adaptive_topk_on_four_ranks(bootstrap, tmp_path):
     assert {e["compressed"] for s in per_rank for e in s} <= {True, False}
 
 
-@pytest.mark.parametrize("algo", [{"name": "abs-sgd", "params": {"ref_batch": 32}},
-                                  {"name": "local-sgd", "params": {"tau": 2}, "batch": {"policy": "fixed", "size": 32}}],
-                         ids=["abs-sgd", "local-sgd"])
-def test_other_algorithms_finish_and_learn(bootstrap, tmp_path, algo):
+FIXED32 = {"policy": "fixed", "size": 32}
+
+
+@pytest.mark.parametrize(("algo", "compression"), [
+    ({"name": "abs-sgd", "params": {"ref_batch": 32}}, None),
+    ({"name": "local-sgd", "params": {"tau": 2}, "batch": FIXED32}, None),
+    ({"name": "adacomm", "params": {"tau": 3, "check_every": 2}, "batch": FIXED32}, None),
+    ({"name": "dbs-sgd", "params": {"base_batch": 32, "every": 5}}, {"name": "topk", "ratio": 0.1}),
+    ({"name": "ddl", "batch": FIXED32}, {"name": "qsgd", "levels": 16}),
+], ids=["abs-sgd", "local-sgd", "adacomm", "dbs-sgd-topk", "ddl-qsgd"])
+def test_other_algorithms_finish_and_learn(bootstrap, tmp_path, algo, compression):
     name = algo["name"].replace("-", "")
+    extra = {"compression": compression} if compression else {}
     _, lines, summaries = _train(tmp_path, bootstrap, name, 2, algo, stop={"max_steps": 20, "max_time_s": 300,
-                                                                           "target_accuracy": None})
+                                                                           "target_accuracy": None}, **extra)
     per_rank = [_step_lines(lines[r]) for r in range(2)]
     assert all(s["stop_reason"] == "max_steps" for s in summaries)
     assert all(len(s) >= 20 for s in per_rank)
     assert _falling([e["loss"] for e in per_rank[0]])
-    if algo["name"] == "local-sgd":  # replicas agree after every averaging round
+    if compression or algo["name"] in ("abs-sgd", "dbs-sgd", "ddl"):  # synchronous: identical after every step
+        assert [e["digest"] for e in per_rank[0]] == [e["digest"] for e in per_rank[1]]
+    if compression:
+        assert any(e["compressed"] for e in per_rank[0])
+    if algo["name"] in ("local-sgd", "adacomm"):  # replicas agree after every averaging round
         rounds = [[e["digest"] for e in lines[r] if e["kind"] == "step" and e.get("round") is not None]
                   for r in range(2)]
         assert rounds[0] and rounds[0] == rounds[1]
