@@ -14,7 +14,7 @@ from edgestream.kafka.jars import DEFAULT_KAFKA_VERSION, BrokerError, cache_dir
 app = typer.Typer(help="edgestream: train models on data streaming in from heterogeneous edge devices "
                        "through Apache Kafka.", no_args_is_help=True, add_completion=False)
 config_app = typer.Typer(help="Validate and show experiment configs.", no_args_is_help=True)
-broker_app = typer.Typer(help="Run a managed local Apache Kafka broker (KRaft, 127.0.0.1).", no_args_is_help=True)
+broker_app = typer.Typer(help="Run a managed local Apache Kafka broker (KRaft, single node).", no_args_is_help=True)
 app.add_typer(config_app, name="config")
 app.add_typer(broker_app, name="broker")
 
@@ -54,15 +54,21 @@ def config_show(file: Path = typer.Argument(..., help="experiment YAML file"),
 
 
 # ---------------------------------------------------------------- broker
-def _broker(data_dir: Path | None, port: int | None = None, version: str = DEFAULT_KAFKA_VERSION):
+def _broker(data_dir: Path | None, port: int | None = None, version: str = DEFAULT_KAFKA_VERSION,
+            host: str = "127.0.0.1", advertised_host: str | None = None):
     from edgestream.kafka.broker import LocalBroker
 
     return LocalBroker(data_dir or default_broker_dir(), port=port, kafka_version=version,
-                       log=lambda m: typer.echo(m, err=True))
+                       log=lambda m: typer.echo(m, err=True), host=host, advertised_host=advertised_host)
 
 
 @broker_app.command("start")
-def broker_start(port: int = typer.Option(9092, min=1, max=65535, help="PLAINTEXT port on 127.0.0.1"),
+def broker_start(port: int = typer.Option(9092, min=1, max=65535, help="PLAINTEXT port (on --host)"),
+                 host: str = typer.Option("127.0.0.1", "--host",
+                                          help="address the client listener binds (0.0.0.0: every interface)"),
+                 advertised_host: str = typer.Option(None, "--advertised-host",
+                                                     help="address clients are told to connect to (what other "
+                                                          "hosts reach this one by); default --host"),
                  data_dir: Path = typer.Option(None, help="instance dir (storage, logs, state); "
                                                "default ~/.cache/edgestream/broker"),
                  kafka_version: str = typer.Option(DEFAULT_KAFKA_VERSION, help="Apache Kafka version (Maven Central)")
@@ -70,7 +76,7 @@ def broker_start(port: int = typer.Option(9092, min=1, max=65535, help="PLAINTEX
     """Start a broker in the background and print its bootstrap address."""
     import time
 
-    broker = _broker(data_dir, port, kafka_version)
+    broker = _broker(data_dir, port, kafka_version, host=host, advertised_host=advertised_host)
     if broker.running_pid() is not None:
         st = broker.read_state()
         typer.echo(f"already running: {st.get('bootstrap')} (pid {st.get('pid')}, {broker.data_dir})")
@@ -274,6 +280,27 @@ def train_cmd(config: Path = typer.Argument(..., help="experiment YAML file"),
     except TrainerError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
+    print(json.dumps(summary))
+
+
+@app.command("collect")
+def collect_cmd(run_dir: Path = typer.Argument(..., help="run directory <out>/<name>-<run id> holding ranks/"),
+                config: Path = typer.Option(None, "--config", help="experiment YAML; default RUN_DIR/config.yaml"),
+                set_: list[str] = typer.Option(None, "--set", help="override KEY.PATH=VALUE (repeatable)")) -> None:
+    """Write RUN_DIR's events.jsonl, summary.json and plots from the trainers' ranks/ files (for trainers
+    started without `edgestream run`: containers, torchrun across machines). Prints the summary."""
+    from edgestream.launch.rundir import collect_rundir
+
+    cfg_path = config or run_dir / "config.yaml"
+    if not cfg_path.is_file():
+        typer.echo(f"error: --config: required ({run_dir}/config.yaml does not exist)", err=True)
+        raise typer.Exit(2)
+    cfg = _load(cfg_path, set_)
+    try:
+        summary = collect_rundir(run_dir, cfg)
+    except FileNotFoundError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
     print(json.dumps(summary))
 
 

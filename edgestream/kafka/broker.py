@@ -1,9 +1,14 @@
-"""The managed local Apache Kafka broker: one KRaft node (broker + controller) on 127.0.0.1.
+"""The managed local Apache Kafka broker: one KRaft node (broker + controller), by default on 127.0.0.1.
 
 `LocalBroker` is used by the CLI (`edgestream broker start|status|stop`), by `make demo` and by the
 test fixture. The data dir identifies an instance: it holds the KRaft storage, server.properties,
 the broker's logs and `broker.json` (pid, ports, bootstrap), so two brokers with two dirs and two
 ports run side by side, and a restart on the same dir keeps the data (and, when free, the ports).
+
+`host` / `advertised_host` put the client listener on another address (a network namespace's, a
+LAN interface, 0.0.0.0) and tell clients which address to connect back to: a client bootstraps on
+any address that reaches the broker, then uses the advertised one for everything else. The
+controller listener stays on 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -72,9 +77,9 @@ def _is_our_broker(pid: int, data_dir: Path) -> bool:
     return "kafka.Kafka" in cmdline and str(data_dir) in cmdline
 
 
-def _tcp_open(port: int) -> bool:
+def _tcp_open(port: int, host: str = "127.0.0.1") -> bool:
     try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+        with socket.create_connection((host, port), timeout=0.5):
             return True
     except OSError:
         return False
@@ -100,14 +105,20 @@ def _tail(path: Path, lines: int = 30) -> str:
 
 
 class LocalBroker:
-    """A single-node Kafka broker (KRaft, combined broker+controller) bound to 127.0.0.1.
+    """A single-node Kafka broker (KRaft, combined broker+controller), its client listener on `host`.
 
     data_dir None: a temporary dir removed by stop(). port None: the port recorded in the data dir's
-    state (a restart), else a free ephemeral port. Use as a context manager, or start()/stop().
+    state (a restart), else a free ephemeral port. host: the address the client listener binds
+    (default 127.0.0.1; 0.0.0.0 for every interface); advertised_host: the address clients are told
+    to connect to (default: host, or 127.0.0.1 when host is 0.0.0.0). Use as a context manager, or
+    start()/stop().
     """
 
     def __init__(self, data_dir: str | Path | None = None, port: int | None = None,
-                 kafka_version: str = DEFAULT_KAFKA_VERSION, heap: str = "512m", log=None) -> None:
+                 kafka_version: str = DEFAULT_KAFKA_VERSION, heap: str = "512m", log=None,
+                 host: str = "127.0.0.1", advertised_host: str | None = None) -> None:
+        self.host = host
+        self.advertised_host = advertised_host or ("127.0.0.1" if host in ("0.0.0.0", "") else host)
         self._temp = data_dir is None
         self.data_dir = Path(tempfile.mkdtemp(prefix="edgestream-broker-") if data_dir is None else data_dir).resolve()
         self.port = port
@@ -123,7 +134,7 @@ class LocalBroker:
     def bootstrap(self) -> str:
         if self.port is None:
             raise BrokerError("the broker has no port yet: start() it first")
-        return f"127.0.0.1:{self.port}"
+        return f"{self.advertised_host}:{self.port}"
 
     @property
     def state_path(self) -> Path:
@@ -168,8 +179,8 @@ class LocalBroker:
             "process.roles": "broker,controller",
             "node.id": "1",
             "controller.quorum.voters": f"1@127.0.0.1:{self.controller_port}",
-            "listeners": f"PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}",
-            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
+            "listeners": f"PLAINTEXT://{self.host}:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}",
+            "advertised.listeners": f"PLAINTEXT://{self.advertised_host}:{self.port}",
             "controller.listener.names": "CONTROLLER",
             "inter.broker.listener.name": "PLAINTEXT",
             "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
@@ -225,8 +236,9 @@ class LocalBroker:
         cp = str(resolve_jars(self.kafka_version, log=self._log) / "*")
         state = self.read_state()
         if self.port is None:
-            self.port = state.get("port") if state.get("port") and not port_in_use(state["port"]) else free_port()
-        if port_in_use(self.port):
+            self.port = state.get("port") if state.get("port") and not port_in_use(state["port"], self.host) \
+                else free_port()
+        if port_in_use(self.port, self.host):
             raise BrokerError(f"port {self.port} is in use (another broker or program listens on it): "
                               f"choose a free one with --port")
         cport = state.get("controller_port")
@@ -244,7 +256,8 @@ class LocalBroker:
                                           start_new_session=True, cwd=self.data_dir)
         self.pid = self._proc.pid
         self._write_state(pid=self.pid, port=self.port, controller_port=self.controller_port,
-                          bootstrap=self.bootstrap, kafka_version=self.kafka_version, started_at=time.time())
+                          bootstrap=self.bootstrap, kafka_version=self.kafka_version, started_at=time.time(),
+                          host=self.host, advertised_host=self.advertised_host)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:
@@ -252,12 +265,17 @@ class LocalBroker:
                 log = self.data_dir / "server.log"
                 raise BrokerError(f"the Kafka broker exited during startup (exit {self._proc.returncode}); "
                                   f"last lines of {log}:\n{_tail(log)}\n--- {out_path}:\n{_tail(out_path, 15)}")
-            if _tcp_open(self.port) and admin_answers(self.bootstrap, timeout=2):
+            if _tcp_open(self.port, self._connect_host) and admin_answers(self.bootstrap, timeout=2):
                 return self
             time.sleep(0.2)
         self.stop()
         raise BrokerError(f"the Kafka broker did not answer on {self.bootstrap} within {timeout:.0f} s; "
                           f"last lines of its log:\n{_tail(self.data_dir / 'server.log')}")
+
+    @property
+    def _connect_host(self) -> str:
+        """Where this machine reaches the client listener (0.0.0.0 binds every interface, 127.0.0.1 among them)."""
+        return "127.0.0.1" if self.host in ("0.0.0.0", "") else self.host
 
     # ------------------------------------------------------------------ stop
     def stop(self, timeout: float = 30.0) -> bool:

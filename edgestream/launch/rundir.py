@@ -127,3 +127,22 @@ def write_local_rundir(path: Path, cfg: Any, run: str, *, wall_s: float, stop_re
     accuracy_plot({label: log.evals}, path / "accuracy.png", title=run, xlabel="time (s)")
     buffer_plot({label: buffer_series(records)}, path / "buffer.png", title=run)
     return summary
+
+
+def collect_rundir(path: Path, cfg: Any) -> dict:
+    """The run directory of trainers that ran without the orchestrator (the docker-compose testbed, torchrun
+    across machines): from ranks/*, write config.yaml (secrets masked) if missing, events.jsonl,
+    summary.json and the plots, as `edgestream run --engine local` does at its stop. The stop reason is
+    rank 0's; wall_s the longest rank's. Returns the summary."""
+    path = Path(path)
+    ranks_dir = path / "ranks"
+    if not ranks_dir.is_dir() or not rank_files(ranks_dir):
+        raise FileNotFoundError(f"{path}: no ranks/<rank>.jsonl to collect (is it a run directory?)")
+    if not (path / "config.yaml").exists():
+        (path / "config.yaml").write_text(cfg.to_yaml())
+    ranks = read_rank_summaries(ranks_dir)
+    reason = (ranks.get(0) or {}).get("stop_reason") or ("incomplete" if len(ranks) < cfg.devices.count else "unknown")
+    wall = max((float(s.get("wall_s") or 0.0) for s in ranks.values()), default=0.0)
+    missing = [r for r in range(cfg.devices.count) if r not in ranks]
+    return write_local_rundir(path, cfg, path.name, wall_s=wall, stop_reason=reason,
+                              extra={"collected": True, "ranks_without_summary": missing})
