@@ -284,11 +284,14 @@ def train_cmd(config: Path = typer.Argument(..., help="experiment YAML file"),
 
 
 @app.command("collect")
-def collect_cmd(run_dir: Path = typer.Argument(..., help="run directory <out>/<name>-<run id> holding ranks/"),
+def collect_cmd(run_dir: Path = typer.Argument(..., help="run directory <out>/<name>-<run id> holding ranks/ "
+                                                     "(with --run-id: its parent <out>)"),
                 config: Path = typer.Option(None, "--config", help="experiment YAML; default RUN_DIR/config.yaml"),
+                run_id: str = typer.Option(None, "--run-id", help="RUN_DIR is <out>: collect <out>/<name>-<run id>"),
                 set_: list[str] = typer.Option(None, "--set", help="override KEY.PATH=VALUE (repeatable)")) -> None:
     """Write RUN_DIR's events.jsonl, summary.json and plots from the trainers' ranks/ files (for trainers
     started without `edgestream run`: containers, torchrun across machines). Prints the summary."""
+    from edgestream.kafka.topics import run_name
     from edgestream.launch.rundir import collect_rundir
 
     cfg_path = config or run_dir / "config.yaml"
@@ -296,6 +299,8 @@ def collect_cmd(run_dir: Path = typer.Argument(..., help="run directory <out>/<n
         typer.echo(f"error: --config: required ({run_dir}/config.yaml does not exist)", err=True)
         raise typer.Exit(2)
     cfg = _load(cfg_path, set_)
+    if run_id is not None:
+        run_dir = run_dir / run_name(cfg.name, run_id)
     try:
         summary = collect_rundir(run_dir, cfg)
     except FileNotFoundError as exc:
