@@ -78,8 +78,9 @@ def test_cli_run(tiny, tmp_path):
     res = runner.invoke(app, ["run", str(tiny), "--set", "devices.count=0", "--set", "optim.lr=-1"])
     assert res.exit_code == 2
     assert "devices.count: 0 is not allowed; must be >= 1" in res.output and "optim.lr" in res.output
-    res = runner.invoke(app, ["run", str(tiny), "--set", "devices.count=2000", "--quiet"])
+    res = runner.invoke(app, ["run", str(tiny), "--set", "devices.count=2000", "--quiet", "--out", str(tmp_path / "big")])
     assert res.exit_code == 2 and "2000 devices" in res.output
+    assert not list((tmp_path / "big").glob("*"))  # a config that cannot run leaves no run directory
 
 
 def test_cli_compare(tiny, tmp_path):

@@ -10,6 +10,7 @@ events, builds and runs the engine, and adds the engine's own figures to the sum
 
 from __future__ import annotations
 
+import shutil
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -56,12 +57,20 @@ def write_run(cfg: Any, engine: str, build: Callable[[EventLog], InProcessEngine
     which then runs; summary.json gets `engine`, `run`, the wall time and the engine's extra_summary
     (called with the engine's own run wall time)."""
     run = f"{cfg.name}-{check_run_id(run_id or new_run_id())}"
-    rd = RunDir(out if out is not None else cfg.runtime.out, run)
+    parent = Path(out if out is not None else cfg.runtime.out)
+    existed = (parent / run).exists()
+    rd = RunDir(parent, run)
     rd.write_config(cfg.to_yaml())
     t_start = time.perf_counter()
     events = EventLog(rd.events_path)
     try:
         eng = build(events)
+    except BaseException:  # the config cannot run here (e.g. more devices than samples): leave no debris
+        events.close()
+        if not existed:
+            shutil.rmtree(rd.path, ignore_errors=True)
+        raise
+    try:
         t_run = time.perf_counter()
         eng.run()
         run_wall = time.perf_counter() - t_run
