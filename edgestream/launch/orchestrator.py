@@ -348,9 +348,9 @@ class LocalRun:
 
         common = ["--bootstrap", self.bootstrap, "--run-id", self.run_id]
         env = dict(os.environ, PYTHONUNBUFFERED="1")
-        self.producer = self.children.start("producer", cli_cmd("produce", str(config_file), *common),
-                                            self.path / "producer.out", env=env)
-        self._write_pids()
+        self._producer_args = (config_file, common, env)
+        for stale in (self.path / "ranks").glob("*.ready"):  # a resumed run's previous session
+            stale.unlink()
         port = free_port({int(self.bootstrap.rsplit(":", 1)[-1])} if self.bootstrap.rsplit(":", 1)[-1].isdigit()
                          else None)
         threads = str(max(1, (os.cpu_count() or 1) // self.world))
@@ -365,10 +365,24 @@ class LocalRun:
                                                       env=tenv, device=rank)
         self._write_pids()
 
+    def _start_producer_when_ready(self) -> None:
+        """Start the producer once every trainer is ready (rendezvous done, consumers open: it wrote
+        ranks/<rank>.ready), so the streams begin when training can: the simulator's t = 0. A
+        producer started with the trainers would stream for their start-up time (seconds of torch
+        imports) into a backlog the simulated run never has."""
+        if self.producer is not None or not all((self.path / "ranks" / f"{r}.ready").exists()
+                                                for r in range(self.world)):
+            return
+        config_file, common, env = self._producer_args
+        self.producer = self.children.start("producer", cli_cmd("produce", str(config_file), *common),
+                                            self.path / "producer.out", env=env)
+        self._write_pids()
+
     # ------------------------------------------------------------ the children's phase
     def _watch(self, signals: _Signals, state: LiveState, view: View, tail: RanksTail) -> _Outcome:
         first_done: float | None = None
         while True:
+            self._start_producer_when_ready()
             state.add(tail.read())
             view.update()
             if signals.signum is not None:

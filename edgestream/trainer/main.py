@@ -204,13 +204,15 @@ def train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: boo
         dataset.close()
         raise
 
+    (ranks / f"{env.rank}.ready").touch()  # rendezvous done, consumers open (the orchestrator waits for it)
     c = cfg.devices.compute
     meters: dict[int, StepMeter] = {}
     every = cfg.checkpoint.every_steps
     performer = TrainerPerformer(env.rank, model, optimizer, dataset, DistCollectives(env.rank, env.world), meters,
                                  device=device, static=c.static[env.rank % len(c.static)], dynamic=c.dynamic,
                                  seed=cfg.seed, defer_acks=every is not None,
-                                 time_offset=ckpt["elapsed_s"] if ckpt else 0.0, stop_event=stop_event)
+                                 time_offset=ckpt["elapsed_s"] if ckpt else 0.0, stop_event=stop_event,
+                                 due_time=None if ckpt else _due_time(cfg, env.rank))
     rule = StopRule.from_config(cfg.stop)
     ctx = WorkerContext.from_config(cfg, env.rank, param_names=param_names(model))
     if ckpt is not None:
@@ -300,6 +302,15 @@ def train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: boo
                "resumed": resume}
     (ranks / f"{env.rank}.summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     return summary
+
+
+def _due_time(cfg: Any, device: int):
+    """seq -> when the rate model had sample seq of `device` due (seconds since the stream began)."""
+    from edgestream.streams import build_rate_model
+
+    d = cfg.devices
+    rates = build_rate_model(d.rates.spec(), d.variation.spec(), d.count, cfg.seed, min_rate=d.rates.min_rate)
+    return lambda seq: float(rates.due_time(device, seq))
 
 
 def _offsets(acked: dict | None, ckpt: dict | None) -> dict:

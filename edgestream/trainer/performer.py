@@ -75,7 +75,7 @@ class TrainerPerformer:
                  collectives: DistCollectives, meters: dict[int, StepMeter], *, device: torch.device,
                  static: float = 1.0, dynamic: float = 0.0, seed: int = 0, defer_acks: bool = False,
                  time_offset: float = 0.0, stop_event: threading.Event | None = None,
-                 take_timeout_s: float = 1.0) -> None:
+                 take_timeout_s: float = 1.0, due_time: Callable[[int], float] | None = None) -> None:
         self.rank, self.model, self.optimizer, self.dataset = rank, model, optimizer, dataset
         self.collectives, self.meters, self.device = collectives, meters, device
         self.params = [p for p in model.parameters() if p.requires_grad]
@@ -84,6 +84,9 @@ class TrainerPerformer:
         self.defer_acks = defer_acks
         self.pending_ack: dict | None = None       # newest acknowledged batch's meta not yet committed
         self.t0 = time.monotonic() - time_offset
+        # due_time(k): when sample k of this device's stream was due (the rate model). With it, the first
+        # batch moves the time origin to the stream's start, the simulator's t = 0 (see `_anchor`)
+        self.due_time = due_time
         self.stop_event = stop_event or threading.Event()
         self.take_timeout_s = take_timeout_s
         self.handles: dict[int, Pending] = {}
@@ -116,6 +119,8 @@ class TrainerPerformer:
             if item is not None:
                 break
         x, y, meta = item
+        if self.due_time is not None:
+            self._anchor(meta)
         n = int(meta["batch"])
         meter = self.meters[self.rank]
         meter.count(dropped=meta["dropped"], injected=meta["injected"], dlq=meta["dlq"])
@@ -127,6 +132,24 @@ class TrainerPerformer:
             meter.gauge(seq_last=int(own[-1]), seq_count=int(meter.gauges.get("seq_count", 0)) + len(own))
         self.samples += n
         return TrainerBatch(x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True), n, meta)
+
+    def _anchor(self, meta: dict) -> None:
+        """Set the time origin to when this device's stream began: the first own sample's produce time
+        minus when the rate model had it due. Engine time is then "seconds since the streams began", as
+        in the simulator: trainer start-up before the stream is not counted, and a stream that began up
+        to a minute before the trainer counts from its start. Beyond that (a trainer joining a long-running
+        stream, or clocks that disagree: produce times are the producer host's) the trainer's own start
+        stays the origin."""
+        self.due_time, due_time = None, self.due_time
+        own = [m for m, s in zip(meta["messages"], meta["source"].tolist(), strict=True) if s == self.rank]
+        if not own:
+            return
+        from edgestream.data.wire import decode_sample
+
+        first = decode_sample(own[0].value())
+        since_start = time.time() - (first.produce_time - due_time(first.seq))
+        if -60.0 < since_start <= time.monotonic() - self.t0 + 60.0:
+            self.t0 = time.monotonic() - max(0.0, since_start)
 
     def _inject(self, req: Inject) -> None:
         indices = req.indices if req.indices is not None else list(range(req.count))
