@@ -196,9 +196,9 @@ def test_resume_after_a_kill_trains_no_acked_sample_twice_and_loses_none(bootstr
     procs = _start(cfg_path, bootstrap, run_id, out, range(2), 2, _free_port(),
                    args=("--set", "devices.compute.static=[40.0]"))
     deadline = time.monotonic() + 180
-    rank0 = run_dir / "ranks" / "0.jsonl"
-    while time.monotonic() < deadline:
-        if rank0.exists() and sum(1 for line in open(rank0) if '"kind":"step"' in line) >= 12:
+    files = [run_dir / "ranks" / f"{r}.jsonl" for r in range(2)]
+    while time.monotonic() < deadline:  # both ranks past step 12 (rank 1 writes its line a moment later)
+        if all(f.exists() and sum(1 for line in open(f) if '"kind":"step"' in line) >= 12 for f in files):
             break
         time.sleep(0.2)
     for p in procs:
