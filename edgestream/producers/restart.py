@@ -193,9 +193,11 @@ def stream_ends(bootstrap: str, run: str, devices: Iterable[int], security: Mapp
     return ends
 
 
-#: errors of a topic that was just created and whose leader is not known everywhere yet
+#: errors of a topic that was just created and whose leader is not known everywhere yet (a new
+#: partition's leader epoch can reach the client before the broker has it: UNKNOWN_LEADER_EPOCH)
 _NOT_READY = (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
-              KafkaError.UNKNOWN_TOPIC_OR_PART)
+              KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.UNKNOWN_LEADER_EPOCH, KafkaError.FENCED_LEADER_EPOCH,
+              KafkaError._UNKNOWN_PARTITION)
 
 
 def _list_offsets(admin, topics: Iterable[str], spec, deadline: float) -> dict[str, int]:
