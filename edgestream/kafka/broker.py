@@ -54,7 +54,8 @@ def free_port(avoid: set[int] | None = None) -> int:
             return port
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether process `pid` runs (a zombie counts as gone)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -73,7 +74,7 @@ def _is_our_broker(pid: int, data_dir: Path) -> bool:
     try:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
     except OSError:
-        return _pid_alive(pid)
+        return pid_alive(pid)
     return "kafka.Kafka" in cmdline and str(data_dir) in cmdline
 
 
@@ -155,7 +156,7 @@ class LocalBroker:
     def running_pid(self) -> int | None:
         """The pid of this dir's broker when it is alive, else None."""
         pid = self.read_state().get("pid")
-        if pid and _pid_alive(pid) and _is_our_broker(pid, self.data_dir):
+        if pid and pid_alive(pid) and _is_our_broker(pid, self.data_dir):
             return pid
         return None
 
@@ -307,7 +308,7 @@ class LocalBroker:
     def _alive(self, pid: int) -> bool:
         if self._proc is not None and self._proc.pid == pid:
             return self._proc.poll() is None
-        return _pid_alive(pid)
+        return pid_alive(pid)
 
     def rss_bytes(self) -> int | None:
         """Resident memory of the broker process (Linux /proc), for the closing-note figures."""

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from edgestream.kafka.broker import pid_alive
 from edgestream.launch.procs import Child, ChildSet, describe_status, tail_lines
 from edgestream.launch.rundir import record_session, write_local_rundir
 from edgestream.launch.tail import RanksTail
@@ -182,16 +183,6 @@ def _read_json_line(path: Path) -> dict | None:
     return None
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 class LocalRun:
     """One local run; `run()` returns (run directory, summary) or raises LaunchError."""
 
@@ -237,7 +228,7 @@ class LocalRun:
             pids = self.path / "pids.json"
             with contextlib.suppress(ValueError, OSError):
                 other = json.loads(pids.read_text()).get("orchestrator")
-                if other and other != os.getpid() and _pid_alive(int(other)) and (
+                if other and other != os.getpid() and pid_alive(int(other)) and (
                         b"edgestream" in Path(f"/proc/{other}/cmdline").read_bytes()):
                     raise LaunchError(f"{self.path}: another orchestrator (pid {other}) runs this run", 2)
             self._check_checkpoints()
