@@ -49,10 +49,6 @@ VARIATIONS = ("none", "sinusoid", "random_walk", "bursts")
 DATASET_NAMES = ("digits", "synthetic", "cifar10", "cifar100", "mnist")
 PARTITIONS = ("iid", "labels", "dirichlet")
 MODEL_NAMES = ("mlp", "cnn-small", "resnet18", "resnet20", "vgg-small")
-ALGORITHM_NAMES = (
-    "ddl", "scadles", "abs-sgd", "dbs-sgd", "local-sgd", "fixed-adacomm", "adacomm",
-    "asp", "ssp", "dssp", "consgd", "dynsgd", "elastic-bsp", "adsp",
-)
 COMPRESSORS = ("none", "fp16", "topk", "randomk", "qsgd", "adaptive-topk")
 MEMORIES = ("none", "residual", "dgc")
 ENGINES = ("sim", "local")
@@ -317,14 +313,21 @@ DEFAULT_BATCH = {"scadles": {"policy": "rate", "min": 8, "max": 1024}}
 
 
 class AlgorithmConfig(_Model):
-    name: Literal[
-        "ddl", "scadles", "abs-sgd", "dbs-sgd", "local-sgd", "fixed-adacomm", "adacomm",
-        "asp", "ssp", "dssp", "consgd", "dynsgd", "elastic-bsp", "adsp",
-    ] = "scadles"
+    name: str = "scadles"
     batch: BatchConfig | None = None
     buffer: Literal["persist", "truncate"] = "persist"
     injection: InjectionConfig | None = None
     params: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("name")
+    @classmethod
+    def _registered(cls, name: str) -> str:
+        """An algorithm name is valid exactly when the edgestream.sync registry has it."""
+        from edgestream.sync.registry import ALGORITHMS
+
+        if name not in ALGORITHMS:
+            raise ValueError("must be one of " + ", ".join(repr(n) for n in ALGORITHMS))
+        return name
 
     @model_validator(mode="after")
     def _default_batch(self) -> AlgorithmConfig:

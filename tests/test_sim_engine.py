@@ -150,8 +150,9 @@ def test_truncate_bounds_buffer_while_persist_grows():
     assert all(e["buffer_bytes"] > e["buffer_samples"] * 64 for e in p_lines if e["buffer_samples"])
 
 
-@pytest.mark.parametrize("name", sorted(ALGORITHMS))
+@pytest.mark.parametrize("name", sorted(n for n, s in ALGORITHMS.items() if s.family == "collective"))
 def test_every_algorithm_learns(name):
+    """The collective family (the parameter-server family: tests/test_ps_sim.py)."""
     cfg = cfg_of(algorithm={"name": name, "batch": ({"policy": "rate", "min": 8, "max": 64} if name == "scadles"
                                                     else {"policy": "fixed", "size": 32})},
                  stop={"max_steps": 96})

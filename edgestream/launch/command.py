@@ -44,6 +44,7 @@ def run_local_command(cfg, *, out: Path | None, run_id: str | None, bootstrap: s
     (SIGINT/SIGTERM) with one line on stderr naming the problem (a dead child's log tail follows)."""
     from edgestream.config import bootstrap_ok
     from edgestream.launch.orchestrator import LaunchError, run_local
+    from edgestream.runner.engines import EngineError
 
     if bootstrap is not None and not bootstrap_ok(bootstrap):
         _fail(f"--bootstrap: {bootstrap!r} is not allowed; must be HOST:PORT[,HOST:PORT...]")
@@ -52,6 +53,10 @@ def run_local_command(cfg, *, out: Path | None, run_id: str | None, bootstrap: s
     try:
         path, summary = run_local(cfg, out=out, run_id=run_id, progress=not quiet, bootstrap=bootstrap,
                                   resume=resume)
+    except EngineError as exc:
+        for line in exc.problems:
+            typer.echo(f"error: {line}", err=True)
+        raise typer.Exit(2) from None
     except LaunchError as exc:
         typer.echo(f"error: {exc}", err=True)
         for line in exc.detail:

@@ -522,5 +522,18 @@ def run_local(cfg: Any, out: str | Path | None = None, run_id: str | None = None
     Same leading parameters as the simulator's run (`base_dir` is unused: config paths are absolute
     once loaded). LaunchError (one line, `.detail`, `.code`) when the run could not start or finish.
     """
+    ps_family_unsupported(cfg.algorithm.name)
     return LocalRun(cfg, out=out, run_id=run_id, bootstrap=bootstrap, resume=resume, progress=progress,
                     echo=echo, broker_dir=broker_dir).run()
+
+
+def ps_family_unsupported(name: str) -> None:
+    """EngineError when `name` is a parameter-server algorithm: the real runtime runs the collective
+    family over torch.distributed; the PS family runs in the simulator until ps/ hosts coordinators."""
+    from edgestream.runner.engines import EngineError
+    from edgestream.sync.registry import algorithm_names, get_algorithm
+
+    if get_algorithm(name).family == "ps":
+        raise EngineError([f"algorithm.name: {name!r} is a parameter-server algorithm, which engine 'local' "
+                           f"does not run yet (it runs {', '.join(algorithm_names('collective'))}); "
+                           f"use --engine sim"])

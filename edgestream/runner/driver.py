@@ -4,7 +4,8 @@ Every engine (the simulator, the in-process lockstep engine, the real trainer) r
 way: `drive(rank, program, performer, sink)` sends each request the worker yields to
 `performer.perform(rank, request)` and sends the result back. The driver also measures, in the
 engine's own clock (`performer.now(rank)`), how long the worker spent waiting for data (TakeBatch),
-computing (Compute) and communicating (blocking collectives and Wait, waiting for peers included),
+computing (Compute) and communicating (blocking collectives, Wait, and parameter-server Push and Pull,
+waiting for peers or the coordinator included),
 merges that with what the performer noted on the step's `StepMeter` (batch, buffer, dropped,
 injected, ...) and with the algorithm's `Log` fields, and hands one events.jsonl step line to `sink`.
 
@@ -22,7 +23,7 @@ from dataclasses import dataclass, field
 from types import GeneratorType
 from typing import Any, Protocol
 
-from edgestream.sync.requests import AllGather, AllReduce, Compute, Log, TakeBatch, Wait
+from edgestream.sync.requests import AllGather, AllReduce, Compute, Log, Pull, Push, TakeBatch, Wait
 
 #: events.jsonl step-line keys in DESIGN.md order; other keys follow.
 LINE_ORDER = ("time", "device", "step", "batch", "wait_s", "compute_s", "comm_s", "buffer_samples",
@@ -30,7 +31,7 @@ LINE_ORDER = ("time", "device", "step", "batch", "wait_s", "compute_s", "comm_s"
 
 #: request type -> the StepMeter timing it is counted in
 TIMED: dict[type, str] = {TakeBatch: "wait_s", Compute: "compute_s", AllReduce: "comm_s", AllGather: "comm_s",
-                          Wait: "comm_s"}
+                          Wait: "comm_s", Push: "comm_s", Pull: "comm_s"}
 
 
 class Performer(Protocol):

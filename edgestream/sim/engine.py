@@ -16,13 +16,18 @@ that loop's performer (`now(rank)`, `perform(rank, request)`; see edgestream.syn
   replica while synchronous workers stay in lockstep and the model has no buffers, per-worker
   replicas otherwise).
 * Inject: the chosen samples reach the targets' queues one network transfer later; bytes counted.
+* Push / Pull (parameter-server algorithms): the run's coordinator runs as a PS node (`PSNode`,
+  edgestream.sim.ps): each push and pull costs latency + bytes / bandwidth on the device's link, pulls
+  block as the coordinator says; `Start(Pull())` runs a pull in the background and `Start(Sleep(s))`
+  is a timer, both polled or waited on through their `Handle`.
 * Ack (counted), Now (virtual time), Sleep (a timeout), Log (nothing: the driver writes the step line,
   merged with what this performer noted on the worker's `StepMeter`: batch, buffer, dropped,
   injected, injection bytes, and per collective the network time `net_s` and the wait for the last
   peer `sync_wait_s`; the driver measures wait_s, compute_s and comm_s, waiting for peers included).
 
-Evaluation (`runner.Evaluation`, hosted as a SimPy process) scores the global model (rank 0's replica
-for synchronous algorithms, the average of the replicas otherwise; `Replicas.global_model`) on the
+Evaluation (`runner.Evaluation`, hosted as a SimPy process) scores the global model (the PS's W for
+parameter-server algorithms, rank 0's replica for synchronous ones, the average of the replicas
+otherwise; `Replicas.global_model`) on the
 test split at t = 0 and every eval.every_s virtual seconds, and once more at the end. Stopping: the
 run's `runner.StopRule` at virtual time (stop.max_time_s, stop.max_steps, stop.target_accuracy); the
 algorithms agree through their next collective and return. A run that does not end by
@@ -36,6 +41,7 @@ calibrated compute model depends on this machine's speed).
 from __future__ import annotations
 
 import copy
+import itertools
 import math
 import time
 from collections.abc import Callable, Generator
@@ -56,9 +62,11 @@ from edgestream.runner.run import write_run
 from edgestream.sim.collectives import CollectiveOp, Collectives
 from edgestream.sim.data import SimBatch, SimData
 from edgestream.sim.models import ComputeModel, NetworkModel, calibrate
+from edgestream.sim.ps import PSNode
 from edgestream.sim.replicas import Replicas
 from edgestream.sim.stream import DeviceStream
 from edgestream.streams import build_batch_policy, build_buffer_policy, build_rate_model
+from edgestream.sync.coordinator import ServerContext
 from edgestream.sync.registry import get_algorithm
 from edgestream.sync.requests import (
     Ack,
@@ -72,6 +80,8 @@ from edgestream.sync.requests import (
     Log,
     Now,
     Poll,
+    Pull,
+    Push,
     SetParams,
     Sleep,
     Start,
@@ -144,6 +154,13 @@ class SimEngine:
         self.network = NetworkModel.from_config(cfg.devices.network)
         self.collectives = Collectives(m, self.network, self._schedule, self.env.event)
         self.handles: dict[int, tuple[CollectiveOp, int, bool]] = {}
+        self.ps_handles: dict[int, tuple[int, Any]] = {}  # handle -> (rank, pull process | timer deadline)
+        self._handle_ids = itertools.count()
+        self.ps: PSNode | None = None
+        if self.spec.coordinator is not None:
+            initial = [p for p in self.replicas.base.parameters() if p.requires_grad]
+            coordinator = self.spec.coordinator(ServerContext.from_config(cfg), initial)
+            self.ps = PSNode(self.env, coordinator, self.network, m, self.meters)
         self.stats = SimStats()
         self.hard_limited = False
         self.last_backlog = [0] * m
@@ -156,6 +173,7 @@ class SimEngine:
             TakeBatch: self._take_batch, Compute: self._compute, AllReduce: self._collective,
             AllGather: self._collective, Wait: self._wait, Sleep: self._sleep,
             Ack: self._ack, Inject: self._inject, Start: self._start, Poll: self._poll, Apply: self._apply,
+            Push: self._push, Pull: self._pull,
             GetParams: self._get_params, SetParams: self._set_params, Now: self._now, Log: self._log,
         }
 
@@ -194,7 +212,10 @@ class SimEngine:
     # ------------------------------------------------------------------ evaluation and progress
     def _score(self) -> tuple[float, float]:
         t0 = time.perf_counter()
-        model = self.replicas.global_model(self.spec.synchronous)
+        if self.ps is not None:
+            model = self.replicas.model_with(self.ps.coord.model())
+        else:
+            model = self.replicas.global_model(self.spec.synchronous)
         out = evaluate(model, self.data.x_test, self.data.y_test)
         self.replicas.wall["eval"] += time.perf_counter() - t0
         return out
@@ -287,6 +308,16 @@ class SimEngine:
         return self._collect(op, rank)
 
     def _wait(self, rank: int, req: Wait) -> Generator[Any, Any, Any]:
+        if req.handle.id in self.ps_handles:
+            owner, what = self._ps_handle(rank, req.handle)
+            del self.ps_handles[req.handle.id]
+            if isinstance(what, float):  # a timer
+                if what > self.env.now:
+                    yield self.env.timeout(what - self.env.now)
+                return None
+            if not what.triggered:
+                yield what
+            return what.value
         op = self._op_of(rank, req.handle)
         if not op.done:
             yield op.event
@@ -320,16 +351,54 @@ class SimEngine:
         return result
 
     def _start(self, rank: int, req: Start) -> Handle:
-        op = self.collectives.post(rank, req.request, self.env.now)
-        handle = Handle(len(self.handles))
+        handle = Handle(next(self._handle_ids))
+        inner = req.request
+        if isinstance(inner, Sleep):
+            if inner.seconds < 0 or not math.isfinite(inner.seconds):
+                raise ValueError(f"Start(Sleep): seconds must be finite and >= 0, got {inner.seconds}")
+            self.ps_handles[handle.id] = (rank, float(self.env.now + inner.seconds))
+            return handle
+        if isinstance(inner, Pull):
+            self.ps_handles[handle.id] = (rank, self.env.process(self._pull(rank, inner)))
+            return handle
+        op = self.collectives.post(rank, inner, self.env.now)
         self.handles[handle.id] = (op, rank, False)
         return handle
 
+    def _ps_handle(self, rank: int, handle: Handle) -> tuple[int, Any]:
+        entry = self.ps_handles.get(handle.id)
+        if entry is None or entry[0] != rank:
+            raise RuntimeError(f"worker {rank} used handle {handle.id}, which it did not start (or already spent)")
+        return entry
+
     def _poll(self, rank: int, req: Poll) -> tuple[bool, Any]:
+        if req.handle.id in self.ps_handles:
+            _, what = self._ps_handle(rank, req.handle)
+            if isinstance(what, float):
+                done, value = self.env.now >= what, None
+            else:
+                done = what.triggered
+                value = what.value if done else None
+            if done:
+                del self.ps_handles[req.handle.id]
+            return done, value
         op = self._op_of(rank, req.handle)
         if not op.done:
             return False, None
         return True, self._collect(op, rank, req.handle.id)
+
+    # ------------------------------------------------------------------ parameter server
+    def _ps_node(self, rank: int, req: Any) -> PSNode:
+        if self.ps is None:
+            raise TypeError(f"worker {rank} sent {type(req).__name__}, but {self.spec.name} has no parameter "
+                            f"server (it is a {self.spec.family} algorithm)")
+        return self.ps
+
+    def _push(self, rank: int, req: Push) -> Generator[Any, Any, None]:
+        return self._ps_node(rank, req).push(rank, req)
+
+    def _pull(self, rank: int, req: Pull) -> Generator[Any, Any, Any]:
+        return self._ps_node(rank, req).pull(rank)
 
     # ------------------------------------------------------------------ instant requests
     def _apply(self, rank: int, req: Apply) -> None:
@@ -396,6 +465,7 @@ class SimEngine:
             "num_params": self.replicas.num_params,
             **self.replicas.layout(),
             "replicas_identical": self.replicas.identical(),
+            **({"ps": self.ps.summary()} if self.ps is not None else {}),
             "wall_profile_s": prof,
             "overhead_share": round(outside / wall_s, 4) if wall_s > 0 else None,
             "device_steps_per_wall_s": round(self.stats.device_steps / wall_s, 2) if wall_s > 0 else None,

@@ -212,6 +212,16 @@ class Replicas:
             torch._foreach_copy_(self._trainable(self._scratch), acc)
         return self._scratch
 
+    def model_with(self, tensors: Sequence[Tensor]) -> nn.Module:
+        """A scratch model holding `tensors` as its trainable parameters (the parameter server's W for
+        evaluation; buffers from rank 0's replica)."""
+        if self._scratch is None:
+            self._scratch = copy.deepcopy(self.base)
+        with torch.no_grad():
+            self._scratch.load_state_dict(self.models[0].state_dict())
+            torch._foreach_copy_(self._trainable(self._scratch), [t.detach() for t in tensors])
+        return self._scratch
+
     def layout(self) -> dict[str, Any]:
         """For the summary: shared or per-worker, and why sharing ended."""
         return {"replicas": "shared" if self.shared else "per-worker", "unshared_reason": self.unshared}

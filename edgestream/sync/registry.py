@@ -1,8 +1,11 @@
 """The algorithm registry: `ALGORITHMS[name]` -> `AlgorithmSpec` (worker generator, params, checks).
 
 Engines look an algorithm up here, `resolve` its params (defaults merged, problems raised), build a
-`WorkerContext` per worker and drive `spec.worker(ctx)`. Parameter-server algorithms will add a
-coordinator object next to their worker.
+`WorkerContext` per worker and drive `spec.worker(ctx)`. A parameter-server algorithm also registers
+its coordinator (`spec.coordinator(ServerContext, initial model)`, edgestream.sync.coordinator), which
+the engine hosts; `spec.family` is "ps" for those and "collective" for the others.
+
+The registry is the one list of algorithm names: the config accepts a name exactly when it is here.
 """
 
 from __future__ import annotations
@@ -11,8 +14,9 @@ from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from edgestream.sync import abs_sgd, dbs_sgd, ddl, local_sgd, scadles
+from edgestream.sync import abs_sgd, asp, dbs_sgd, ddl, local_sgd, scadles, ssp
 from edgestream.sync.context import WorkerContext
+from edgestream.sync.coordinator import CoordinatorFactory
 from edgestream.sync.params import Param, check_params, coerce, defaults
 
 WorkerFn = Callable[[WorkerContext], Generator[Any, Any, None]]
@@ -22,13 +26,20 @@ WorkerFn = Callable[[WorkerContext], Generator[Any, Any, None]]
 class AlgorithmSpec:
     """name; worker: the generator function run once per worker; schema: its params;
     synchronous: every replica holds the same parameters after each step (after each averaging
-    round for the local-sgd family); summary: one line for help texts."""
+    round for the local-sgd family); summary: one line for help texts; coordinator: the PS side of a
+    parameter-server algorithm (None for the collective family)."""
 
     name: str
     worker: WorkerFn
     schema: tuple[Param, ...]
     synchronous: bool
     summary: str
+    coordinator: CoordinatorFactory | None = None
+
+    @property
+    def family(self) -> str:
+        """"ps" (a coordinator hosted by the engine) or "collective"."""
+        return "ps" if self.coordinator is not None else "collective"
 
     @property
     def defaults(self) -> dict[str, Any]:
@@ -64,8 +75,19 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {
                       "Fixed AdaComm: local SGD with fixed tau (default 40)"),
         AlgorithmSpec("adacomm", local_sgd.adacomm_worker, local_sgd.ADACOMM_PARAMS, False,
                       "AdaComm: local SGD with tau shrinking with the loss"),
+        AlgorithmSpec("asp", asp.worker, asp.PARAMS, False,
+                      "ASP (TAP): the PS applies every gradient on arrival; pulls never wait",
+                      asp.ASPCoordinator),
+        AlgorithmSpec("ssp", ssp.worker, ssp.PARAMS, False,
+                      "SSP(s): pulls wait while the slowest worker is more than s clocks behind",
+                      ssp.SSPCoordinator),
     )
 }
+
+
+def algorithm_names(family: str | None = None) -> list[str]:
+    """Registered names, in registry order; `family` "ps" or "collective" filters."""
+    return [n for n, s in ALGORITHMS.items() if family is None or s.family == family]
 
 
 def get_algorithm(name: str) -> AlgorithmSpec:

@@ -11,8 +11,12 @@ Contract every engine keeps (see each class for its result):
 
 * Collectives (`AllReduce`, `AllGather`, and `Start` of one) are matched by ORDER: every worker of
   the group issues the same sequence of collectives, and the k-th of each worker form one operation.
-* `TakeBatch` blocks until the worker's stream holds the batch; `Wait` blocks until its collective has
-  completed; `Poll` never blocks.
+* `TakeBatch` blocks until the worker's stream holds the batch; `Wait` blocks until what it started
+  has completed; `Poll` never blocks.
+* Parameter-server requests (`Push`, `Pull`) go to the run's coordinator (edgestream.sync.coordinator),
+  which the engine hosts (a PS node in the simulator). Pushes of one worker arrive in the order sent.
+  `Start(Pull())` is a non-blocking pull and `Start(Sleep(s))` a timer: both return a `Handle` for
+  `Poll` / `Wait` (a timer's result is None).
 * Results handed to different workers are independent tensors (a worker may modify its own).
 * Every tensor a worker hands a collective lives on its gradients' device (metadata such as weights
   and stop flags included), so a CUDA engine can reduce them with NCCL.
@@ -138,18 +142,18 @@ class Handle:
 
 @dataclass(frozen=True)
 class Start:
-    """Start a collective without waiting (result: `Handle`)."""
+    """Start a collective, a pull (`Pull`) or a timer (`Sleep`) without waiting (result: `Handle`)."""
 
-    request: AllReduce | AllGather
+    request: AllReduce | AllGather | Pull | Sleep
 
     def __post_init__(self) -> None:
-        if not isinstance(self.request, (AllReduce, AllGather)):
-            raise TypeError(f"Start takes an AllReduce or AllGather, got {type(self.request).__name__}")
+        if not isinstance(self.request, (AllReduce, AllGather, Pull, Sleep)):
+            raise TypeError(f"Start takes an AllReduce, AllGather, Pull or Sleep, got {type(self.request).__name__}")
 
 
 @dataclass(frozen=True)
 class Poll:
-    """Never blocks; result: (done, result of the collective or None while in flight). The Poll that
+    """Never blocks; result: (done, result of what was started or None while in flight). The Poll that
     reports done hands the result over and spends the handle: do not Poll or Wait on it again."""
 
     handle: Handle
@@ -157,9 +161,61 @@ class Poll:
 
 @dataclass(frozen=True)
 class Wait:
-    """Block until the started collective completes; result: its result."""
+    """Block until what was started (collective, pull, timer) completes; result: its result."""
 
     handle: Handle
+
+
+# ---------------------------------------------------------------- parameter server
+
+
+@dataclass
+class Push:
+    """Send `update` to the parameter server: a gradient, or an accumulated update (a commit, ADSP
+    and the local-update baselines). Result: None once the bytes have left the worker; the coordinator
+    receives the push one transfer later (`Coordinator.push`).
+
+    version: the model version the update was computed on (from the last `Pulled`); staleness at apply
+    time is measured against it. n, loss: samples behind the update and the worker's training loss
+    (coordinators that fit loss curves). lr: the worker's learning rate for this update (eta at its
+    step). stop: the worker's stop vote (`ctx.should_stop`); once any worker votes, every pull reply
+    says stop. commit: an accumulated update rather than one step's gradient. nbytes: what the update
+    costs on the wire (compressed updates count their real bytes); None = the dense size of `update`.
+    """
+
+    update: list[Tensor]
+    version: int = 0
+    n: int = 0
+    loss: float | None = None
+    lr: float = 0.0
+    stop: bool = False
+    commit: bool = False
+    nbytes: int | None = None
+
+    def wire_bytes(self) -> int:
+        """Bytes this push costs on the wire."""
+        if self.nbytes is not None:
+            return int(self.nbytes)
+        return sum(t.numel() * t.element_size() for t in self.update)
+
+
+@dataclass(frozen=True)
+class Pull:
+    """Pull the global model from the parameter server (result: `Pulled`). Blocks until the
+    coordinator lets this worker's pull return (SSP's staleness bound, an ElasticBSP barrier; at once
+    for ASP), then for the model's transfer. `Start(Pull())` is the non-blocking form."""
+
+
+@dataclass
+class Pulled:
+    """A pull's reply: params (the global model, `parameters()` order, the worker's own copy), version
+    (updates the PS has applied), stop (the run is stopping: the worker leaves after this step) and
+    info (plain values from the coordinator to the worker, e.g. ADSP's commit target)."""
+
+    params: list[Tensor]
+    version: int
+    stop: bool = False
+    info: dict[str, Any] = field(default_factory=dict)
 
 
 # ---------------------------------------------------------------- model and optimizer
@@ -218,7 +274,7 @@ class Log:
 
 
 Request = (
-    TakeBatch | Compute | Ack | Inject | AllReduce | AllGather | Start | Poll | Wait | Apply | GetParams
-    | SetParams | Now | Sleep | Log
+    TakeBatch | Compute | Ack | Inject | AllReduce | AllGather | Start | Poll | Wait | Push | Pull | Apply
+    | GetParams | SetParams | Now | Sleep | Log
 )
 COLLECTIVES = (AllReduce, AllGather)

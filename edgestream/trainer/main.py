@@ -150,6 +150,9 @@ def train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: boo
 
     env = DistEnv.from_environ(cfg.devices.count, environ)
     spec = get_algorithm(cfg.algorithm.name)
+    if spec.family == "ps":
+        raise TrainerError(f"algorithm {spec.name!r} is a parameter-server algorithm; the trainer runs the "
+                           f"collective family only (use the simulator: edgestream run --engine sim)")
     run = run_name(cfg.name, run_id)
     run_dir = Path(out) / run
     ranks = run_dir / "ranks"

@@ -1,0 +1,141 @@
+"""The parameter server in virtual time: a run's coordinator hosted as a PS node.
+
+Each device has a full-duplex link to the PS (the config's devices.network: latency + bytes /
+bandwidth per message); a device's messages in one direction queue on its link, different devices'
+links are independent, and the PS itself answers instantly.
+
+* Push: the update's wire bytes (`Push.wire_bytes`: compressed updates count their real bytes) cross
+  the device's uplink; the worker is busy while they do. On arrival the coordinator applies or
+  buffers it (`Coordinator.push`), then pending pulls are re-checked and the coordinator's timer
+  re-armed.
+* Pull: blocks while the coordinator says the pull may not return (`ready`; the blocked time is
+  recorded), then the reply (a copy of W taken at that moment) crosses the downlink.
+* Timers: when `next_timer()` names a time, a SimPy timeout calls `timer(now)` then (and re-checks
+  pulls); a timer the coordinator has since moved is ignored.
+
+Recorded on the worker's `StepMeter` (so in its events.jsonl step lines): pushes, push_bytes,
+staleness (the largest version lag of the step's pushes at arrival), pulls, pull_bytes, blocked_s;
+run totals go to the summary (`summary()`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator
+from typing import Any
+
+import simpy
+
+from edgestream.runner.driver import StepMeter
+from edgestream.sim.models import NetworkModel
+from edgestream.sync.coordinator import Coordinator
+from edgestream.sync.requests import Pulled, Push
+
+
+class PSNode:
+    """Hosts `coordinator` for `world` workers on `env` with `network` links; `meters` are the
+    workers' StepMeters (the driver's), looked up at record time."""
+
+    def __init__(self, env: simpy.Environment, coordinator: Coordinator, network: NetworkModel, world: int,
+                 meters: dict[int, StepMeter]) -> None:
+        self.env = env
+        self.coord = coordinator
+        self.network = network
+        self.world = world
+        self.meters = meters
+        self.up_free = [0.0] * world
+        self.down_free = [0.0] * world
+        self.waiting: dict[int, simpy.Event] = {}
+        self.armed: float | None = None
+        self.blocked_s = [0.0] * world
+        self.push_bytes = [0] * world
+        self.pull_bytes = [0] * world
+        self.staleness_sum = 0
+        self.staleness_max = 0
+        self.applied_pushes = 0
+
+    def _meter(self, rank: int) -> StepMeter:
+        return self.meters.setdefault(rank, StepMeter())
+
+    def _send(self, free: list[float], rank: int, nbytes: int) -> float:
+        """Queue `nbytes` on a link of `rank`; the virtual time the transfer ends."""
+        start = max(float(self.env.now), free[rank])
+        end = start + self.network.transfer(nbytes)
+        free[rank] = end
+        return end
+
+    # ------------------------------------------------------------------ requests
+    def push(self, rank: int, req: Push) -> Generator[Any, Any, None]:
+        nbytes = req.wire_bytes()
+        end = self._send(self.up_free, rank, nbytes)
+        yield self.env.timeout(end - self.env.now)
+        facts = self.coord.push(rank, req, float(self.env.now))
+        lag = int(facts.get("staleness", 0))
+        self.push_bytes[rank] += nbytes
+        self.staleness_sum += lag
+        self.staleness_max = max(self.staleness_max, lag)
+        self.applied_pushes += 1
+        meter = self._meter(rank)
+        meter.count(pushes=1, push_bytes=nbytes)
+        meter.gauge(staleness=max(lag, int(meter.gauges.get("staleness", 0))))
+        self.changed()
+        return None
+
+    def pull(self, rank: int) -> Generator[Any, Any, Pulled]:
+        t0 = float(self.env.now)
+        while not self.coord.ready(rank, float(self.env.now)):
+            ev = self.waiting[rank] = self.env.event()
+            yield ev
+        blocked = float(self.env.now) - t0
+        reply = self.coord.pull(rank, float(self.env.now))
+        nbytes = sum(t.numel() * t.element_size() for t in reply.params)
+        end = self._send(self.down_free, rank, nbytes)
+        yield self.env.timeout(end - self.env.now)
+        self.blocked_s[rank] += blocked
+        self.pull_bytes[rank] += nbytes
+        self._meter(rank).count(pulls=1, pull_bytes=nbytes, blocked_s=blocked)
+        return reply
+
+    # ------------------------------------------------------------------ wake-ups
+    def changed(self) -> None:
+        """After a push or timer: release pulls that may return now; arm the coordinator's timer."""
+        now = float(self.env.now)
+        for rank in sorted(self.waiting):
+            if self.coord.ready(rank, now):
+                self.waiting.pop(rank).succeed()
+        self._arm()
+
+    def _arm(self) -> None:
+        at = self.coord.next_timer()
+        if at is None or at == self.armed:
+            return
+        self.armed = at
+        ev = self.env.timeout(max(0.0, at - float(self.env.now)))
+        ev.callbacks.append(self._fire(at))
+
+    def _fire(self, at: float) -> Callable[[Any], None]:
+        def fire(_ev: Any) -> None:
+            if self.armed != at or self.coord.next_timer() != at:
+                return  # the coordinator moved its timer since
+            self.armed = None
+            self.coord.timer(float(self.env.now))
+            self.changed()
+
+        return fire
+
+    def stop(self) -> None:
+        """End the run at the PS (hard limit): every pending pull returns with stop."""
+        self.coord.stop()
+        self.changed()
+
+    # ------------------------------------------------------------------ results
+    def summary(self) -> dict[str, Any]:
+        pushes = self.applied_pushes
+        return {
+            **self.coord.summary(),
+            "push_bytes": list(self.push_bytes),
+            "pull_bytes": list(self.pull_bytes),
+            "blocked_s": [round(b, 6) for b in self.blocked_s],
+            "blocked_s_total": round(sum(self.blocked_s), 6),
+            "staleness_mean": round(self.staleness_sum / pushes, 4) if pushes else 0.0,
+            "staleness_max": self.staleness_max,
+        }
