@@ -75,14 +75,27 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {
                       "Fixed AdaComm: local SGD with fixed tau (default 40)"),
         AlgorithmSpec("adacomm", local_sgd.adacomm_worker, local_sgd.ADACOMM_PARAMS, False,
                       "AdaComm: local SGD with tau shrinking with the loss"),
-        AlgorithmSpec("asp", asp.worker, asp.PARAMS, False,
-                      "ASP (TAP): the PS applies every gradient on arrival; pulls never wait",
-                      asp.ASPCoordinator),
-        AlgorithmSpec("ssp", ssp.worker, ssp.PARAMS, False,
-                      "SSP(s): pulls wait while the slowest worker is more than s clocks behind",
-                      ssp.SSPCoordinator),
     )
 }
+
+
+def _register(spec: AlgorithmSpec) -> None:
+    if spec.name in ALGORITHMS:
+        raise RuntimeError(f"algorithm {spec.name!r} registered twice")
+    ALGORITHMS[spec.name] = spec
+
+
+# ---------------------------------------------------------------- the parameter-server family
+_register(AlgorithmSpec("asp", asp.worker, asp.PARAMS, False,
+                        "ASP (TAP): the PS applies every gradient on arrival; pulls never wait",
+                        asp.ASPCoordinator))
+_register(AlgorithmSpec("ssp", ssp.worker, ssp.PARAMS, False,
+                        "SSP(s): pulls wait while the slowest worker is more than s clocks behind",
+                        ssp.SSPCoordinator))
+# [ssp-family] dssp, consgd, dynsgd
+# [elastic-bsp]
+# [adsp]
+# [ps-baselines] bsp, fixed-adacomm-ps, adacomm-ps
 
 
 def algorithm_names(family: str | None = None) -> list[str]:
