@@ -130,6 +130,9 @@ class Lockstep:
         if isinstance(req, Wait):
             return self._park(rank, req.handle.id)
         if isinstance(req, Start):
+            if not isinstance(req.request, (AllReduce, AllGather)):
+                raise TypeError(f"the lockstep engine starts collectives only, not {type(req.request).__name__} "
+                                f"(parameter-server algorithms run in the simulator)")
             return self._turn(Handle(self.post(rank, req.request)))
         if isinstance(req, Poll):
             slot = req.handle.id

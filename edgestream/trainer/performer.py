@@ -213,6 +213,9 @@ class TrainerPerformer:
 
     # ------------------------------------------------------------------ collectives
     def _start(self, req: Start) -> Handle:
+        if not isinstance(req.request, (AllReduce, AllGather)):
+            raise TypeError(f"the trainer starts collectives only, not {type(req.request).__name__} "
+                            f"(parameter-server algorithms run in the simulator)")
         handle = Handle(self._next_handle)
         self._next_handle += 1
         self.handles[handle.id] = self.collectives.start(req.request)
