@@ -1,0 +1,473 @@
+"""adsp — ADaptive Synchronous Parallel (Hu, Wang & Wu, AAAI 2020; paper 000 Alg. 1 and 2; ALGORITHMS.md).
+
+Workers never wait. Each trains mini-batches continuously on its own replica (TakeBatch, Compute,
+Apply(g, eta_local), Ack) and, on a timer, commits its accumulated update U_i to the PS, pulls the
+global model and goes on. Time is cut into check periods of Gamma seconds; at each checkpoint k*Gamma
+the scheduler (this module's coordinator) sets C_target, the total number of commits every worker
+should have made by the next checkpoint, so worker i makes dC_i = C_target - c_i commits in the
+period: faster workers do more local steps per commit, and at every checkpoint all workers have (about)
+the same commit count.
+
+Worker (Alg. 2), choices where the paper is silent:
+
+* U_i is the parameter displacement since the last pull, w_pulled - w_now (GetParams): with the run's
+  momentum 0 and no weight decay this is exactly sum eta_local * g; with momentum / weight decay in the
+  local optimizer it is the update the local optimizer actually made, which is what should reach W.
+* eta_local = local_lr (null: the run's lr schedule, optim.lr, default 0.1, as the paper's 0.1) times
+  lr_decay ** (t / Gamma): "decays exponentially over time" (000 section 5.1) read as a factor lr_decay
+  per check period of elapsed time t (default 0.99 per period, i.e. per minute at Gamma = 60 s).
+* The timer. The paper restarts a timer of Gamma / dC_i - O_i after each commit (O_i: the last commit's
+  push + pull time, measured with Now). Commits can only happen between mini-batches, so a plain
+  timer drifts late; we instead pace the commits still due in the period (n = C_target - c_i) evenly
+  over what is left of it: the next commit starts at now + left / (n + 1/2) - O_i. On schedule this
+  is exactly the paper's Gamma / dC_i - O_i, with commits at the midpoints of Gamma / dC_i slots
+  (none lands on a checkpoint); late commits are caught up within the period. When the period's
+  target is met (n <= 0) the worker cannot know the next target before it pulls again, so its next
+  commit is at half a slot into the next period at the current rate (Gamma / (2 D) - O_i), where it
+  learns the new target. Timers are Now comparisons against an absolute deadline kept in ctx.state
+  (so a checkpointed worker resumes exactly); the deadline is polled after every mini-batch.
+* The coordinator's clock and the worker's need not share an origin: the pull reply says how long the
+  period has left (`period_left`) and the worker adds that to its own Now.
+* A commit is a blocking Push(commit=True) then Pull (O_i is their time); the push carries the mean
+  training loss of the commit's local steps (`Push.loss`) and their loss trace (below). The run's
+  `compression:` block does not apply to commits. A worker whose stop test fires
+  commits at once with the stop vote and leaves after that pull; the others leave at their next pull.
+
+PS (Alg. 2): W <- W - eta_g U_i on every commit, eta_g = global_lr (null: 1/M, the paper's), through a
+server SGD with momentum ps_momentum (default 0) and no weight decay (the local optimizers apply it).
+
+Scheduler (Alg. 1), driven by checkpoint timers and the losses of the commits:
+
+* Reading of C_target. Alg. 1 sets C_target = max_i c_i + 1 at an epoch's start and then compares
+  C_target with C_target + 1, each run for one evaluation window; as each window ends with every
+  worker at about C_target commits, the quantity compared is the per-period increment. We therefore
+  search D (the "+1"): at every checkpoint C_target = max_i c_i + D, D = 1 at each epoch's start
+  (= Alg. 1 line 3), and the hill-climb evaluates D then D + 1, keeps D + 1 and evaluates D + 2 while
+  the reward improves, else settles on D for the rest of the epoch. The reward of D + 1 is reused as
+  the base reward of the next comparison (Alg. 1 recurses on C_target + 1; re-running it would spend
+  a window on a configuration just measured).
+* An evaluation window is eval_s rounded to whole check periods (at least one) starting at a
+  checkpoint, so each window runs a single D.
+* Loss samples. The scheduler needs (t, l) pairs during each window (the paper collects "a few",
+  e.g. at the start, middle and end of it). One loss per commit is too few: with D = 1 and workers
+  on the same schedule a window holds M samples at nearly one time, and a 3-parameter fit through
+  them is meaningless. So each commit also carries its local steps' training losses with their ages
+  (seconds before the send) as one extra trailing tensor of the update, rows (age, loss), which the
+  coordinator strips before applying (it dates them now - age, on its own clock; the bytes count on
+  the wire). A plain push without that tensor contributes its `Push.loss` at the middle of the
+  worker's interval since its last commit.
+* Reward: the window's loss samples (t, l), t measured from the epoch's start, are fitted to
+  l = 1/(a1^2 t + a2) + a3 (`fit_loss_curve`) and r = a1^2 / (1/(l* - a3) - a2) = 1/t*, the inverse
+  of the predicted time to reach l* (`reward`). l* = target_loss, or (null) 0.8 x the mean loss of
+  the epoch's first window, fixed for the epoch so that rewards compare. A window with fewer than 3
+  samples has reward -inf; an l* the fitted curve never reaches (l* <= a3 or a1^2 <= 0) reward 0.
+* Re-search: when a period's mean training loss (its loss samples) is >= 1.3 x the previous period's, a new epoch starts
+  at that checkpoint (D = 1, search again).
+* The coordinator records each checkpoint's commit counts (`checkpoints`): the invariant is that
+  they are within one of each other.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Generator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from edgestream.sync.context import WorkerContext
+from edgestream.sync.coordinator import Coordinator, ServerContext, ServerSGD
+from edgestream.sync.params import Param, coerce
+from edgestream.sync.ps_worker import BATCH, nbytes
+from edgestream.sync.requests import (
+    Ack,
+    Apply,
+    Compute,
+    ComputeResult,
+    GetParams,
+    Log,
+    Now,
+    Pull,
+    Pulled,
+    Push,
+    SetParams,
+    TakeBatch,
+)
+
+PARAMS = (
+    Param("gamma_s", 60.0, "float", gt=0, doc="check period Gamma (seconds); checkpoints at k * Gamma"),
+    Param("epoch_s", 1200.0, "float", gt=0, doc="epoch of the commit-rate search (Alg. 1), default 20 min"),
+    Param("eval_s", 60.0, "float", gt=0, doc="evaluation window of one candidate (rounded to whole periods)"),
+    Param("target_loss", None, "float", gt=0, optional=True,
+          doc="l* of the reward; null = 0.8 x the mean loss of the epoch's first window"),
+    Param("local_lr", None, "float", gt=0, optional=True, doc="eta_local at t = 0; null = the run's optim.lr"),
+    Param("lr_decay", 0.99, "float", gt=0, le=1, doc="eta_local factor per check period of elapsed time"),
+    Param("global_lr", None, "float", gt=0, optional=True, doc="eta_g of the PS; null = 1/M"),
+    Param("ps_momentum", 0.0, "float", ge=0, le=0.999, doc="momentum mu of the PS update"),
+    BATCH,
+)
+
+#: the loss rise between periods that restarts the search (000 section 4.2)
+RESEARCH_RISE = 1.3
+#: l* = this x the mean loss of the epoch's first evaluation window when target_loss is null
+TARGET_FRACTION = 0.8
+
+
+# ---------------------------------------------------------------- the reward (000 section 4.2)
+
+
+def _linear_fit(t: np.ndarray, l: np.ndarray, a3: float) -> tuple[float, float, float]:
+    """For a given a3: least squares of 1/(l - a3) = A t + B, and the squared error of the curve in
+    loss space (inf where the curve has a pole in the samples' range)."""
+    y = 1.0 / (l - a3)
+    tm, ym = t.mean(), y.mean()
+    dt = t - tm
+    var = float(dt @ dt)
+    slope = float(dt @ (y - ym)) / var if var > 0 else 0.0
+    icpt = float(ym - slope * tm)
+    den = slope * t + icpt
+    if np.any(den <= 0):
+        return slope, icpt, math.inf
+    r = 1.0 / den + a3 - l
+    return slope, icpt, float(r @ r)
+
+
+def fit_loss_curve(ts: Sequence[float], losses: Sequence[float]) -> tuple[float, float, float]:
+    """Least-squares fit of l = 1/(a1^2 t + a2) + a3 to samples (t, l); returns (a1^2, a2, a3).
+
+    Deterministic profile least squares: for a fixed a3 the model is linear in 1/(l - a3) (A t + B,
+    solved exactly); a3 < min(l) is searched on a log grid of min(l) - a3 spanning 1e-6 .. 1e4 times the
+    losses' scale, then refined by golden section between the best grid point's neighbours, minimising
+    the squared error in loss space. Exact on noiseless curves (to rounding). Needs >= 3 samples at
+    >= 2 distinct times."""
+    t = np.asarray(ts, dtype=np.float64)
+    l = np.asarray(losses, dtype=np.float64)
+    if t.shape != l.shape or t.size < 3 or np.unique(t).size < 2:
+        raise ValueError(f"fit_loss_curve needs >= 3 samples at >= 2 distinct times, got {t.size}")
+    if not (np.all(np.isfinite(t)) and np.all(np.isfinite(l))):
+        raise ValueError("fit_loss_curve: samples must be finite")
+    lmin = float(l.min())
+    scale = max(abs(lmin), float(l.max() - lmin), 1e-12)
+
+    def sse(log_u: float) -> float:
+        return _linear_fit(t, l, lmin - math.exp(log_u))[2]
+
+    grid = np.linspace(math.log(scale * 1e-6), math.log(scale * 1e4), 241)
+    errs = [sse(float(g)) for g in grid]
+    k = int(np.argmin(errs))
+    lo, hi = float(grid[max(k - 1, 0)]), float(grid[min(k + 1, grid.size - 1)])
+    inv = (math.sqrt(5.0) - 1.0) / 2.0
+    x1, x2 = hi - inv * (hi - lo), lo + inv * (hi - lo)
+    f1, f2 = sse(x1), sse(x2)
+    for _ in range(120):
+        if f1 <= f2:
+            hi, x2, f2 = x2, x1, f1
+            x1 = hi - inv * (hi - lo)
+            f1 = sse(x1)
+        else:
+            lo, x1, f1 = x1, x2, f2
+            x2 = lo + inv * (hi - lo)
+            f2 = sse(x2)
+    best = min((errs[k], float(grid[k])), (f1, x1), (f2, x2))[1]
+    a3 = lmin - math.exp(best)
+    slope, icpt, _ = _linear_fit(t, l, a3)
+    return slope, icpt, a3
+
+
+def reward_of(a1sq: float, a2: float, a3: float, target: float) -> float:
+    """r = a1^2 / (1/(l* - a3) - a2): 1/t*, t* the time the fitted curve reaches l* (000 section 4.2).
+    0 when it never does (l* <= a3, or the loss is not falling: a1^2 <= 0); inf when it already has at
+    t = 0."""
+    if a1sq <= 0 or target <= a3:
+        return 0.0
+    den = 1.0 / (target - a3) - a2
+    return math.inf if den <= 0 else a1sq / den
+
+
+def reward(ts: Sequence[float], losses: Sequence[float], target: float) -> float:
+    """The reward of loss samples (t, l): fit, then `reward_of`; -inf with fewer than 3 samples (or
+    all at one time): no evidence."""
+    if len(ts) < 3 or len(set(float(x) for x in ts)) < 2:
+        return -math.inf
+    return reward_of(*fit_loss_curve(ts, losses), target)
+
+
+# ---------------------------------------------------------------- the search (Alg. 1)
+
+
+class CommitRateSearch:
+    """Alg. 1's DecideCommitRate as a state machine over evaluation windows: `start()` at an epoch's
+    start (D = 1); `window_done(r)` with the reward of the window just run returns the D to run next
+    and whether the search is still evaluating. Plain values only (`state`/`load`)."""
+
+    def __init__(self) -> None:
+        self.base = 1           # the D the search stands on (Alg. 1's C_target)
+        self.d = 1              # the D running now
+        self.r_base: float | None = None
+        self.searching = True
+        self.trace: list[tuple[int, float]] = []  # (D evaluated, reward), this epoch
+
+    def start(self) -> int:
+        self.base, self.d, self.r_base, self.searching, self.trace = 1, 1, None, True, []
+        return self.d
+
+    def window_done(self, r: float) -> int:
+        """The window that ran `self.d` ended with reward r: the next D (unchanged once settled)."""
+        if not self.searching:
+            return self.d
+        self.trace.append((self.d, float(r)))
+        if self.r_base is None:            # evaluated the base: now evaluate base + 1
+            self.r_base = r
+            self.d = self.base + 1
+        elif r > self.r_base:              # base + 1 is better: stand on it, evaluate one more
+            self.base, self.r_base = self.d, r
+            self.d = self.base + 1
+        else:                              # no improvement: the base for the rest of the epoch
+            self.d, self.searching = self.base, False
+        return self.d
+
+    def state(self) -> dict[str, Any]:
+        return {"base": self.base, "d": self.d, "r_base": self.r_base, "searching": self.searching,
+                "trace": [[d, r] for d, r in self.trace]}
+
+    def load(self, st: Mapping[str, Any]) -> None:
+        self.base, self.d = int(st["base"]), int(st["d"])
+        self.r_base = None if st["r_base"] is None else float(st["r_base"])
+        self.searching = bool(st["searching"])
+        self.trace = [(int(d), float(r)) for d, r in st["trace"]]
+
+
+# ---------------------------------------------------------------- the PS and scheduler
+
+
+class ADSPCoordinator(Coordinator):
+    """W -= eta_g U_i per commit; checkpoints every Gamma set C_target = max_i c_i + D, with D from
+    `CommitRateSearch` (module doc). `checkpoints` holds (time, commit counts) of every checkpoint."""
+
+    def __init__(self, ctx: ServerContext, model: Sequence[Tensor]) -> None:
+        super().__init__(ctx, model)
+        p = coerce(PARAMS, ctx.params)
+        self.gamma_s = float(p["gamma_s"])
+        self.epoch_s = float(p["epoch_s"])
+        self.window_periods = max(1, math.ceil(float(p["eval_s"]) / self.gamma_s - 1e-9))
+        self.target_param: float | None = p["target_loss"]
+        self.global_lr = float(p["global_lr"]) if p["global_lr"] is not None else 1.0 / self.world
+        self.opt = ServerSGD(self.w, float(p["ps_momentum"]), 0.0)
+        self.search = CommitRateSearch()
+        self.d = self.search.start()
+        self.period = 0                      # the current check period [k Gamma, (k+1) Gamma)
+        self.c_target = self.d               # C_target for the end of the current period
+        self.epoch_start = 0.0
+        self.window_start = 0.0              # time the running evaluation window began
+        self.target: float | None = self.target_param
+        self.samples: list[list[float]] = []  # (t since epoch start, loss) of the running window
+        self.last_commit = [0.0] * self.world
+        self.period_loss = [0.0, 0]           # sum, count of commit losses this period
+        self.prev_period_loss: float | None = None
+        self.checkpoints: list[list[Any]] = []  # [time, [c_0, ..., c_{M-1}], C_target next, D]
+        self.searches = 1                     # epochs (searches) started, re-searches included
+        self.researches = 0
+        self.rewards: list[list[float]] = []  # [time, D, reward] of every evaluated window
+
+    # ------------------------------------------------------------------ hooks
+    def on_push(self, worker: int, push: Push, now: float) -> dict[str, Any] | None:
+        self._advance(now, pending=worker)
+        update = list(push.update)
+        if len(update) == len(self.w) + 1:  # the commit's loss trace: rows (age at send, loss)
+            trace = update.pop().detach().to(torch.float64).reshape(-1, 2).tolist()
+            points = [(now - age, loss) for age, loss in trace]
+        elif push.loss is not None:          # a plain push: its loss at the middle of its interval
+            points = [(0.5 * (self.last_commit[worker] + now), float(push.loss))]
+        else:
+            points = []
+        self.apply(update, self.global_lr)
+        for t, loss in points:
+            if math.isfinite(loss):
+                self.samples.append([t - self.epoch_start, float(loss)])
+                self.period_loss[0] += float(loss)
+                self.period_loss[1] += 1
+        self.last_commit[worker] = now
+        return {"c_target": self.c_target}
+
+    def on_pull_info(self, worker: int, now: float) -> dict[str, Any]:
+        self._advance(now)
+        end = (self.period + 1) * self.gamma_s
+        return {"c_target": self.c_target, "commits": self.pushes[worker], "d": self.d, "gamma": self.gamma_s,
+                "period_end": end, "period_left": end - now}
+
+    def next_timer(self) -> float | None:
+        return None if self.stopping else (self.period + 1) * self.gamma_s
+
+    def on_timer(self, now: float) -> None:
+        self._advance(now)
+
+    # ------------------------------------------------------------------ the scheduler
+    def _advance(self, now: float, pending: int | None = None) -> None:
+        """Run every checkpoint up to `now` (timers may fire late; pushes and pulls catch up first).
+        pending: a worker whose push is counted in `pushes` but arrived after the checkpoints."""
+        while now >= (self.period + 1) * self.gamma_s - 1e-12:
+            counts = list(self.pushes)
+            if pending is not None:
+                counts[pending] -= 1
+            self._checkpoint((self.period + 1) * self.gamma_s, counts)
+
+    def _checkpoint(self, at: float, counts: list[int]) -> None:
+        self.period += 1
+        # the period's loss against the previous period's: a rise of 30 % starts a new search
+        s, n = self.period_loss
+        loss = s / n if n else None
+        self.period_loss = [0.0, 0]
+        rose = loss is not None and self.prev_period_loss is not None and loss >= RESEARCH_RISE * self.prev_period_loss
+        if loss is not None:
+            self.prev_period_loss = loss
+        if rose:
+            self.researches += 1
+            self._new_epoch(at)
+        elif at >= self.epoch_start + self.epoch_s - 1e-9:
+            self._new_epoch(at)
+        elif at >= self.window_start + self.window_periods * self.gamma_s - 1e-9:
+            self._window_done(at)
+        self.c_target = max(counts) + self.d
+        self.checkpoints.append([at, counts, self.c_target, self.d])
+
+    def _new_epoch(self, at: float) -> None:
+        self.searches += 1
+        self.d = self.search.start()
+        self.epoch_start = self.window_start = at
+        self.target = self.target_param
+        self.samples = []
+
+    def _window_done(self, at: float) -> None:
+        ts = [x[0] for x in self.samples]
+        ls = [x[1] for x in self.samples]
+        if self.target is None and ls:  # l* of this epoch: below where its first window ended up
+            self.target = TARGET_FRACTION * sum(ls) / len(ls)
+        r = reward(ts, ls, self.target) if self.target is not None else -math.inf
+        if self.search.searching:
+            self.rewards.append([at, self.d, r])
+        self.d = self.search.window_done(r)
+        self.window_start = at
+        self.samples = []
+
+    # ------------------------------------------------------------------ state
+    def extra_state(self) -> dict[str, Any]:
+        return {"search": self.search.state(), "d": self.d, "period": self.period, "c_target": self.c_target,
+                "epoch_start": self.epoch_start, "window_start": self.window_start, "target": self.target,
+                "samples": [list(x) for x in self.samples], "last_commit": list(self.last_commit),
+                "period_loss": list(self.period_loss), "prev_period_loss": self.prev_period_loss,
+                "checkpoints": [[a, list(c), t, d] for a, c, t, d in self.checkpoints],
+                "searches": self.searches, "researches": self.researches,
+                "rewards": [list(x) for x in self.rewards]}
+
+    def load_extra_state(self, state: Mapping[str, Any]) -> None:
+        if not state:
+            return
+        self.search.load(state["search"])
+        self.d, self.period, self.c_target = int(state["d"]), int(state["period"]), int(state["c_target"])
+        self.epoch_start, self.window_start = float(state["epoch_start"]), float(state["window_start"])
+        self.target = None if state["target"] is None else float(state["target"])
+        self.samples = [[float(a), float(b)] for a, b in state["samples"]]
+        self.last_commit = [float(x) for x in state["last_commit"]]
+        self.period_loss = [float(state["period_loss"][0]), int(state["period_loss"][1])]
+        self.prev_period_loss = None if state["prev_period_loss"] is None else float(state["prev_period_loss"])
+        self.checkpoints = [[float(a), [int(x) for x in c], int(t), int(d)] for a, c, t, d in state["checkpoints"]]
+        self.searches, self.researches = int(state["searches"]), int(state["researches"])
+        self.rewards = [[float(a), int(d), float(r)] for a, d, r in state["rewards"]]
+
+    def commit_spread(self) -> int:
+        """The largest max_i c_i - min_i c_i over all checkpoints (the invariant: <= 1)."""
+        return max((max(c) - min(c) for _, c, _, _ in self.checkpoints), default=0)
+
+    def summary(self) -> dict[str, Any]:
+        return {**super().summary(), "adsp": {
+            "checkpoints": len(self.checkpoints), "commit_spread_max": self.commit_spread(),
+            "c_target": self.c_target, "d": self.d, "searches": self.searches, "researches": self.researches,
+            "d_trace": [[round(a, 3), d] for a, _, _, d in self.checkpoints][-50:],
+            "rewards": [[round(a, 3), d, r if math.isfinite(r) else str(r)] for a, d, r in self.rewards][-50:]}}
+
+
+# ---------------------------------------------------------------- the worker (Alg. 2)
+
+
+def next_commit_at(now: float, period_end: float, c_target: int, commits: int, d: int, gamma: float,
+                   overhead: float) -> float:
+    """When the next commit starts (module doc, "The timer"): the n = c_target - commits commits still
+    due spread evenly over what is left of the period, else half a slot of Gamma / D into the next."""
+    n = c_target - commits
+    left = period_end - now
+    if n > 0 and left > 0:
+        at = now + left / (n + 0.5)
+    else:
+        at = max(now, period_end) + 0.5 * gamma / max(d, 1)
+    return max(now, at - overhead)
+
+
+def worker(ctx: WorkerContext) -> Generator[Any, Any, None]:
+    """One ADSP worker (module doc). State (complete at each Log): version, w_ref (the model at the
+    last pull), the schedule (c_target, commits, d, gamma, period_end, next_at), overhead O_i, and the
+    running commit's loss_sum / local_steps."""
+    p = coerce(PARAMS, ctx.params)
+    st = ctx.state
+    if not st:  # a fresh start: pull the model and the schedule
+        pulled: Pulled = yield Pull()
+        yield SetParams(pulled.params)
+        t1 = yield Now()
+        st.update(_schedule_from(pulled, t1, 0.0))
+        st.update(version=pulled.version, w_ref=[t.clone() for t in pulled.params], loss_sum=0.0, local_steps=0,
+                  samples=0, trace=[])
+        if pulled.stop:
+            return
+    gamma = float(p["gamma_s"])
+    while True:
+        batch = yield TakeBatch(p["batch"])
+        res: ComputeResult = yield Compute(batch)
+        now = float((yield Now()))
+        base = p["local_lr"] if p["local_lr"] is not None else ctx.lr_now()
+        lr = float(base) * float(p["lr_decay"]) ** (now / gamma)
+        yield Apply(res.grads, lr)
+        yield Ack(batch)
+        ctx.step += 1
+        st["loss_sum"] += float(res.loss)
+        st["local_steps"] += 1
+        st["samples"] += int(res.n)
+        st["trace"].append([now, float(res.loss)])
+        now = float((yield Now()))
+        stop = bool(ctx.should_stop(ctx.step))
+        fields: dict[str, Any] = {"commit": False}
+        sent = 0
+        if stop or now >= st["next_at"]:
+            w = yield GetParams()
+            update = [r - x for r, x in zip(st["w_ref"], w, strict=True)]
+            steps = st["local_steps"]
+            loss = st["loss_sum"] / steps
+            trace = torch.tensor([[now - t, x] for t, x in st["trace"]], dtype=torch.float64)
+            sent = nbytes(update) + nbytes([trace])
+            yield Push(update + [trace], version=st["version"], n=st["samples"], loss=loss, lr=lr, stop=stop,
+                       commit=True, nbytes=sent)
+            pulled = yield Pull()
+            yield SetParams(pulled.params)
+            t1 = float((yield Now()))
+            st.update(_schedule_from(pulled, t1, t1 - now))
+            st.update(version=pulled.version, w_ref=[t.clone() for t in pulled.params], loss_sum=0.0,
+                      local_steps=0, samples=0, trace=[])
+            fields = {"commit": True, "local_steps": steps, "commit_loss": loss, "commits": st["commits"],
+                      "c_target": st["c_target"], "overhead_s": st["overhead"]}
+            if pulled.stop:
+                stop = True
+        yield Log(step=ctx.step - 1, batch=res.n, loss=res.loss, lr=lr, floats_sent=-(-sent // 4), bytes_sent=sent,
+                  compressed=False, version=st["version"], **fields)
+        if stop and fields["commit"]:
+            return
+
+
+def _schedule_from(pulled: Pulled, now: float, overhead: float) -> dict[str, Any]:
+    """The worker's schedule after a pull answered at its time `now`; overhead: the commit's O_i."""
+    info = pulled.info
+    period_end = now + float(info["period_left"])
+    c_target, commits, d = int(info["c_target"]), int(info["commits"]), int(info["d"])
+    gamma = float(info["gamma"])
+    return {"c_target": c_target, "commits": commits, "d": d, "gamma": gamma, "period_end": period_end,
+            "overhead": overhead,
+            "next_at": next_commit_at(now, period_end, c_target, commits, d, gamma, overhead)}

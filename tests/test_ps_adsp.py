@@ -1,0 +1,195 @@
+"""adsp (paper 000): the reward fit, the commit-rate search (Alg. 1), the coordinator's checkpoints and
+a short simulated run with heterogeneous workers (1:1:3)."""
+
+from __future__ import annotations
+
+import io
+import math
+
+import pytest
+import torch
+
+from edgestream.config import validate_dict
+from edgestream.metrics import EventLog
+from edgestream.sim.engine import SimEngine
+from edgestream.sync import ALGORITHMS
+from edgestream.sync.adsp import (
+    ADSPCoordinator,
+    CommitRateSearch,
+    fit_loss_curve,
+    next_commit_at,
+    reward,
+)
+from edgestream.sync.coordinator import ServerContext
+from edgestream.sync.requests import Push
+
+# ---------------------------------------------------------------- the reward
+
+
+@pytest.mark.parametrize("a,b,c,t0,width", [(0.3, 2.0, 0.1, 0.0, 60.0), (1.0, 1.0, 0.05, 1000.0, 60.0),
+                                            (0.05, 0.5, 0.3, 10.0, 5.0), (2.0, 0.1, 0.0, 100.0, 60.0),
+                                            (0.7, 3.0, 1.2, 40.0, 2.0)])
+def test_reward_is_the_inverse_time_to_the_target_loss(a, b, c, t0, width):
+    ts = [t0 + width * k / 8 for k in range(9)]
+    ls = [1 / (a * a * t + b) + c for t in ts]
+    a1sq, a2, a3 = fit_loss_curve(ts, ls)
+    assert a1sq == pytest.approx(a * a, rel=1e-6) and a3 == pytest.approx(c, abs=1e-7)
+    for frac in (0.5, 0.9, 0.99):  # l* below, near and just below the last sample
+        target = c + frac * (ls[-1] - c)
+        t_star = (1 / (target - c) - b) / (a * a)
+        assert reward(ts, ls, target) == pytest.approx(1 / t_star, rel=1e-6)
+
+
+def test_reward_edge_cases():
+    ts = [1.0, 2.0, 3.0, 4.0]
+    ls = [1 / (t + 1) + 0.2 for t in ts]
+    assert reward(ts, ls, 0.15) == 0.0                # below the asymptote: never reached
+    assert reward(ts[:2], ls[:2], 0.3) == -math.inf   # too few samples: no evidence
+    assert reward(ts, [1.0, 1.1, 1.2, 1.3], 0.5) == 0.0  # a rising loss never gets there
+    # noisy samples still give a finite, deterministic reward
+    g = torch.Generator().manual_seed(0)
+    noisy = [x + 0.01 * float(torch.randn(1, generator=g)) for x in ls * 3]
+    r1, r2 = reward(ts * 3, noisy, 0.3), reward(ts * 3, noisy, 0.3)
+    assert r1 == r2 and math.isfinite(r1)
+
+
+# ---------------------------------------------------------------- the search (Alg. 1)
+
+
+def test_search_keeps_increasing_while_the_reward_improves():
+    s = CommitRateSearch()
+    assert s.start() == 1
+    assert s.window_done(1.0) == 2      # evaluated C, now C + 1
+    assert s.window_done(2.0) == 3      # better: stand on 2, try 3
+    assert s.window_done(3.0) == 4
+    assert s.searching
+    assert s.window_done(2.5) == 3      # worse: settle on 3 for the epoch
+    assert not s.searching
+    assert s.window_done(100.0) == 3    # settled: no more evaluation
+    assert s.trace == [(1, 1.0), (2, 2.0), (3, 3.0), (4, 2.5)]
+
+
+def test_search_stops_at_once_when_the_next_rate_is_not_better():
+    s = CommitRateSearch()
+    s.start()
+    assert s.window_done(1.0) == 2
+    assert s.window_done(1.0) == 1 and not s.searching  # a tie is no improvement
+    assert s.start() == 1 and s.searching               # the next epoch searches again
+
+
+# ---------------------------------------------------------------- the coordinator
+
+
+def _coord(**params) -> ADSPCoordinator:
+    spec = ALGORITHMS["adsp"]
+    ctx = ServerContext(world_size=3, params=spec.resolve(params), lr=0.1)
+    return spec.coordinator(ctx, [torch.zeros(4)])
+
+
+def _commit(coord: ADSPCoordinator, worker: int, now: float, trace: list[tuple[float, float]]) -> None:
+    """A commit arriving at `now` whose loss trace holds (time, loss) samples."""
+    rows = torch.tensor([[now - t, x] for t, x in trace], dtype=torch.float64)
+    coord.push(worker, Push([torch.zeros(4), rows], commit=True, loss=trace[-1][1]), now)
+
+
+def _curve(a_sq: float):
+    return lambda t: 1 / (a_sq * t + 1.0)  # b = 1, c = 0: with l* = 0.1 the reward is a_sq / 9
+
+
+def test_coordinator_searches_the_commit_rate_and_sets_targets_at_checkpoints():
+    coord = _coord(gamma_s=1.0, eval_s=1.0, epoch_s=8.0, target_loss=0.1)
+    assert coord.pull(0, 0.0).info["c_target"] == 1
+    # windows [0,1) [1,2) [2,3) [3,4): curves with a_sq 1, 2, 3, 2.5 -> D 1 -> 2 -> 3 -> 4 -> settle on 3
+    for k, a_sq in enumerate([1.0, 2.0, 3.0, 2.5]):
+        f = _curve(a_sq)
+        for w in range(3):
+            _commit(coord, w, k + 0.9, [(k + 0.1 * j + 0.01 * w, f(k + 0.1 * j + 0.01 * w)) for j in range(1, 9)])
+        coord.timer(k + 1.0)
+        cp_time, counts, target, d = coord.checkpoints[-1]
+        assert cp_time == k + 1.0 and counts == [k + 1] * 3
+        assert d == [2, 3, 4, 3][k] and target == max(counts) + d
+    assert [d for d, _ in coord.search.trace] == [1, 2, 3, 4]
+    assert [round(r * 9, 6) for _, r in coord.search.trace] == [1.0, 2.0, 3.0, 2.5]
+    info = coord.pull(1, 4.25).info
+    assert info["c_target"] == 7 and info["d"] == 3 and info["period_left"] == pytest.approx(0.75)
+    # settled until the epoch ends: then C_target = max_i c_i + 1 (worker 2 is one commit ahead)
+    for k in range(4, 8):
+        for w in (0, 1, 2):
+            _commit(coord, w, k + 0.5, [(k + 0.4, 0.1)])
+        if k == 7:
+            _commit(coord, 2, k + 0.7, [(k + 0.6, 0.1)])
+        coord.timer(k + 1.0)
+    assert coord.checkpoints[-2][3] == 3 and coord.searches == 2
+    assert coord.checkpoints[-1][1] == [8, 8, 9] and coord.c_target == 10 and coord.d == 1
+
+
+def test_a_thirty_percent_loss_rise_restarts_the_search():
+    coord = _coord(gamma_s=1.0, eval_s=1.0, epoch_s=100.0, target_loss=0.1)
+    coord.search.searching, coord.search.base, coord.search.d, coord.d = False, 3, 3, 3
+    for k, loss in enumerate([1.0, 1.25, 1.0, 1.3]):  # +25 %: no; +30 %: re-search
+        for w in range(3):
+            _commit(coord, w, k + 0.5, [(k + 0.4, loss)])
+        coord.timer(k + 1.0)
+        assert coord.searches == (1 if k < 3 else 2)
+    assert coord.researches == 1 and coord.d == 1 and coord.search.searching
+    assert coord.c_target == 4 + 1 and coord.epoch_start == 4.0
+
+
+def test_late_timer_and_state_round_trip():
+    coord = _coord(gamma_s=2.0, eval_s=2.0, target_loss=0.1)
+    _commit(coord, 0, 1.0, [(0.5, 1.0)])
+    _commit(coord, 1, 5.0, [(4.5, 0.9)])  # arrives after two checkpoints nobody fired: they run first
+    assert [cp[0] for cp in coord.checkpoints] == [2.0, 4.0]
+    assert coord.checkpoints[0][1] == [1, 0, 0] and coord.checkpoints[1][1] == [1, 0, 0]
+    buf = io.BytesIO()
+    torch.save(coord.state_dict(), buf)
+    buf.seek(0)
+    other = _coord(gamma_s=2.0, eval_s=2.0, target_loss=0.1)
+    other.load_state_dict(torch.load(buf, weights_only=True))
+    assert other.extra_state() == coord.extra_state() and other.pushes == coord.pushes
+
+
+def test_the_commit_timer_is_the_papers_on_schedule():
+    # on schedule (commit j of D ended at k G + (j - 1/2) G / D), the next starts G / D - O later
+    gamma, d, o = 60.0, 4, 0.5
+    for j in range(1, d):
+        now = (j - 0.5) * gamma / d
+        at = next_commit_at(now, gamma, c_target=d, commits=j, d=d, gamma=gamma, overhead=o)
+        assert at == pytest.approx(now + gamma / d - o)
+    # target met: the first commit of the next period, half a slot into it
+    assert next_commit_at(55.0, 60.0, 4, 4, 4, 60.0, 0.5) == pytest.approx(60.0 + 7.5 - 0.5)
+    # behind: the commits still due are squeezed into what is left
+    assert next_commit_at(50.0, 60.0, 6, 4, 4, 60.0, 0.0) == pytest.approx(50.0 + 10.0 / 2.5)
+
+
+# ---------------------------------------------------------------- a simulated run
+
+
+def test_simulated_run_learns_and_keeps_commit_counts_within_one():
+    cfg = validate_dict({
+        "name": "adsp", "seed": 2, "data": {"dataset": "digits"}, "model": {"name": "mlp"},
+        "devices": {"count": 3, "rates": {"distribution": "constant", "rate": 5000},
+                    "compute": {"base_s": 0.044, "per_sample_s": 0.0005, "static": [1, 1, 3]},
+                    "network": {"latency_ms": 1, "bandwidth_mbps": 100}},
+        "algorithm": {"name": "adsp", "params": {"gamma_s": 2.0, "epoch_s": 10.0, "eval_s": 2.0},
+                      "batch": {"policy": "fixed", "size": 32}},
+        "optim": {"lr": 0.1, "momentum": 0.0, "weight_decay": 0.0},
+        "stop": {"max_time_s": 16.0, "target_accuracy": None}, "eval": {"every_s": 4.0}})
+    log = EventLog(None, keep=True)
+    engine = SimEngine(cfg, log)
+    engine.run()
+    evals = [e for e in log.records if e["kind"] == "eval"]
+    assert evals[-1]["accuracy"] > 0.5 and evals[-1]["loss"] < 0.5 * evals[0]["loss"]
+    coord = engine.ps.coord
+    assert len(coord.checkpoints) >= 7
+    for _, counts, _, _ in coord.checkpoints:       # the invariant at every checkpoint
+        assert max(counts) - min(counts) <= 1, coord.checkpoints
+    assert coord.checkpoints[-1][1][0] >= 7           # the commits did happen
+    assert coord.searches >= 2 and len(coord.rewards) >= 2  # the search ran (and restarted at 10 s)
+    summary = engine.ps.summary()
+    assert summary["blocked_s_total"] == 0.0          # nobody ever waited at the PS
+    steps = [e for e in log.records if e["kind"] == "step"]
+    per_commit = {d: [e["local_steps"] for e in steps if e["device"] == d and e.get("commit")] for d in range(3)}
+    fast, slow = sum(per_commit[0]) / len(per_commit[0]), sum(per_commit[2]) / len(per_commit[2])
+    assert fast > 2 * slow                             # fast workers do more local steps per commit
+    assert abs(len(per_commit[0]) - len(per_commit[2])) <= 1
