@@ -10,6 +10,13 @@ import subprocess
 import uuid
 
 import pytest
+import torch
+
+# One intra-op thread for the in-process torch work (simulator runs, unit tests): on a 2-core machine
+# shared with the broker, torch's default of one thread per core makes small steps contend for the
+# cores (a 6 s simulated run took 15-35 s wall instead of 0.2 s under load). Subprocesses (trainers)
+# keep their own settings.
+torch.set_num_threads(1)
 
 
 def _docker_answers() -> bool:

@@ -88,8 +88,8 @@ def _coord(**params) -> ADSPCoordinator:
 
 def _commit(coord: ADSPCoordinator, worker: int, now: float, trace: list[tuple[float, float]]) -> None:
     """A commit arriving at `now` whose loss trace holds (time, loss) samples."""
-    rows = torch.tensor([[now - t, x] for t, x in trace], dtype=torch.float64)
-    coord.push(worker, Push([torch.zeros(4), rows], commit=True, loss=trace[-1][1]), now)
+    coord.push(worker, Push([torch.zeros(4)], commit=True, loss=trace[-1][1],
+                            losses=[(now - t, x) for t, x in trace]), now)
 
 
 def _curve(a_sq: float):

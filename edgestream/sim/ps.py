@@ -44,7 +44,7 @@ class PSNode:
         self.meters = meters
         self.up_free = [0.0] * world
         self.down_free = [0.0] * world
-        self.waiting: dict[int, simpy.Event] = {}
+        self.waiting: dict[int, list[simpy.Event]] = {}  # rank -> its pulls held back (a background one too)
         self.armed: float | None = None
         self.blocked_s = [0.0] * world
         self.push_bytes = [0] * world
@@ -83,7 +83,8 @@ class PSNode:
     def pull(self, rank: int) -> Generator[Any, Any, Pulled]:
         t0 = float(self.env.now)
         while not self.coord.ready(rank, float(self.env.now)):
-            ev = self.waiting[rank] = self.env.event()
+            ev = self.env.event()
+            self.waiting.setdefault(rank, []).append(ev)
             yield ev
         blocked = float(self.env.now) - t0
         reply = self.coord.pull(rank, float(self.env.now))
@@ -101,7 +102,8 @@ class PSNode:
         now = float(self.env.now)
         for rank in sorted(self.waiting):
             if self.coord.ready(rank, now):
-                self.waiting.pop(rank).succeed()
+                for ev in self.waiting.pop(rank):
+                    ev.succeed()
         self._arm()
 
     def _arm(self) -> None:

@@ -52,10 +52,9 @@ Scheduler (Alg. 1), driven by checkpoint timers and the losses of the commits:
   e.g. at the start, middle and end of it). One loss per commit is too few: with D = 1 and workers
   on the same schedule a window holds M samples at nearly one time, and a 3-parameter fit through
   them is meaningless. So each commit also carries its local steps' training losses with their ages
-  (seconds before the send) as one extra trailing tensor of the update, rows (age, loss), which the
-  coordinator strips before applying (it dates them now - age, on its own clock; the bytes count on
-  the wire). A plain push without that tensor contributes its `Push.loss` at the middle of the
-  worker's interval since its last commit.
+  (seconds before the send), `Push.losses`, which the coordinator dates now - age on its own clock
+  (their bytes count on the wire). A push without them contributes its `Push.loss` at the middle of
+  the worker's interval since its last commit.
 * Reward: the window's loss samples (t, l), t measured from the epoch's start, are fitted to
   l = 1/(a1^2 t + a2) + a3 (`fit_loss_curve`) and r = a1^2 / (1/(l* - a3) - a2) = 1/t*, the inverse
   of the predicted time to reach l* (`reward`). l* = target_loss, or (null) 0.8 x the mean loss of
@@ -74,13 +73,12 @@ from collections.abc import Generator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
-import torch
 from torch import Tensor
 
 from edgestream.sync.context import WorkerContext
 from edgestream.sync.coordinator import Coordinator, ServerContext, ServerSGD
 from edgestream.sync.params import Param, coerce
-from edgestream.sync.ps_worker import BATCH, nbytes
+from edgestream.sync.ps_worker import BATCH
 from edgestream.sync.requests import (
     Ack,
     Apply,
@@ -275,9 +273,8 @@ class ADSPCoordinator(Coordinator):
     def on_push(self, worker: int, push: Push, now: float) -> dict[str, Any] | None:
         self._advance(now, pending=worker)
         update = list(push.update)
-        if len(update) == len(self.w) + 1:  # the commit's loss trace: rows (age at send, loss)
-            trace = update.pop().detach().to(torch.float64).reshape(-1, 2).tolist()
-            points = [(now - age, loss) for age, loss in trace]
+        if push.losses:  # the commit's loss trace: (age at send, loss)
+            points = [(now - float(age), float(loss)) for age, loss in push.losses]
         elif push.loss is not None:          # a plain push: its loss at the middle of its interval
             points = [(0.5 * (self.last_commit[worker] + now), float(push.loss))]
         else:
@@ -442,10 +439,10 @@ def worker(ctx: WorkerContext) -> Generator[Any, Any, None]:
             update = [r - x for r, x in zip(st["w_ref"], w, strict=True)]
             steps = st["local_steps"]
             loss = st["loss_sum"] / steps
-            trace = torch.tensor([[now - t, x] for t, x in st["trace"]], dtype=torch.float64)
-            sent = nbytes(update) + nbytes([trace])
-            yield Push(update + [trace], version=st["version"], n=st["samples"], loss=loss, lr=lr, stop=stop,
-                       commit=True, nbytes=sent)
+            push = Push(update, version=st["version"], n=st["samples"], loss=loss, lr=lr, stop=stop,
+                        commit=True, losses=[(now - t, x) for t, x in st["trace"]])
+            sent = push.wire_bytes()
+            yield push
             pulled = yield Pull()
             yield SetParams(pulled.params)
             t1 = float((yield Now()))

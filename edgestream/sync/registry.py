@@ -14,7 +14,22 @@ from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from edgestream.sync import abs_sgd, asp, dbs_sgd, ddl, local_sgd, scadles, ssp
+from edgestream.sync import (
+    abs_sgd,
+    adsp,
+    asp,
+    bsp,
+    consgd,
+    dbs_sgd,
+    ddl,
+    dssp,
+    dynsgd,
+    elastic_bsp,
+    local_sgd,
+    ps_local,
+    scadles,
+    ssp,
+)
 from edgestream.sync.context import WorkerContext
 from edgestream.sync.coordinator import CoordinatorFactory
 from edgestream.sync.params import Param, check_params, coerce, defaults
@@ -75,27 +90,39 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {
                       "Fixed AdaComm: local SGD with fixed tau (default 40)"),
         AlgorithmSpec("adacomm", local_sgd.adacomm_worker, local_sgd.ADACOMM_PARAMS, False,
                       "AdaComm: local SGD with tau shrinking with the loss"),
+        # ---------------------------------------------------------------- the parameter-server family
+        AlgorithmSpec("asp", asp.worker, asp.PARAMS, False,
+                      "ASP (TAP): the PS applies every gradient on arrival; pulls never wait",
+                      asp.ASPCoordinator),
+        AlgorithmSpec("ssp", ssp.worker, ssp.PARAMS, False,
+                      "SSP(s): pulls wait while the slowest worker is more than s clocks behind",
+                      ssp.SSPCoordinator),
+        AlgorithmSpec("dssp", dssp.worker, dssp.PARAMS, False,
+                      "DSSP(s_low, r): SSP whose threshold in [s_low, s_low + r] is set by predicted push times",
+                      dssp.DSSPCoordinator),
+        AlgorithmSpec("consgd", consgd.worker, consgd.PARAMS, False,
+                      "ConSGD(lambda): SSP pulls; every update applied scaled by lambda (default 1/M)",
+                      consgd.ConSGDCoordinator),
+        AlgorithmSpec("dynsgd", dynsgd.worker, dynsgd.PARAMS, False,
+                      "DynSGD: SSP pulls; updates based on the same version are averaged, not summed",
+                      dynsgd.DynSGDCoordinator),
+        AlgorithmSpec("elastic-bsp", elastic_bsp.worker, elastic_bsp.PARAMS, False,
+                      "ElasticBSP(R): asynchronous supersteps ended by a barrier ZipLine places on R "
+                      "predicted pushes per worker", elastic_bsp.ElasticBSPCoordinator),
+        AlgorithmSpec("adsp", adsp.worker, adsp.PARAMS, False,
+                      "ADSP: no-waiting workers commit accumulated updates on a timer; the PS searches "
+                      "the commit rate so all workers commit equally often", adsp.ADSPCoordinator),
+        AlgorithmSpec("bsp", bsp.worker, bsp.PARAMS, False,
+                      "BSP on the PS: the mean of all M gradients of a step is applied once; pulls wait for it",
+                      bsp.BSPCoordinator),
+        AlgorithmSpec("fixed-adacomm-ps", ps_local.fixed_adacomm_ps_worker, ps_local.FIXED_PARAMS, False,
+                      "Fixed ADACOMM on the PS: tau (default 40) local steps, commit, the PS averages at a barrier",
+                      ps_local.FixedAdaCommPSCoordinator),
+        AlgorithmSpec("adacomm-ps", ps_local.adacomm_ps_worker, ps_local.ADAPTIVE_PARAMS, False,
+                      "ADACOMM on the PS: as fixed-adacomm-ps, the PS shrinks tau with the group loss",
+                      ps_local.AdaCommPSCoordinator),
     )
 }
-
-
-def _register(spec: AlgorithmSpec) -> None:
-    if spec.name in ALGORITHMS:
-        raise RuntimeError(f"algorithm {spec.name!r} registered twice")
-    ALGORITHMS[spec.name] = spec
-
-
-# ---------------------------------------------------------------- the parameter-server family
-_register(AlgorithmSpec("asp", asp.worker, asp.PARAMS, False,
-                        "ASP (TAP): the PS applies every gradient on arrival; pulls never wait",
-                        asp.ASPCoordinator))
-_register(AlgorithmSpec("ssp", ssp.worker, ssp.PARAMS, False,
-                        "SSP(s): pulls wait while the slowest worker is more than s clocks behind",
-                        ssp.SSPCoordinator))
-# [ssp-family] dssp, consgd, dynsgd
-# [elastic-bsp]
-# [adsp]
-# [ps-baselines] bsp, fixed-adacomm-ps, adacomm-ps
 
 
 def algorithm_names(family: str | None = None) -> list[str]:

@@ -179,8 +179,10 @@ class Push:
     time is measured against it. n, loss: samples behind the update and the worker's training loss
     (coordinators that fit loss curves). lr: the worker's learning rate for this update (eta at its
     step). stop: the worker's stop vote (`ctx.should_stop`); once any worker votes, every pull reply
-    says stop. commit: an accumulated update rather than one step's gradient. nbytes: what the update
-    costs on the wire (compressed updates count their real bytes); None = the dense size of `update`.
+    says stop. commit: an accumulated update rather than one step's gradient. losses: (age_s, loss) of
+    the local steps behind a commit, age_s measured back from the send, for coordinators that fit loss
+    curves (ADSP's scheduler; 16 bytes each on the wire). nbytes: what the update costs on the wire
+    (compressed updates count their real bytes); None = the dense size of `update` plus `losses`.
     """
 
     update: list[Tensor]
@@ -190,13 +192,14 @@ class Push:
     lr: float = 0.0
     stop: bool = False
     commit: bool = False
+    losses: list[tuple[float, float]] | None = None
     nbytes: int | None = None
 
     def wire_bytes(self) -> int:
         """Bytes this push costs on the wire."""
         if self.nbytes is not None:
             return int(self.nbytes)
-        return sum(t.numel() * t.element_size() for t in self.update)
+        return sum(t.numel() * t.element_size() for t in self.update) + 16 * len(self.losses or ())
 
 
 @dataclass(frozen=True)
