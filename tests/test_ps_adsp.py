@@ -123,6 +123,17 @@ def test_coordinator_searches_the_commit_rate_and_sets_targets_at_checkpoints():
     assert coord.checkpoints[-1][1] == [8, 8, 9] and coord.c_target == 10 and coord.d == 1
 
 
+def test_a_window_fits_only_its_own_loss_samples():
+    """The first commit after a checkpoint carries losses trained before it (under the previous D):
+    they stay out of the new window's fit and the new period's loss."""
+    coord = _coord(gamma_s=1.0, eval_s=1.0, epoch_s=100.0, target_loss=0.1)
+    coord.timer(1.0)
+    assert coord.window_start == 1.0
+    _commit(coord, 0, 1.2, [(0.6, 2.0), (0.8, 2.0), (1.0, 1.0), (1.1, 1.0), (1.2, 1.0)])
+    assert sorted(round(t, 6) for t, _ in coord.samples) == [1.0, 1.1, 1.2]
+    assert coord.period_loss == [3.0, 3]
+
+
 def test_a_thirty_percent_loss_rise_restarts_the_search():
     coord = _coord(gamma_s=1.0, eval_s=1.0, epoch_s=100.0, target_loss=0.1)
     coord.search.searching, coord.search.base, coord.search.d, coord.d = False, 3, 3, 3

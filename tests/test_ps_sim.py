@@ -427,3 +427,16 @@ def test_adacomm_ps_commits_every_tau_steps_and_ends_at_max_steps(name: str) -> 
         assert back["rounds"] == ps["rounds"] and back["period_steps"] == 0 and len(back["w_pulled"]) == len(engine.ps.coord.model())
     # the slow worker's commit completes every round: it always pulls the round's average
     assert all(torch.equal(a, b) for a, b in zip(engine.replicas.get_params(2), engine.ps.coord.model(), strict=True))
+
+
+@pytest.mark.parametrize("name", ["adsp", "fixed-adacomm-ps"])
+def test_compressed_commits_cost_their_real_bytes(name: str) -> None:
+    """Commits (accumulated updates) are compressed like gradients: error feedback, then the compressor."""
+    over = {"stop": {"max_time_s": 3.0, "max_steps": None}}
+    engine, events = simulate(cfg_of(name, {**learn_params(name), "tau": 4} if name != "adsp" else learn_params(name),
+                                     compression={"name": "topk", "ratio": 0.05}, **over))
+    dense = dense_bytes(engine)
+    commits = [e for e in steps_of(events) if e.get("pushes")]
+    assert commits and all(e["compressed"] for e in commits)
+    assert all(0 < e["push_bytes"] < 0.2 * dense for e in commits)
+    assert all(e["pull_bytes"] == dense for e in commits)

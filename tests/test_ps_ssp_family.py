@@ -219,6 +219,17 @@ def test_dssp_hand_computed_k_star():
     assert resumed.last == coord.last and resumed.prev == coord.prev and resumed.extra == coord.extra
 
 
+@pytest.mark.parametrize("speeds", [[1.0, 3.0], [1.0, 1.0, 3.0]])
+def test_dssp_threshold_does_not_ratchet_under_a_lasting_speed_gap(speeds):
+    """Re-evaluations set s_low + k* (at least lead - 1), never k* on top of the lead: under steady
+    speeds the threshold stays near s_low + k* instead of climbing to s_low + r (= SSP(s_low + r))."""
+    coord = DSSPCoordinator(ctx_of("dssp", len(speeds), s_low=3, r=12), [torch.zeros(3)])
+    bounds: list[int] = []
+    drive(coord, lambda i, rng: speeds[i], 600, on_push=lambda w, t, f: bounds.append(coord.bound(w)))
+    assert coord.evaluations > 10
+    assert max(bounds[100:]) <= 3 + 2
+
+
 def test_dssp_without_two_push_times_uses_s_low():
     coord = DSSPCoordinator(ctx_of("dssp", 2, s_low=0, r=5), [torch.zeros(1)])
     facts = coord.push(0, push([torch.zeros(1)]), 1.0)  # lead 1 > 0, no intervals known yet

@@ -116,8 +116,12 @@ class PSNode:
 
     def _fire(self, at: float) -> Callable[[Any], None]:
         def fire(_ev: Any) -> None:
-            if self.armed != at or self.coord.next_timer() != at:
-                return  # the coordinator moved its timer since
+            if self.armed != at:
+                return  # a newer timer is armed
+            if self.coord.next_timer() != at:  # the coordinator moved its timer since (a pull advanced it)
+                self.armed = None
+                self._arm()
+                return
             self.armed = None
             self.coord.timer(float(self.env.now))
             self.changed()

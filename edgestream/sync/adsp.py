@@ -30,7 +30,8 @@ Worker (Alg. 2), choices where the paper is silent:
   period has left (`period_left`) and the worker adds that to its own Now.
 * A commit is a blocking Push(commit=True) then Pull (O_i is their time); the push carries the mean
   training loss of the commit's local steps (`Push.loss`) and their loss trace (below). The run's
-  `compression:` block does not apply to commits. A worker whose stop test fires
+  `compression:` block applies to commits through `ps_worker.encode` (error feedback, then the
+  compressor; the wire bytes are the compressed payload's), as for the other PS workers. A worker whose stop test fires
   commits at once with the stop vote and leaves after that pull; the others leave at their next pull.
 
 PS (Alg. 2): W <- W - eta_g U_i on every commit, eta_g = global_lr (null: 1/M, the paper's), through a
@@ -77,8 +78,9 @@ from torch import Tensor
 
 from edgestream.sync.context import WorkerContext
 from edgestream.sync.coordinator import Coordinator, ServerContext, ServerSGD
+from edgestream.sync.exchange import Codec
 from edgestream.sync.params import Param, coerce
-from edgestream.sync.ps_worker import BATCH
+from edgestream.sync.ps_worker import BATCH, encode
 from edgestream.sync.requests import (
     Ack,
     Apply,
@@ -280,9 +282,16 @@ class ADSPCoordinator(Coordinator):
         else:
             points = []
         self.apply(update, self.global_lr)
+        period_start = self.period * self.gamma_s
         for t, loss in points:
-            if math.isfinite(loss):
+            if not math.isfinite(loss):
+                continue
+            # a commit right after a checkpoint carries losses trained before it, under the previous
+            # window's commit rate: only the current window's (period's) samples count for its reward
+            # (its loss-rise check)
+            if t >= self.window_start - 1e-12:
                 self.samples.append([t - self.epoch_start, float(loss)])
+            if t >= period_start - 1e-12:
                 self.period_loss[0] += float(loss)
                 self.period_loss[1] += 1
         self.last_commit[worker] = now
@@ -407,6 +416,8 @@ def worker(ctx: WorkerContext) -> Generator[Any, Any, None]:
     running commit's loss_sum / local_steps."""
     p = coerce(PARAMS, ctx.params)
     st = ctx.state
+    codec = Codec.from_spec(ctx.compression)
+    codec.load_state_dict(st.get("codec", {}))
     if not st:  # a fresh start: pull the model and the schedule
         pulled: Pulled = yield Pull()
         yield SetParams(pulled.params)
@@ -433,28 +444,30 @@ def worker(ctx: WorkerContext) -> Generator[Any, Any, None]:
         now = float((yield Now()))
         stop = bool(ctx.should_stop(ctx.step))
         fields: dict[str, Any] = {"commit": False}
-        sent = 0
+        sent, compressed = 0, False
         if stop or now >= st["next_at"]:
             w = yield GetParams()
-            update = [r - x for r, x in zip(st["w_ref"], w, strict=True)]
+            update, wire, compressed = encode([r - x for r, x in zip(st["w_ref"], w, strict=True)], codec,
+                                              ctx.names(len(w)))
             steps = st["local_steps"]
             loss = st["loss_sum"] / steps
+            losses = [(now - t, x) for t, x in st["trace"]]
+            sent = wire + 16 * len(losses)
             push = Push(update, version=st["version"], n=st["samples"], loss=loss, lr=lr, stop=stop,
-                        commit=True, losses=[(now - t, x) for t, x in st["trace"]])
-            sent = push.wire_bytes()
+                        commit=True, losses=losses, nbytes=sent)
             yield push
             pulled = yield Pull()
             yield SetParams(pulled.params)
             t1 = float((yield Now()))
             st.update(_schedule_from(pulled, t1, t1 - now))
             st.update(version=pulled.version, w_ref=[t.clone() for t in pulled.params], loss_sum=0.0,
-                      local_steps=0, samples=0, trace=[])
+                      local_steps=0, samples=0, trace=[], codec=codec.state_dict())
             fields = {"commit": True, "local_steps": steps, "commit_loss": loss, "commits": st["commits"],
                       "c_target": st["c_target"], "overhead_s": st["overhead"]}
             if pulled.stop:
                 stop = True
         yield Log(step=ctx.step - 1, batch=res.n, loss=res.loss, lr=lr, floats_sent=-(-sent // 4), bytes_sent=sent,
-                  compressed=False, version=st["version"], **fields)
+                  compressed=compressed, version=st["version"], **fields)
         if stop and fields["commit"]:
             return
 

@@ -9,18 +9,19 @@ t_slow + I_slow (I = last - previous push time), picks
 
     k* = argmin_k |t_fast + k I_fast - (t_slow + I_slow)|   (ties: the smallest k)
 
-and lets m run k* pushes further before it waits: its threshold becomes min(s_low + r, L - 1 + k*),
-L = its lead c_m - c_min after the push (so L - 1 = its threshold when it reached it; at the first
-crossing L - 1 = s_low and the threshold is s_low + k*).
+and lets m run s_low + k* ahead of the slowest: its threshold becomes s_low + k* (at a re-evaluation
+at least m's lead - 1, see below), always within [s_low, s_low + r].
 
 Choices where ALGORITHMS.md is silent:
 
 * When k* is evaluated: on a push of m that leaves m over its current threshold (its pull would
-  block) — the first time at the s_low bound, again each time m uses up its extra pushes while the
-  slowest still lags; a re-evaluation never lowers the threshold below the lead m already reached
-  (it would make m wait for more than the slowest's next push). extra(m) returns to 0 once m's lead
-  is back within s_low, so the next crossing starts from s_low again. Thresholds change only on
-  pushes, never while a pull waits.
+  block) — the first time at the s_low bound, again each time m has used up its k* extra pushes
+  while the slowest still lags. Each evaluation sets the threshold to max(s_low + k*, L - 1), L = m's
+  lead after the push: k* is not added on top of the lead already reached (that would ratchet the
+  threshold up to s_low + r under a lasting speed gap and turn DSSP into SSP(s_low + r)), and a
+  small k* never makes m wait for more than the slowest workers' next push (L - 1). extra(m) returns
+  to 0 once m's lead is back within s_low. Thresholds change only on pushes, never while a pull
+  waits.
 * The slowest worker: every worker at c_min (c_min rises only once all of them have pushed): its
   predicted next push is the latest of theirs.
 * Before two push times are known for m or for a slowest worker there is no prediction: k* = 0
@@ -99,7 +100,7 @@ class DSSPCoordinator(SSPCoordinator):
         if lead > self.bound(worker):
             self.evaluations += 1
             k = self.k_star(worker)
-            self.extra[worker] = min(self.r, lead - 1 + k - self.s_low)
+            self.extra[worker] = min(self.r, max(k, lead - 1 - self.s_low))
             return {"dssp_k": k, "dssp_threshold": self.bound(worker)}
         return None
 

@@ -14,7 +14,8 @@ Contract every engine keeps (see each class for its result):
 * `TakeBatch` blocks until the worker's stream holds the batch; `Wait` blocks until what it started
   has completed; `Poll` never blocks.
 * Parameter-server requests (`Push`, `Pull`) go to the run's coordinator (edgestream.sync.coordinator),
-  which the engine hosts (a PS node in the simulator). Pushes of one worker arrive in the order sent.
+  which the engine hosts (a PS node in the simulator). A worker's pushes arrive in the order sent, and
+  each before the worker's next request is performed.
   `Start(Pull())` is a non-blocking pull and `Start(Sleep(s))` a timer: both return a `Handle` for
   `Poll` / `Wait` (a timer's result is None).
 * Results handed to different workers are independent tensors (a worker may modify its own).
@@ -172,8 +173,10 @@ class Wait:
 @dataclass
 class Push:
     """Send `update` to the parameter server: a gradient, or an accumulated update (a commit, ADSP
-    and the local-update baselines). Result: None once the bytes have left the worker; the coordinator
-    receives the push one transfer later (`Coordinator.push`).
+    and the local-update baselines). Result: None once the coordinator has received it
+    (`Coordinator.push`; the worker is busy while the bytes cross its link). Engines keep a worker's
+    order: its later `Pull` is judged only after its earlier pushes were received (BSP's and SSP's
+    pull rules count the worker's own push).
 
     version: the model version the update was computed on (from the last `Pulled`); staleness at apply
     time is measured against it. n, loss: samples behind the update and the worker's training loss
