@@ -107,6 +107,21 @@ def test_cli_compare(tiny, tmp_path):
     assert res.exit_code == 2 and "--engine: 'warp' is not allowed" in res.output
 
 
+def test_cli_compare_runs_the_parameter_server_family(tiny, tmp_path):
+    """PS algorithms compare in the simulator beside a collective one; each run's summary has its PS block."""
+    res = CliRunner().invoke(app, ["compare", str(tiny), "--algorithms", "ddl,ssp[algorithm.params.s=1],adsp",
+                                   "--set", "stop.max_time_s=3", "--set", "optim.momentum=0",
+                                   "--set", "algorithm.params={}", "--out", str(tmp_path), "--run-id", "p",
+                                   "--quiet"])
+    assert res.exit_code == 0, res.output
+    folder = tmp_path / "tiny-compare-p"
+    md = (folder / "compare.md").read_text()
+    assert "| ssp[algorithm.params.s=1] |" in md and "| adsp |" in md
+    ssp = json.loads((folder / "tiny-ssp-algorithm-params-s-1" / "summary.json").read_text())
+    assert ssp["algorithm"] == "ssp" and sum(ssp["ps"]["pushes"]) == ssp["ps"]["version"] > 0
+    assert "ps" not in json.loads((folder / "tiny-ddl" / "summary.json").read_text())
+
+
 def test_an_engine_that_is_not_registered_is_one_line_exit_2(tiny, tmp_path, monkeypatch):
     """The registry's answer for an engine whose package does not register it (as `local` was before
     edgestream/launch existed): one line, exit 2, and no run directory."""
