@@ -107,6 +107,15 @@ def test_variant_is_selectable_and_checked():
         assert make(2, variant=v).variant == v
     with pytest.raises(ValueError, match="variant"):
         make(2, variant="nope")
+    # from the config: algorithm.params.variant (registry-resolved), checked with the allowed names
+    spec = ALGORITHMS["elastic-bsp"]
+    ctx = ServerContext(world_size=2, params=spec.resolve({"variant": "grid_scan"}), lr=0.1)
+    assert spec.coordinator(ctx, [torch.zeros(3)]).variant == "grid_scan"
+    assert spec.coordinator(ServerContext(world_size=2, params=spec.resolve({})), [torch.zeros(3)]).variant \
+        == "zipline_opt_bs"
+    assert spec.validate({"variant": "fast"}) == [
+        "algorithm.params.variant: 'fast' is not allowed; must be one of 'zipline', 'zipline_opt', "
+        "'zipline_opt_bs', 'grid_scan', 'full_grid_scan'"]
 
 
 def test_every_worker_is_released_at_each_barrier_and_waits_as_predicted():
@@ -162,8 +171,13 @@ def test_stopping_releases_workers_blocked_at_a_barrier():
         t += 1.0
         push(c, 0, t)
     assert not c.ready(0, t)
+    reached, before = c.reached[0], c.barrier_wait_s
     push(c, 1, t + 0.5, stop=True)
     assert all(c.ready(p, t + 0.5) for p in range(3))
+    # the wait the stop cut short counts (once), as the engine's blocked time does
+    assert c.barrier_wait_s == pytest.approx(before + (t + 0.5 - reached))
+    push(c, 2, t + 0.7)
+    assert c.barrier_wait_s == pytest.approx(before + (t + 0.5 - reached))
     assert c.pull(0, t + 0.5).stop
     c2 = make(3)
     for p, tt in [(0, 1.0), (1, 1.0), (2, 3.0), (0, 2.0), (1, 2.0), (2, 6.0), (0, 9.0)]:

@@ -41,8 +41,9 @@ of the longest wait (003 eq. 2, c_sync) and of the predicted d_Z* (what ZipLine 
 
 Where the spec is silent: R >= 1 default 15 (003 Fig. 4 and section 6.2); two monitored pushes
 (003 Fig. 5: "at least two push requests per worker"); a measured interval of 0 is floored to
-`MIN_INTERVAL_S` so predicted rows stay strictly ascending. The ZipLine variant is a coordinator
-argument (`variant=`, names in `VARIANTS`), not a config param: config params are numbers only.
+`MIN_INTERVAL_S` so predicted rows stay strictly ascending. The ZipLine variant is the param
+`variant` (names in `VARIANTS`, default zipline_opt_bs); the coordinator's `variant=` argument
+overrides it.
 """
 
 from __future__ import annotations
@@ -60,7 +61,6 @@ from edgestream.sync.requests import Push
 from edgestream.sync.zipline import ZipLineResult, full_grid_scan, grid_scan, zipline, zipline_opt, zipline_opt_bs
 
 R = Param("R", 15, "int", ge=1, doc="lookahead: predicted future pushes per worker that ZipLine chooses from")
-PARAMS = (R, BATCH)
 worker = gradient_worker
 
 #: ZipLine variants by name (all take the (n, R) matrix and return a ZipLineResult)
@@ -71,6 +71,9 @@ VARIANTS: dict[str, Callable[[Any], ZipLineResult]] = {
     "grid_scan": grid_scan,
     "full_grid_scan": full_grid_scan,
 }
+VARIANT = Param("variant", "zipline_opt_bs", "choice", choices=tuple(VARIANTS),
+                doc="the ZipLine variant that places barriers")
+PARAMS = (R, VARIANT, BATCH)
 #: pushes per worker the PS monitors after a barrier before predicting (003 Fig. 5)
 MONITOR = 2
 #: floor of a measured push interval (seconds), so predicted times stay strictly ascending
@@ -91,8 +94,9 @@ def predict_matrix(t_prev: Sequence[float], t_last: Sequence[float], r: int) -> 
 class ElasticBSPCoordinator(Coordinator):
     """Apply on arrival; pulls never wait except at the ZipLine-placed barrier (module doc)."""
 
-    def __init__(self, ctx: ServerContext, model: Sequence[Tensor], variant: str = "zipline_opt_bs") -> None:
+    def __init__(self, ctx: ServerContext, model: Sequence[Tensor], variant: str | None = None) -> None:
         super().__init__(ctx, model)
+        variant = variant or str(ctx.params.get("variant") or "zipline_opt_bs")
         if variant not in VARIANTS:
             raise ValueError(f"variant {variant!r} is not a ZipLine variant; choose one of {', '.join(VARIANTS)}")
         self.variant = variant
@@ -107,6 +111,7 @@ class ElasticBSPCoordinator(Coordinator):
         self.barrier_wait_max_s = 0.0      # sum over barriers of the longest wait (003 eq. 2)
         self.predicted_wait_s = 0.0        # sum over passed barriers of ZipLine's d_Z* (what it promised)
         self.last_release = 0.0
+        self.stop_counted = False          # the waits cut short by the run's stop are counted (once)
         self._new_superstep()
 
     # ------------------------------------------------------------------ superstep state
@@ -161,6 +166,15 @@ class ElasticBSPCoordinator(Coordinator):
         self.apply(push.update, push.lr)
         self.count[worker] += 1
         self.t_prev[worker], self.t_last[worker] = self.t_last[worker], float(now)
+        if self.stopping:  # no more barriers: every pull returns (base class)
+            if not self.stop_counted:
+                # the stop releases the workers held at an unfinished barrier now: count their waits once
+                self.stop_counted = True
+                for p, t in enumerate(self.reached):
+                    if t is not None:
+                        self.barrier_wait_worker[p] += now - float(t)
+                        self.barrier_wait_s += now - float(t)
+            return None
         if self.target is None and min(self.count) >= MONITOR:
             self._place()
         if self.target is not None and self.reached[worker] is None:
@@ -182,7 +196,7 @@ class ElasticBSPCoordinator(Coordinator):
     # ------------------------------------------------------------------ state
     _STATE = ("barriers", "barrier_wait_s", "barrier_wait_worker", "barrier_wait_max_s", "predicted_wait_s",
               "last_release", "count", "t_prev", "t_last", "target", "picks", "t_sync", "d_pred", "reached",
-              "t_prev_at", "t_last_at")
+              "t_prev_at", "t_last_at", "stop_counted")
 
     def extra_state(self) -> dict[str, Any]:
         out: dict[str, Any] = {"variant": self.variant, "R": self.R}

@@ -16,7 +16,8 @@ PREFIX = "algorithm.params"
 
 @dataclass(frozen=True)
 class Param:
-    """One parameter: name, default, kind ("int" | "float"), bounds, and whether None is allowed."""
+    """One parameter: name, default, kind ("int" | "float" | "choice": one of `choices`, a string),
+    bounds, and whether None is allowed."""
 
     name: str
     default: Any
@@ -26,6 +27,7 @@ class Param:
     le: float | None = None
     optional: bool = False
     doc: str = ""
+    choices: tuple[str, ...] = ()
 
 
 def _fmt(x: float) -> str:
@@ -35,6 +37,12 @@ def _fmt(x: float) -> str:
 def check_value(p: Param, value: Any) -> str | None:
     """The problem with `value` for parameter `p`, or None when it is fine."""
     where = f"{PREFIX}.{p.name}"
+    if p.kind == "choice":
+        if value is None and p.optional:
+            return None
+        if not isinstance(value, str) or value not in p.choices:
+            return f"{where}: {value!r} is not allowed; must be one of {', '.join(repr(c) for c in p.choices)}"
+        return None
     if value is None:
         return None if p.optional else f"{where}: null is not allowed; must be a number"
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -82,6 +90,6 @@ def coerce(schema: Sequence[Param], params: Mapping[str, Any]) -> dict[str, Any]
     out.update(params)
     for p in schema:
         v = out[p.name]
-        if v is not None:
+        if v is not None and p.kind != "choice":
             out[p.name] = int(v) if p.kind == "int" else float(v)
     return out
