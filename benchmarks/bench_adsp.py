@@ -111,7 +111,7 @@ def compare(static: list[float], seeds: list[int], target: float, target_loss: f
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seeds", default="0,1")
+    ap.add_argument("--seeds", default="0,1,2,3")
     ap.add_argument("--target", type=float, default=0.95, help="test accuracy that ends each run")
     ap.add_argument("--target-loss", type=float, default=0.2, help="test loss whose time is also reported")
     ap.add_argument("--max-time", type=float, default=60.0, help="virtual seconds before a run is cut")

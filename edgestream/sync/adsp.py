@@ -27,7 +27,9 @@ Worker (Alg. 2), choices where the paper is silent:
   learns the new target. Timers are Now comparisons against an absolute deadline kept in ctx.state
   (so a checkpointed worker resumes exactly); the deadline is polled after every mini-batch.
 * The coordinator's clock and the worker's need not share an origin: the pull reply says how long the
-  period has left (`period_left`) and the worker adds that to its own Now.
+  period has left (`period_left`) and the worker adds that to its own Now taken when it asked for the
+  model (the PS answers a pull that does not wait at once, so the reply's download time is not
+  counted twice).
 * A commit is a blocking Push(commit=True) then Pull (O_i is their time); the push carries the mean
   training loss of the commit's local steps (`Push.loss`) and their loss trace (below). The run's
   `compression:` block applies to commits through `ps_worker.encode` (error feedback, then the
@@ -419,10 +421,11 @@ def worker(ctx: WorkerContext) -> Generator[Any, Any, None]:
     codec = Codec.from_spec(ctx.compression)
     codec.load_state_dict(st.get("codec", {}))
     if not st:  # a fresh start: pull the model and the schedule
+        asked = float((yield Now()))
         pulled: Pulled = yield Pull()
         yield SetParams(pulled.params)
         t1 = yield Now()
-        st.update(_schedule_from(pulled, t1, 0.0))
+        st.update(_schedule_from(pulled, t1, 0.0, asked))
         st.update(version=pulled.version, w_ref=[t.clone() for t in pulled.params], loss_sum=0.0, local_steps=0,
                   samples=0, trace=[])
         if pulled.stop:
@@ -456,10 +459,11 @@ def worker(ctx: WorkerContext) -> Generator[Any, Any, None]:
             push = Push(update, version=st["version"], n=st["samples"], loss=loss, lr=lr, stop=stop,
                         commit=True, losses=losses, nbytes=sent)
             yield push
+            asked = float((yield Now()))
             pulled = yield Pull()
             yield SetParams(pulled.params)
             t1 = float((yield Now()))
-            st.update(_schedule_from(pulled, t1, t1 - now))
+            st.update(_schedule_from(pulled, t1, t1 - now, asked))
             st.update(version=pulled.version, w_ref=[t.clone() for t in pulled.params], loss_sum=0.0,
                       local_steps=0, samples=0, trace=[], codec=codec.state_dict())
             fields = {"commit": True, "local_steps": steps, "commit_loss": loss, "commits": st["commits"],
@@ -472,10 +476,11 @@ def worker(ctx: WorkerContext) -> Generator[Any, Any, None]:
             return
 
 
-def _schedule_from(pulled: Pulled, now: float, overhead: float) -> dict[str, Any]:
-    """The worker's schedule after a pull answered at its time `now`; overhead: the commit's O_i."""
+def _schedule_from(pulled: Pulled, now: float, overhead: float, asked: float | None = None) -> dict[str, Any]:
+    """The worker's schedule after a pull answered at its time `now`; overhead: the commit's O_i;
+    asked: when the worker asked for the model (the period's end is dated from it)."""
     info = pulled.info
-    period_end = now + float(info["period_left"])
+    period_end = (now if asked is None else asked) + float(info["period_left"])
     c_target, commits, d = int(info["c_target"]), int(info["commits"]), int(info["d"])
     gamma = float(info["gamma"])
     return {"c_target": c_target, "commits": commits, "d": d, "gamma": gamma, "period_end": period_end,
