@@ -91,7 +91,7 @@ def _read_meta(bootstrap: str, run: str, security: Mapping[str, str] | None, tim
     topic = meta_topic(run)
     c = _consumer(bootstrap, run, security)
     try:
-        lo, hi = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=timeout)
+        lo, hi = _watermarks(c, TopicPartition(topic, 0), time.monotonic() + timeout)
         if hi <= lo:
             return []
         c.assign([TopicPartition(topic, 0, lo)])
@@ -198,6 +198,17 @@ def stream_ends(bootstrap: str, run: str, devices: Iterable[int], security: Mapp
 _NOT_READY = (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
               KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.UNKNOWN_LEADER_EPOCH, KafkaError.FENCED_LEADER_EPOCH,
               KafkaError._UNKNOWN_PARTITION)
+
+
+def _watermarks(c: Consumer, tp: TopicPartition, deadline: float) -> tuple[int, int]:
+    """(low, high) of `tp`, retrying while a just-created topic's leader is not ready (_NOT_READY)."""
+    while True:
+        try:
+            return c.get_watermark_offsets(tp, timeout=max(0.5, deadline - time.monotonic()))
+        except KafkaException as exc:
+            if exc.args[0].code() not in _NOT_READY or time.monotonic() > deadline:
+                raise
+        time.sleep(0.05)
 
 
 def _list_offsets(admin, topics: Iterable[str], spec, deadline: float) -> dict[str, int]:
