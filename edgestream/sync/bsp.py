@@ -32,18 +32,20 @@ worker = gradient_worker
 
 
 class BSPCoordinator(Coordinator):
-    """Sum the gradients of the current step; at the M-th, apply their mean once. A pull returns
-    once the step its worker pushed for is applied (version >= the worker's pushes)."""
+    """Sum the pushes of the current round (a step); at the M-th, apply their mean once at `round_lr()`.
+    A pull returns once the round its worker pushed for is applied (version >= the worker's pushes).
+    The PS-side ADACOMM baselines (ps_local) are this barrier with commits instead of gradients; they
+    use the hooks `round_lr`, `on_round_push` and `on_round`."""
 
     def __init__(self, ctx: Any, model: Any) -> None:
         super().__init__(ctx, model)
-        self.sum: list[torch.Tensor] | None = None   # sum of this step's gradients so far
-        self.count = 0                                # pushes of this step so far
+        self.sum: list[torch.Tensor] | None = None   # sum of this round's updates so far
+        self.count = 0                                # pushes of this round so far
         self.lr_sum = 0.0
 
     def on_push(self, worker: int, push: Push, now: float) -> dict[str, Any] | None:
-        # a worker pushes step k only after its pull of step k - 1 returned, i.e. after step k - 1 was
-        # applied: the buffer only ever holds the current step (this worker's k-th push is step k)
+        # a worker pushes round k only after its pull of round k - 1 returned, i.e. after round k - 1 was
+        # applied: the buffer only ever holds the current round (this worker's k-th push is round k)
         upd = [t.detach().reshape(w.shape).to(w.dtype) for t, w in zip(push.update, self.w, strict=True)]
         if self.sum is None:
             self.sum = [t.clone() for t in upd]
@@ -51,10 +53,23 @@ class BSPCoordinator(Coordinator):
             torch._foreach_add_(self.sum, upd)
         self.count += 1
         self.lr_sum += float(push.lr)
+        self.on_round_push(push)
         if self.count == self.world:
-            self.apply(torch._foreach_div(self.sum, float(self.world)), self.lr_sum / self.world)
+            self.apply(torch._foreach_div(self.sum, float(self.world)), self.round_lr())
             self.sum, self.count, self.lr_sum = None, 0, 0.0
+            self.on_round()
         return None
+
+    def round_lr(self) -> float:
+        """The learning rate of the round's step: the mean of the pushes' lr (every worker is at the
+        same step, so they agree)."""
+        return self.lr_sum / self.world
+
+    def on_round_push(self, push: Push) -> None:
+        """A push of the current round arrived (after it was added to the sum)."""
+
+    def on_round(self) -> None:
+        """The round was applied (version + 1)."""
 
     def may_pull(self, worker: int, now: float) -> bool:
         return self.version >= self.pushes[worker]

@@ -5,7 +5,8 @@ family").
 Every worker runs tau local SGD steps on its replica (`Apply` at the run's lr, the worker's own
 momentum and weight decay), then commits its accumulated update U_i = W_pulled - W_now (its parameter
 displacement since its last pull) with `Push(commit=True)` and pulls. The PS waits for all M commits
-of the round, then applies W <- W - (1/M) sum_i U_i once (version + 1) and releases every pull: since
+of the round (BSP's round barrier, `bsp.BSPCoordinator`), then applies W <- W - (1/M) sum_i U_i once
+(version + 1) and releases every pull: since
 all workers started the round from the same W, that is exactly the average of the M local models
 (W - mean U_i = mean_i (W - U_i)), the collective `local-sgd` family's averaging done at the PS. The
 average is therefore a plain step at lr 1 with no server momentum and no weight decay (either would
@@ -41,8 +42,9 @@ import torch
 from torch import Tensor
 
 from edgestream.models.optim import lr_at
+from edgestream.sync.bsp import BSPCoordinator
 from edgestream.sync.context import WorkerContext
-from edgestream.sync.coordinator import Coordinator, ServerContext
+from edgestream.sync.coordinator import ServerContext
 from edgestream.sync.exchange import Codec
 from edgestream.sync.local_sgd import ADACOMM_PARAMS, FIXED_ADACOMM_PARAMS, adacomm_tau
 from edgestream.sync.params import coerce
@@ -126,10 +128,10 @@ def adacomm_ps_worker(ctx: WorkerContext) -> Generator[Any, Any, None]:
     return _commit_worker(ctx, coerce(ADAPTIVE_PARAMS, ctx.params))
 
 
-class FixedAdaCommPSCoordinator(Coordinator):
-    """Sum the round's commits; at the M-th, W -= mean U (the model average, lr 1, no momentum or
-    weight decay), version + 1, and every pull returns. Pulls return once the round their worker
-    committed to is applied (version >= the worker's commits)."""
+class FixedAdaCommPSCoordinator(BSPCoordinator):
+    """BSP's round barrier over commits: at the M-th commit of a round, W -= mean U (the model average:
+    lr 1, no momentum or weight decay), version + 1, and every pull returns. Pulls return once the
+    round their worker committed to is applied (version >= the worker's commits)."""
 
     server_momentum = 0.0
     server_weight_decay = 0.0
@@ -141,31 +143,23 @@ class FixedAdaCommPSCoordinator(Coordinator):
         self.tau = self.tau_0
         self.f_0: float | None = None
         self.group_loss: float | None = None
-        self.sum: list[Tensor] | None = None   # sum of this round's commits so far
-        self.count = 0
         self.loss_sum = 0.0
         self.loss_count = 0
 
-    def on_push(self, worker: int, push: Push, now: float) -> dict[str, Any] | None:
-        # a worker commits round r + 1 only after its pull of round r returned, i.e. after round r was
-        # applied: the buffer only ever holds the current round
-        upd = [t.detach().reshape(w.shape).to(w.dtype) for t, w in zip(push.update, self.w, strict=True)]
-        if self.sum is None:
-            self.sum = [t.clone() for t in upd]
-        else:
-            torch._foreach_add_(self.sum, upd)
-        self.count += 1
+    def round_lr(self) -> float:
+        return 1.0
+
+    def on_round_push(self, push: Push) -> None:
         if push.loss is not None:
             self.loss_sum += float(push.loss)
             self.loss_count += 1
-        if self.count == self.world:
-            self.apply(torch._foreach_div(self.sum, float(self.world)), 1.0)
-            f = self.loss_sum / self.loss_count if self.loss_count else None
-            self.group_loss = f
-            self.sum, self.count, self.loss_sum, self.loss_count = None, 0, 0.0, 0
-            if self.adaptive and f is not None:
-                self.retune(f)
-        return None
+
+    def on_round(self) -> None:
+        f = self.loss_sum / self.loss_count if self.loss_count else None
+        self.group_loss = f
+        self.loss_sum, self.loss_count = 0.0, 0
+        if self.adaptive and f is not None:
+            self.retune(f)
 
     def retune(self, f: float) -> None:
         """AdaComm (as the collective adacomm): F_0 = the first round's F; every check_every rounds
@@ -175,24 +169,18 @@ class FixedAdaCommPSCoordinator(Coordinator):
         elif self.version % int(self.ctx.params.get("check_every", 10)) == 0:
             self.tau = adacomm_tau(f, self.f_0, self.tau_0, self.tau)
 
-    def may_pull(self, worker: int, now: float) -> bool:
-        return self.version >= self.pushes[worker]
-
     def on_pull_info(self, worker: int, now: float) -> dict[str, Any]:
         return {"tau": self.tau, "round": self.version, "group_loss": self.group_loss}
 
     def extra_state(self) -> dict[str, Any]:
-        return {"tau": self.tau, "f_0": self.f_0, "group_loss": self.group_loss,
-                "sum": None if self.sum is None else [t.clone() for t in self.sum], "count": self.count,
+        return {**super().extra_state(), "tau": self.tau, "f_0": self.f_0, "group_loss": self.group_loss,
                 "loss_sum": self.loss_sum, "loss_count": self.loss_count}
 
     def load_extra_state(self, state: Mapping[str, Any]) -> None:
+        super().load_extra_state(state)
         self.tau = int(state.get("tau", self.tau_0))
         self.f_0 = state.get("f_0")
         self.group_loss = state.get("group_loss")
-        s = state.get("sum")
-        self.sum = None if s is None else [t.clone() for t in s]
-        self.count = int(state.get("count", 0))
         self.loss_sum = float(state.get("loss_sum", 0.0))
         self.loss_count = int(state.get("loss_count", 0))
 
