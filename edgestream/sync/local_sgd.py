@@ -60,6 +60,27 @@ def adacomm_tau(f_now: float, f_0: float, tau_0: int, tau: int) -> int:
     return new if new < tau else max(1, tau // 2)
 
 
+def period_length(ctx: WorkerContext, tau: int, done: int) -> int:
+    """Local steps of the current period: tau, the last period shortened to end at `ctx.max_steps`
+    (`done` steps of the period are already behind)."""
+    if ctx.max_steps is None:
+        return tau
+    return min(tau, max(1, ctx.max_steps - (ctx.step - done)))
+
+
+def local_step(ctx: WorkerContext, batch: int | None) -> Generator[Any, Any, tuple[ComputeResult, float]]:
+    """One local SGD step on the worker's own replica: take, compute, apply at the run's eta, ack;
+    advances ctx.step. Returns (the compute result, the lr applied); the caller updates its state and
+    logs the step."""
+    taken = yield TakeBatch(batch)
+    res: ComputeResult = yield Compute(taken)
+    lr = ctx.lr_now()
+    yield Apply(res.grads, lr)
+    yield Ack(taken)
+    ctx.step += 1
+    return res, lr
+
+
 def _periodic_averaging(
     ctx: WorkerContext, params: dict[str, Any], adaptive: bool
 ) -> Generator[Any, Any, None]:
@@ -71,18 +92,11 @@ def _periodic_averaging(
     rounds = int(st.get("rounds", 0))
     done, loss_sum = int(st.get("period_steps", 0)), float(st.get("loss_sum", 0.0))
     while True:
-        length = tau
-        if ctx.max_steps is not None:  # end the last period at the step budget
-            length = min(tau, max(1, ctx.max_steps - (ctx.step - done)))
+        length = period_length(ctx, tau, done)
         while done < length:
-            batch = yield TakeBatch(params["batch"])
-            res: ComputeResult = yield Compute(batch)
-            lr = ctx.lr_now()
-            yield Apply(res.grads, lr)
-            yield Ack(batch)
+            res, lr = yield from local_step(ctx, params["batch"])
             loss_sum += res.loss
             done += 1
-            ctx.step += 1
             ctx.state.update(tau=tau, f_0=f_0, rounds=rounds, period_steps=done, loss_sum=loss_sum)
             yield Log(step=ctx.step - 1, batch=res.n, loss=res.loss, lr=lr, floats_sent=0, bytes_sent=0,
                       compressed=False)

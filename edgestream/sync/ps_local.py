@@ -46,21 +46,16 @@ from edgestream.sync.bsp import BSPCoordinator
 from edgestream.sync.context import WorkerContext
 from edgestream.sync.coordinator import ServerContext
 from edgestream.sync.exchange import Codec
-from edgestream.sync.local_sgd import ADACOMM_PARAMS, FIXED_ADACOMM_PARAMS, adacomm_tau
+from edgestream.sync.local_sgd import ADACOMM_PARAMS, FIXED_ADACOMM_PARAMS, adacomm_tau, local_step, period_length
 from edgestream.sync.params import coerce
 from edgestream.sync.ps_worker import encode
 from edgestream.sync.requests import (
-    Ack,
-    Apply,
-    Compute,
-    ComputeResult,
     GetParams,
     Log,
     Pull,
     Pulled,
     Push,
     SetParams,
-    TakeBatch,
 )
 
 FIXED_PARAMS = FIXED_ADACOMM_PARAMS
@@ -84,19 +79,12 @@ def _commit_worker(ctx: WorkerContext, params: dict[str, Any]) -> Generator[Any,
                   samples=samples, w_pulled=w_pulled, codec=codec.state_dict())
 
     while True:
-        length = tau
-        if ctx.max_steps is not None:  # end the last period at the step budget
-            length = min(tau, max(1, ctx.max_steps - (ctx.step - done)))
+        length = period_length(ctx, tau, done)
         while done < length:
-            batch = yield TakeBatch(params["batch"])
-            res: ComputeResult = yield Compute(batch)
-            lr = ctx.lr_now()
-            yield Apply(res.grads, lr)
-            yield Ack(batch)
+            res, lr = yield from local_step(ctx, params["batch"])
             loss_sum += res.loss
             samples += res.n
             done += 1
-            ctx.step += 1
             save()
             yield Log(step=ctx.step - 1, batch=res.n, loss=res.loss, lr=lr, floats_sent=0, bytes_sent=0,
                       compressed=False)
