@@ -12,6 +12,8 @@ from __future__ import annotations
 import copy
 import io
 import itertools
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -31,6 +33,9 @@ from edgestream.sync.local_sgd import adacomm_tau
 from edgestream.sync.registry import AlgorithmSpec
 from edgestream.sync.requests import Log, Now, Poll, Pull, Pulled, Push, Sleep, Start, Wait
 from edgestream.sync.ssp import SSPCoordinator, ssp_blocks
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_sim_engine import merge, steps_of  # noqa: E402  (the simulator tests' config helpers)
 
 PS_ALGORITHMS = [n for n, s in ALGORITHMS.items() if s.family == "ps"]
 
@@ -56,18 +61,6 @@ LEARN_PARAMS: dict[str, dict[str, Any]] = {
     "adsp": {"gamma_s": 1.0, "epoch_s": 3.0, "eval_s": 1.0},
 }
 
-REPLACED = ("rates", "batch", "compression")
-
-
-def merge(base: dict, over: dict) -> dict:
-    out = copy.deepcopy(base)
-    for k, v in over.items():
-        if isinstance(v, dict) and isinstance(out.get(k), dict) and k not in REPLACED:
-            out[k] = merge(out[k], v)
-        else:
-            out[k] = copy.deepcopy(v)
-    return out
-
 
 def cfg_of(name: str, params: dict | None = None, **over: Any):
     return validate_dict(merge(BASE, {"algorithm": {"name": name, "params": params or {}}, **over}))
@@ -80,10 +73,6 @@ def simulate(cfg) -> tuple[SimEngine, list[dict]]:
     log.close()
     assert log.records is not None
     return engine, log.records
-
-
-def steps_of(events: list[dict], device: int | None = None) -> list[dict]:
-    return [e for e in events if e["kind"] == "step" and (device is None or e["device"] == device)]
 
 
 def dense_bytes(engine: SimEngine) -> int:
