@@ -11,6 +11,7 @@ import torch
 from edgestream.sync import (
     ALGORITHMS,
     AllReduce,
+    Sleep,
     Start,
     TakeBatch,
     WorkerContext,
@@ -141,6 +142,9 @@ def test_requests_reject_misuse() -> None:
         AllReduce([torch.zeros(1)], op="max")  # type: ignore[arg-type]
     with pytest.raises(ValueError):
         TakeBatch(0)
+    for bad in (-0.5, float("nan"), float("inf")):  # timers and sleeps: checked once, for every engine
+        with pytest.raises(ValueError, match="Sleep: seconds must be finite"):
+            Sleep(bad)
     with pytest.raises(TypeError):
         Start(TakeBatch())  # type: ignore[arg-type]
     with pytest.raises(ValueError):

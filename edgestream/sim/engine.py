@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import copy
 import itertools
-import math
 import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
@@ -324,8 +323,6 @@ class SimEngine:
         return self._collect(op, rank, req.handle.id)
 
     def _sleep(self, rank: int, req: Sleep) -> Generator[Any, Any, None]:
-        if req.seconds < 0 or not math.isfinite(req.seconds):
-            raise ValueError(f"Sleep: seconds must be finite and >= 0, got {req.seconds}")
         yield self.env.timeout(req.seconds)
         return None
 
@@ -354,8 +351,6 @@ class SimEngine:
         handle = Handle(next(self._handle_ids))
         inner = req.request
         if isinstance(inner, Sleep):
-            if inner.seconds < 0 or not math.isfinite(inner.seconds):
-                raise ValueError(f"Start(Sleep): seconds must be finite and >= 0, got {inner.seconds}")
             self.ps_handles[handle.id] = (rank, float(self.env.now + inner.seconds))
             return handle
         if isinstance(inner, Pull):

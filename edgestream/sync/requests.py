@@ -28,6 +28,7 @@ Contract every engine keeps (see each class for its result):
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -262,6 +263,10 @@ class Sleep:
     """Let `seconds` of engine time pass (timers, e.g. ADSP commits). Result: None."""
 
     seconds: float
+
+    def __post_init__(self) -> None:
+        if not math.isfinite(self.seconds) or self.seconds < 0:
+            raise ValueError(f"Sleep: seconds must be finite and >= 0, got {self.seconds}")
 
 
 @dataclass(init=False)
