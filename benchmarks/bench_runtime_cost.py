@@ -3,7 +3,7 @@
 The same config (digits, cnn-small, ddl, fixed batch 64, persist buffer) runs as M real trainer
 processes (`edgestream train`, gloo) on streams produced ahead of time, so data is always there; the
 simulator's compute-only rate is 1 / t(b), t(b) = a + c b from its calibration of the same model on
-this machine (`edgestream.sim.models.calibrate`, one torch thread: each trainer gets one core's
+this machine (`edgestream.sim.costs.calibrate`, one torch thread: each trainer gets one core's
 thread too). Ratio = real steps/s / compute-only steps/s (target >= 0.8). Also reported: the per-step
 split wait / compute / communication from the rank event files.
 
@@ -50,13 +50,13 @@ def _free_port() -> int:
 
 def real_run(bootstrap: str, devices: int, steps: int, work: Path) -> dict:
     from edgestream.config import load_config
-    from edgestream.producers import producer_from_config
+    from edgestream.runner.plan import RunPlan
 
     cfg_path = _config(work / f"cost{devices}.yaml", devices, steps)
     cfg = load_config(cfg_path)
     run_id = f"b{int(time.time())}{devices}"
     need_s = (steps * BATCH) / 4000 + 0.5  # produce every sample the run needs before it starts
-    producer_from_config(cfg, bootstrap, f"{cfg.name}-{run_id}", list(range(devices))).run_for(need_s)
+    RunPlan.resolve(cfg).producer(bootstrap, f"{cfg.name}-{run_id}", list(range(devices))).run_for(need_s)
     port = _free_port()
     procs = []
     for r in range(devices):
@@ -91,7 +91,7 @@ def compute_only() -> dict:
 
     from edgestream.data import load_dataset
     from edgestream.models import build_model
-    from edgestream.sim.models import calibrate
+    from edgestream.sim.costs import calibrate
 
     torch.set_num_threads(1)
     ds = load_dataset("digits", None, seed=0)

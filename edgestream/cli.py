@@ -175,12 +175,14 @@ def produce(config: Path = typer.Argument(..., help="experiment YAML file"),
     from edgestream.config import ConfigError
     from edgestream.kafka.admin import KafkaUnavailable, WaitInterrupted, wait_for_broker
     from edgestream.kafka.topics import new_run_id, run_name
-    from edgestream.producers import ResumeError, RunConfigConflict, parse_device_range, producer_from_config
+    from edgestream.producers import ResumeError, RunConfigConflict, parse_device_range
+    from edgestream.runner.plan import RunPlan
 
     _produce_flags(duration, report_every, flush_timeout)
     cfg = _load(config, set_)
     try:
-        ids = parse_device_range(devices, cfg.devices.count)
+        plan = RunPlan.resolve(cfg)
+        ids = parse_device_range(devices, plan.world)
         run = run_name(cfg.name, run_id or new_run_id())
     except ValueError as exc:
         _produce_fail(exc, 2)
@@ -202,8 +204,8 @@ def produce(config: Path = typer.Argument(..., help="experiment YAML file"),
                 broker = None
             bootstrap = _broker(None).read_state()["bootstrap"]
         typer.echo(f"run {run}: connecting to Kafka at {bootstrap}", err=True)
-        wait_for_broker(bootstrap, cfg.runtime.kafka_client, should_stop=lambda: stop["flag"])
-        producer = producer_from_config(cfg, bootstrap, run, ids)
+        wait_for_broker(bootstrap, plan.security, should_stop=lambda: stop["flag"])
+        producer = plan.producer(bootstrap, run, ids)
         resumed = {d: k for d, k in producer.start.items() if k}
         typer.echo(f"run {run}: devices {ids[0]}-{ids[-1]} -> {bootstrap}"
                    + (f"; continuing {len(resumed)} device stream(s) where their topics end (device "
@@ -292,7 +294,8 @@ def collect_cmd(run_dir: Path = typer.Argument(..., help="run directory <out>/<n
     """Write RUN_DIR's events.jsonl, summary.json and plots from the trainers' ranks/ files (for trainers
     started without `edgestream run`: containers, torchrun across machines). Prints the summary."""
     from edgestream.kafka.topics import run_name
-    from edgestream.launch.rundir import collect_rundir
+    from edgestream.runner.plan import RunPlan
+    from edgestream.runner.rundir import collect_rundir
 
     cfg_path = config or run_dir / "config.yaml"
     if not cfg_path.is_file():
@@ -302,7 +305,7 @@ def collect_cmd(run_dir: Path = typer.Argument(..., help="run directory <out>/<n
     if run_id is not None:
         run_dir = run_dir / run_name(cfg.name, run_id)
     try:
-        summary = collect_rundir(run_dir, cfg)
+        summary = collect_rundir(run_dir, RunPlan.resolve(cfg))
     except FileNotFoundError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None

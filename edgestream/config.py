@@ -308,10 +308,6 @@ class InjectionConfig(_Model):
     mode: Literal["samples", "labels"] = "samples"
 
 
-#: Batch policy an algorithm uses when the config gives none.
-DEFAULT_BATCH = {"scadles": {"policy": "rate", "min": 8, "max": 1024}}
-
-
 class AlgorithmConfig(_Model):
     name: str = "scadles"
     batch: BatchConfig | None = None
@@ -331,8 +327,10 @@ class AlgorithmConfig(_Model):
 
     @model_validator(mode="after")
     def _default_batch(self) -> AlgorithmConfig:
-        if self.batch is None:
-            self.batch = BatchConfig(**DEFAULT_BATCH.get(self.name, {"policy": "fixed"}))
+        if self.batch is None:  # the algorithm declares its default batch policy in the registry
+            from edgestream.sync.registry import ALGORITHMS
+
+            self.batch = BatchConfig(**ALGORITHMS[self.name].default_batch)
         return self
 
 

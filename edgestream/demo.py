@@ -44,9 +44,11 @@ def run_demo(bootstrap: str | None = None, console: Console | None = None, out: 
     """Run the demo (see module doc); returns {label: {"real": summary, "sim": summary}}."""
     from edgestream.kafka import LocalBroker
     from edgestream.runner.compare import parse_variants, run_compare
+    from edgestream.runner.plan import RunPlan
 
     console = console or Console()
     cfg = demo_config(max_time_s=max_time_s)
+    plan = RunPlan.resolve(cfg)
     variants = parse_variants(VARIANTS)
     broker = None
     if bootstrap is None:
@@ -56,7 +58,7 @@ def run_demo(bootstrap: str | None = None, console: Console | None = None, out: 
         bootstrap = broker.bootstrap
         console.print(f"broker up at {bootstrap} in {time.monotonic() - t0:.1f} s")
     try:
-        rates = ", ".join(f"{r:.0f}" for r in _rates(cfg))
+        rates = ", ".join(f"{r:.0f}" for r in _rates(plan))
         console.print(f"training ddl and scadles for real: {DEMO_DEVICES} devices streaming digits at {rates} "
                       f"samples/s (preset S1) through Kafka, one trainer process per device, up to "
                       f"{max_time_s:.0f} s each ...")
@@ -69,7 +71,7 @@ def run_demo(bootstrap: str | None = None, console: Console | None = None, out: 
     sim_dir, sim, _ = run_compare(cfg, variants, out=out, engine="sim", progress=False)
 
     table = Table(title=f"real (Kafka + trainer processes) vs simulated, {DEMO_DEVICES} devices, target "
-                        f"{cfg.stop.target_accuracy}")
+                        f"{plan.target_accuracy}")
     for col in ("algorithm", "real time to target (s)", "real final acc", "buffer max", "dropped",
                 "simulated time to target (s)", "sim / real"):
         table.add_column(col, justify="right")
@@ -87,9 +89,5 @@ def run_demo(bootstrap: str | None = None, console: Console | None = None, out: 
     return result
 
 
-def _rates(cfg) -> list[float]:
-    from edgestream.streams import build_rate_model
-
-    d = cfg.devices
-    model = build_rate_model(d.rates.spec(), d.variation.spec(), d.count, cfg.seed, min_rate=d.rates.min_rate)
-    return [model.base_rate(i) for i in range(d.count)]
+def _rates(plan) -> list[float]:
+    return [plan.rate_model.base_rate(i) for i in range(plan.world)]

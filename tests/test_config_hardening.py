@@ -283,13 +283,13 @@ def test_relative_paths_resolve_against_the_config_folder(tmp_path, monkeypatch)
 
 def test_produce_reads_the_trace_next_to_the_config(tmp_path, monkeypatch, bootstrap, run_prefix):
     """The produce path (producer_from_config) from another cwd streams at the trace's rates."""
-    from edgestream.producers import producer_from_config
+    from edgestream.runner.plan import RunPlan
 
     folder = tmp_path / "exp"
     write(folder / "rates.csv", TRACE)
     cfg_file = write(folder / "c.yaml", trace_cfg("rates.csv"))
     monkeypatch.chdir(tmp_path)
-    producer = producer_from_config(load_config(cfg_file), bootstrap, run_prefix, [0, 1])
+    producer = RunPlan.resolve(load_config(cfg_file)).producer(bootstrap, run_prefix, [0, 1])
     assert [producer.rates.base_rate(d) for d in (0, 1)] == [40.0, 90.0]
     assert producer.rates.rate(1, 3.0) == 30.0
 

@@ -196,7 +196,7 @@ def test_problems_found_when_building_the_run_are_config_errors():
     assert exc.value.problems and "2000 devices" in exc.value.problems[0]
     with pytest.raises(SimConfigError) as exc:
         SimEngine(cfg_of(data={"shape": [3, 32, 32]}))
-    assert exc.value.problems[0].startswith("shape:")
+    assert exc.value.problems[0].startswith("data.shape:")  # the plan names the config field
 
 
 def test_calibrated_compute_model_and_injection_bytes():

@@ -11,7 +11,7 @@ import torch
 
 from edgestream.producers.schedule import due_count
 from edgestream.sim.collectives import Collectives
-from edgestream.sim.models import ComputeModel, NetworkModel
+from edgestream.sim.costs import ComputeModel, NetworkModel
 from edgestream.sim.stream import DeviceStream
 from edgestream.streams import (
     AvailableBatch,

@@ -161,23 +161,6 @@ def test_context_lr_schedule_counts_steps() -> None:
     assert ctx.names(2) == ["0", "1"]
 
 
-def test_context_from_config() -> None:
-    from edgestream.config import validate_dict
-
-    cfg = validate_dict({"devices": {"count": 3}, "algorithm": {"name": "abs-sgd", "params": {"lambda": 0.25}},
-                         "optim": {"lr": 0.05}, "compression": {"name": "topk", "ratio": 0.2}})
-    ctx = WorkerContext.from_config(cfg, rank=2)
-    assert (ctx.rank, ctx.world_size, ctx.lr) == (2, 3, 0.05)
-    assert ctx.params == {"ref_batch": 32, "lambda": 0.25}
-    assert ctx.compression["name"] == "topk" and ctx.compression["ratio"] == 0.2
-    with pytest.raises(ValueError, match="algorithm.params.tau"):  # the config rejects it at load time
-        validate_dict({"algorithm": {"name": "local-sgd", "params": {"tau": 0}}})
-    bad = validate_dict({"algorithm": {"name": "local-sgd"}})
-    bad.algorithm.params = {"tau": 0}  # and the context checks again for configs built in code
-    with pytest.raises(ValueError, match="algorithm.params.tau"):
-        WorkerContext.from_config(bad, rank=0)
-
-
 FORBIDDEN = ("confluent_kafka", "simpy", "torch.distributed", "edgestream.sim", "edgestream.kafka",
              "edgestream.trainer", "edgestream.consumers", "edgestream.producers", "time", "datetime", "socket")
 

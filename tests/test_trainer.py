@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from edgestream.config import load_config
-from edgestream.producers import producer_from_config
+from edgestream.runner.plan import RunPlan
 
 PY = sys.executable
 
@@ -47,7 +47,7 @@ def _config(tmp_path: Path, name: str, devices: int, algorithm: dict, **extra) -
 def _produce(cfg_path: Path, bootstrap: str, run_id: str, seconds: float) -> None:
     cfg = load_config(cfg_path)
     run = f"{cfg.name}-{run_id}"
-    producer_from_config(cfg, bootstrap, run, list(range(cfg.devices.count))).run_for(seconds)
+    RunPlan.resolve(cfg).producer(bootstrap, run, list(range(cfg.devices.count))).run_for(seconds)
 
 
 def _env(rank: int, world: int, port: int, **extra) -> dict:
@@ -248,12 +248,9 @@ def test_lockstep_and_real_engine_agree_on_the_same_stream(bootstrap, tmp_path):
     process, the device streams replayed in the producers' order)."""
     import torch
 
-    from edgestream.data import load_dataset, partition_indices
     from edgestream.data.order import ShardOrder
-    from edgestream.models import build_model, param_names
+    from edgestream.models import param_names
     from edgestream.runner.lockstep import ArraySource, LockstepEngine
-    from edgestream.sync import get_algorithm
-    from edgestream.sync.context import WorkerContext
     from edgestream.trainer.checkpoint import load_checkpoint
 
     k = 6
@@ -264,8 +261,8 @@ def test_lockstep_and_real_engine_agree_on_the_same_stream(bootstrap, tmp_path):
     assert real["step"] == k
 
     cfg = load_config(tmp_path / "same.yaml")
-    ds = load_dataset("digits", None, seed=cfg.seed)
-    shards = partition_indices(ds.y_train, 2, "iid", seed=cfg.seed)
+    ds = RunPlan.resolve(cfg).dataset
+    shards = RunPlan.resolve(cfg).shards
     x_all = torch.from_numpy(ds.affine(ds.x_train))
     y_all = torch.from_numpy(ds.y_train).long()
 
@@ -279,16 +276,13 @@ def test_lockstep_and_real_engine_agree_on_the_same_stream(bootstrap, tmp_path):
             self.k += n
             return self.x[idx], self.y[idx]
 
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(cfg.seed)
-        model = build_model("cnn-small", ds.shape, ds.num_classes)
-    from edgestream.streams import build_batch_policy
-
-    engine = LockstepEngine(model, [StreamSource(0), StreamSource(1)], batch_policy=build_batch_policy(algo["batch"]),
+    plan = RunPlan.resolve(cfg)
+    model = plan.build_model()
+    engine = LockstepEngine(model, [StreamSource(0), StreamSource(1)], batch_policy=plan.batch_policy(),
                             momentum=0.9, weight_decay=0.0)
-    spec = get_algorithm("ddl")
-    ctxs = [WorkerContext.from_config(cfg, r, param_names=param_names(model),
-                                      should_stop=lambda completed: completed >= k) for r in range(2)]
+    spec = plan.algorithm
+    ctxs = [plan.worker_context(r, param_names=param_names(model), should_stop=lambda completed: completed >= k)
+            for r in range(2)]
     engine.run([spec.worker(c) for c in ctxs])
     names = [n for n, p in model.named_parameters() if p.requires_grad]
     for rank in range(2):

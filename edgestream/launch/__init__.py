@@ -5,12 +5,9 @@ Importing it registers the engine "local" with the runner's engine registry (run
 `edgestream compare --engine local` and `runner.run.run_config(cfg, "local")` reach `run_local`."""
 
 from edgestream.launch.orchestrator import LaunchError, LocalRun, run_local
+from edgestream.runner.engines import register_engine
+from edgestream.trainer.performer import PERFORMS
 
-try:
-    from edgestream.runner.engines import register_engine
-except ImportError:  # a tree without the registry: `edgestream run --engine local` is wired in cli.py
-    register_engine = None
-if register_engine is not None:
-    register_engine("local", run_local)
+register_engine("local", run_local, host="processes", performs=PERFORMS)
 
 __all__ = ["LaunchError", "LocalRun", "run_local"]

@@ -38,10 +38,12 @@ from typing import Any
 
 from edgestream.kafka.broker import pid_alive
 from edgestream.launch.procs import Child, ChildSet, describe_status, tail_lines
-from edgestream.launch.rundir import record_session, write_local_rundir
 from edgestream.launch.tail import RanksTail
 from edgestream.launch.view import LiveState, View
 from edgestream.runid import check_run_id, new_run_id
+from edgestream.runner.engines import check_runs
+from edgestream.runner.plan import RunPlan
+from edgestream.runner.rundir import record_session, write_local_rundir
 
 #: seconds the other trainers get to finish after the first one stopped at the agreed stop condition
 STRAGGLER_S = float(os.environ.get("EDGESTREAM_LAUNCH_STRAGGLER_S", "120"))
@@ -193,6 +195,8 @@ class LocalRun:
             raise LaunchError(f"runtime.kafka_client {', '.join(_secret_masked(cfg))}: the value is *** (a config.yaml "
                               "from a run directory shows secrets masked); give the original config file", 2)
         self.cfg = cfg
+        self.plan = RunPlan.resolve(cfg)
+        check_runs("local", self.plan.algorithm)
         if resume is not None:
             out_dir, run_id = resume_target(Path(resume), cfg)
             self.resumed = True
@@ -207,7 +211,7 @@ class LocalRun:
         self.bootstrap = bootstrap or cfg.runtime.bootstrap
         self.progress = progress
         self.broker_dir = Path(broker_dir) if broker_dir is not None else None
-        self.world = cfg.devices.count
+        self.world = self.plan.world
         self._echo = echo or (lambda m: print(m, file=sys.stderr, flush=True))
         self._console = None
         self.children = ChildSet()
@@ -267,7 +271,7 @@ class LocalRun:
             self.broker_pid = pid
             self.bootstrap = broker.read_state()["bootstrap"]
         try:
-            wait_for_broker(self.bootstrap, self.cfg.runtime.kafka_client, attempts=BROKER_ATTEMPTS,
+            wait_for_broker(self.bootstrap, self.plan.security, attempts=BROKER_ATTEMPTS,
                             should_stop=lambda: signals.signum is not None)
         except KafkaUnavailable:
             raise LaunchError(f"no Kafka broker answered at {self.bootstrap}; check the address (--bootstrap or "
@@ -288,7 +292,7 @@ class LocalRun:
             if not self.resumed:
                 self._check_no_topics()
             ensure_run_topics(self.bootstrap, self.run_name, range(self.world),
-                              security=self.cfg.runtime.kafka_client)
+                              security=self.plan.security)
         except (KafkaUnavailable, KafkaException) as exc:
             detail = exc.args[0].str() if isinstance(exc, KafkaException) and exc.args and hasattr(
                 exc.args[0], "str") else str(exc)
@@ -302,7 +306,7 @@ class LocalRun:
         from edgestream.kafka.topics import run_topic_prefix
 
         found = list_topics(self.bootstrap, prefix=run_topic_prefix(self.run_name),
-                            security=self.cfg.runtime.kafka_client)
+                            security=self.plan.security)
         if found:
             raise LaunchError(f"run {self.run_name} already has topics on {self.bootstrap} ({sorted(found)[0]}, ...): "
                               "an earlier run used this run id; choose another --run-id (or --resume its run "
@@ -310,7 +314,7 @@ class LocalRun:
 
     def _check_checkpoints(self) -> None:
         """A resumed run needs a checkpoint of every rank to continue from."""
-        if self.cfg.checkpoint.every_steps is None:
+        if self.plan.checkpoint_every is None:
             raise LaunchError(f"--resume {self.path}: checkpoint.every_steps is null, so the run saved no checkpoint "
                               "to continue from", 2)
         missing = [str(r) for r in range(self.world) if not (self.path / "checkpoints" / f"rank{r}.pt").is_file()]
@@ -491,7 +495,7 @@ class LocalRun:
                  "producer": {k: producer_summary.get(k) for k in ("produced", "delivered", "failed",
                                                                    "unacknowledged", "duration_s")}
                  if producer_summary else None}
-        summary = write_local_rundir(self.path, self.cfg, self.run_name, wall_s=previous_wall + wall,
+        summary = write_local_rundir(self.path, self.plan, self.run_name, wall_s=previous_wall + wall,
                                      stop_reason=reason, extra=extra)
         if outcome.kind == "failed":
             child = outcome.child
@@ -522,18 +526,5 @@ def run_local(cfg: Any, out: str | Path | None = None, run_id: str | None = None
     Same leading parameters as the simulator's run (`base_dir` is unused: config paths are absolute
     once loaded). LaunchError (one line, `.detail`, `.code`) when the run could not start or finish.
     """
-    ps_family_unsupported(cfg.algorithm.name)
     return LocalRun(cfg, out=out, run_id=run_id, bootstrap=bootstrap, resume=resume, progress=progress,
                     echo=echo, broker_dir=broker_dir).run()
-
-
-def ps_family_unsupported(name: str) -> None:
-    """EngineError when `name` is a parameter-server algorithm: the real runtime runs the collective
-    family over torch.distributed; the PS family runs in the simulator until ps/ hosts coordinators."""
-    from edgestream.runner.engines import EngineError
-    from edgestream.sync.registry import algorithm_names, get_algorithm
-
-    if get_algorithm(name).family == "ps":
-        raise EngineError([f"algorithm.name: {name!r} is a parameter-server algorithm, which engine 'local' "
-                           f"does not run yet (it runs {', '.join(algorithm_names('collective'))}); "
-                           f"use --engine sim"])

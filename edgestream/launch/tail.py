@@ -3,31 +3,9 @@
 
 from __future__ import annotations
 
-import json
-import re
 from pathlib import Path
 
-RANK_FILE = re.compile(r"^(\d+)\.jsonl$")
-
-
-def rank_files(ranks_dir: Path) -> dict[int, Path]:
-    """rank -> ranks/<rank>.jsonl, for the files that exist."""
-    if not ranks_dir.is_dir():
-        return {}
-    out = {}
-    for p in ranks_dir.iterdir():
-        m = RANK_FILE.match(p.name)
-        if m:
-            out[int(m.group(1))] = p
-    return dict(sorted(out.items()))
-
-
-def parse_line(line: bytes) -> dict | None:
-    try:
-        rec = json.loads(line)
-    except ValueError:
-        return None
-    return rec if isinstance(rec, dict) else None
+from edgestream.runner.rundir import parse_line, rank_files
 
 
 class JsonlTail:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import threading
 from pathlib import Path
 
 STEP_FIELDS = ("time", "device", "step", "batch", "wait_s", "compute_s", "comm_s", "buffer_samples",
@@ -24,15 +25,25 @@ def _clean(v):
     return v
 
 
+def _plain(v):
+    return str(v)
+
+
 class EventLog:
     """Append-only JSONL event writer with running aggregates.
 
     keep=True also keeps every record in `records` (in memory, as written), for callers that want the
-    events without reading the file back (tests, in-process comparisons).
+    events without reading the file back (tests, in-process comparisons). append=True continues an
+    existing file (a resumed trainer); live=True writes each line through at once (the orchestrator
+    tails a trainer's rank file). Lines written from two threads (steps, background evaluations) never
+    interleave.
     """
 
-    def __init__(self, path: str | Path | None, keep: bool = False) -> None:
-        self._f = open(path, "w", buffering=1 << 16) if path is not None else None  # noqa: SIM115
+    def __init__(self, path: str | Path | None, keep: bool = False, *, append: bool = False,
+                 live: bool = False) -> None:
+        self._f = (open(path, "a" if append else "w", buffering=1 if live else 1 << 16)  # noqa: SIM115
+                   if path is not None else None)
+        self._lock = threading.Lock()
         self.records: list[dict] | None = [] if keep else None
         self.steps = 0
         self.samples = 0
@@ -68,15 +79,18 @@ class EventLog:
                      "loss": _clean(loss)})
 
     def _write(self, rec: dict) -> None:
-        if self.records is not None:
-            self.records.append(rec)
-        if self._f is not None:
-            self._f.write(json.dumps(rec, separators=(",", ":")) + "\n")
+        text = json.dumps(rec, separators=(",", ":"), default=_plain) + "\n"
+        with self._lock:
+            if self.records is not None:
+                self.records.append(rec)
+            if self._f is not None:
+                self._f.write(text)
 
     def close(self) -> None:
-        if self._f is not None:
-            self._f.close()
-            self._f = None
+        with self._lock:
+            if self._f is not None:
+                self._f.close()
+                self._f = None
 
     def summary(self, *, target_accuracy: float | None, wall_s: float, engine: str, **extra) -> dict:
         """summary.json fields (DESIGN.md "Run directory")."""

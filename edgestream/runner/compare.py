@@ -30,12 +30,7 @@ from edgestream.config import ConfigError, apply_override, validate_dict
 from edgestream.metrics import accuracy_plot, markdown_table, read_events
 from edgestream.runid import new_run_id
 from edgestream.runner.engines import get_engine
-
-#: batch policies that suit an algorithm; the rest take DEFAULT_FAMILY.
-SUITABLE_BATCH: dict[str, tuple[str, ...]] = {"scadles": ("rate", "available")}
-DEFAULT_FAMILY = ("fixed",)
-DEFAULT_BATCH: dict[str, dict[str, Any]] = {"scadles": {"policy": "rate", "min": 8, "max": 1024}}
-FIXED_64 = {"policy": "fixed", "size": 64}
+from edgestream.sync.registry import get_algorithm
 
 
 @dataclass
@@ -93,10 +88,7 @@ def parse_variants(spec: str) -> list[Variant]:
 
 def batch_for(algorithm: str, batch: dict[str, Any] | None) -> dict[str, Any]:
     """The batch policy `algorithm` runs with, given the config's algorithm.batch (see module doc)."""
-    suitable = SUITABLE_BATCH.get(algorithm, DEFAULT_FAMILY)
-    if batch is not None and batch.get("policy") in suitable:
-        return {k: v for k, v in batch.items() if v is not None}
-    return dict(DEFAULT_BATCH.get(algorithm, FIXED_64))
+    return get_algorithm(algorithm).suited_batch(batch)
 
 
 def variant_config(cfg: Any, variant: Variant) -> Any:

@@ -1,4 +1,5 @@
-"""The engine registry: engine name -> the function that runs a config on that engine.
+"""The engine registry: engine name -> how a config runs there (`Engine`: its run function, the host
+that schedules its workers, and the request kinds its performer can perform).
 
 runner/ never imports an engine: an engine registers itself when its package is imported
 (`edgestream.sim` registers "sim"; `edgestream.launch` registers "local"), and `get_engine` imports
@@ -14,14 +15,20 @@ cfg: a validated ExperimentConfig; out: parent of the run directory (None: cfg.r
 None for a new one; progress: live display on a terminal; options: engine-specific keywords passed
 through from the caller (the simulator takes base_dir; the local orchestrator bootstrap, resume, ...).
 It writes the run directory of DESIGN.md (config.yaml, events.jsonl, summary.json with `engine`, plots)
-and returns its path and the summary. In-process engines build theirs with `runner.run.write_run`.
+and returns its path and the summary. In-process engines build theirs with `runner.rundir.write_run`.
 Problems with the config that only the engine can see raise `EngineError` (one line each).
+
+Capabilities: an engine registers the request kinds its performer performs (`performs`; None = every
+kind). Whether an engine can run an algorithm is asked in ONE place, `check_runs(engine, algorithm)`,
+from those and the kinds the algorithm's workers send (`AlgorithmSpec.requests`): the CLI, the
+orchestrator and each trainer process ask it before anything starts.
 """
 
 from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +38,27 @@ EngineRun = Callable[..., tuple[Path, dict[str, Any]]]
 #: engine name -> the module that registers it when imported
 ENGINE_MODULES: dict[str, str] = {"sim": "edgestream.sim", "local": "edgestream.launch"}
 
-_ENGINES: dict[str, EngineRun] = {}
+
+
+@dataclass(frozen=True)
+class Engine:
+    """A registered engine: name; run (see the module doc); host: what schedules its workers ("simpy":
+    virtual time in this process, "processes": one blocking trainer process per device, "lockstep":
+    round robin in this process); performs: the request kinds its performer performs (None: all)."""
+
+    name: str
+    run: EngineRun
+    host: str = "in-process"
+    performs: frozenset[type] | None = None
+
+    def missing(self, algorithm: Any) -> list[str]:
+        """Names of the request kinds `algorithm` (an AlgorithmSpec) sends that this engine cannot perform."""
+        if self.performs is None:
+            return []
+        return sorted(t.__name__ for t in algorithm.requests - self.performs)
+
+
+_ENGINES: dict[str, Engine] = {}
 
 
 class EngineError(ValueError):
@@ -51,13 +78,14 @@ class EngineUnavailable(EngineError):
         self.name = name
 
 
-def register_engine(name: str, run: EngineRun) -> None:
+def register_engine(name: str, run: EngineRun, *, host: str = "in-process",
+                    performs: frozenset[type] | None = None) -> None:
     """Make `run` the engine `name` (see the module doc for its signature); registering again replaces."""
     if not name or not isinstance(name, str):
         raise ValueError(f"engine name must be a non-empty string, got {name!r}")
     if not callable(run):
         raise TypeError(f"engine {name!r}: {run!r} is not callable")
-    _ENGINES[name] = run
+    _ENGINES[name] = Engine(name, run, host, frozenset(performs) if performs is not None else None)
 
 
 def unregister_engine(name: str) -> None:
@@ -66,11 +94,16 @@ def unregister_engine(name: str) -> None:
 
 
 def get_engine(name: str) -> EngineRun:
-    """The run function of engine `name`, importing its module (ENGINE_MODULES) on first use;
+    """The run function of engine `name` (see `engine`)."""
+    return engine(name).run
+
+
+def engine(name: str) -> Engine:
+    """The registered engine `name`, importing its module (ENGINE_MODULES) on first use;
     `EngineUnavailable` when there is none."""
-    run = _ENGINES.get(name)
-    if run is not None:
-        return run
+    found = _ENGINES.get(name)
+    if found is not None:
+        return found
     module = ENGINE_MODULES.get(name)
     if module is not None:
         try:
@@ -78,10 +111,28 @@ def get_engine(name: str) -> EngineRun:
         except ModuleNotFoundError as exc:  # the engine's package is not installed; any other failure is a bug
             if exc.name is None or not (module == exc.name or module.startswith(exc.name + ".")):
                 raise
-    run = _ENGINES.get(name)
-    if run is None:
+    found = _ENGINES.get(name)
+    if found is None:
         raise EngineUnavailable(name)
-    return run
+    return found
+
+
+def check_runs(name: str, algorithm: Any) -> None:
+    """EngineError (one line) when engine `name` cannot perform a request kind `algorithm` (an
+    AlgorithmSpec) sends; the line names the engines that can."""
+    missing = engine(name).missing(algorithm)
+    if not missing:
+        return
+    able = [n for n in engine_names() if _able(n, algorithm)]
+    raise EngineError([f"algorithm.name: engine {name!r} cannot run {algorithm.name!r} ({algorithm.family} family): "
+                       f"it does not perform {', '.join(missing)}; engines that can: {', '.join(able) or 'none'}"])
+
+
+def _able(name: str, algorithm: Any) -> bool:
+    try:
+        return not engine(name).missing(algorithm)
+    except EngineError:
+        return False
 
 
 def engine_names() -> list[str]:

@@ -4,12 +4,15 @@
 time 0, then every `eval.every_s` engine seconds while the run goes on, and once more at the end
 unless an evaluation already happened at that time; each one writes an eval line to the run's
 events, tells the `StopRule` (reaching stop.target_accuracy stops the run) and calls `on_eval`.
-`Evaluation.periodic` is the schedule as a generator of waits, so any engine can host it: the
-simulator waits in virtual time (a SimPy process), a real trainer in wall time (a thread).
+`Evaluation.periodic` is the schedule as a generator of waits, so an in-process engine can host it
+in its own time (the simulator: a SimPy process); `BackgroundEvaluation` hosts the same schedule for a
+real trainer, in a thread on snapshots taken at step boundaries, so training never waits for it.
 """
 
 from __future__ import annotations
 
+import copy
+import threading
 from collections.abc import Callable, Generator
 from typing import Any
 
@@ -87,3 +90,74 @@ class Evaluation:
         """The end of the run: evaluate unless the last evaluation was at `now`."""
         if self.last_time is None or self.last_time < float(now):
             self.run(now, step)
+
+
+class BackgroundEvaluation:
+    """`Evaluation` of a live model in a background thread (a real trainer's rank 0).
+
+    `offer(now, step)` is called at each step boundary (a `Log`: the model is consistent then): when an
+    evaluation is due (every `every_s` seconds of engine time) and none is running, it snapshots the
+    parameters and buffers under `lock` and the thread scores the snapshot on its own copy of the
+    model. `final(now, step)` waits for a running one, then evaluates once more unless one already
+    happened at `now`. The schedule, eval lines and stop rule are `Evaluation`'s.
+    """
+
+    def __init__(self, model: nn.Module, x: Tensor, y: Tensor, events: Any, stop: StopRule, every_s: float,
+                 lock: Any = None, on_eval: Callable[[float, int, float], None] | None = None) -> None:
+        self.model, self.lock = model, lock if lock is not None else threading.Lock()
+        self.scratch = copy.deepcopy(model)
+        self.evaluation = Evaluation(lambda: evaluate(self.scratch, x, y), events, stop, every_s, on_eval)
+        self.next_at = 0.0
+        self._job: tuple[float, int, dict[str, Tensor]] | None = None
+        self._cv = threading.Condition()
+        self._closed = self._busy = False
+        self.thread = threading.Thread(target=self._loop, name="evaluation", daemon=True)
+        self.thread.start()
+
+    def _snapshot(self) -> dict[str, Tensor]:
+        with self.lock:
+            return {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+
+    def offer(self, now: float, step: int) -> None:
+        """Start an evaluation of the model as it is now, if one is due and none is running."""
+        if now < self.next_at or self._busy:
+            return
+        state = self._snapshot()
+        with self._cv:
+            self._job, self._busy = (now, step, state), True
+            self.next_at = now + self.evaluation.every_s
+            self._cv.notify()
+
+    def _score(self, now: float, step: int, state: dict[str, Tensor]) -> None:
+        self.scratch.load_state_dict(state)
+        self.evaluation.run(now, step)
+
+    def _loop(self) -> None:
+        while True:
+            with self._cv:
+                while self._job is None and not self._closed:
+                    self._cv.wait()
+                if self._job is None:
+                    return
+                job, self._job = self._job, None
+            try:
+                self._score(*job)
+            finally:
+                with self._cv:
+                    self._busy = False
+                    self._cv.notify_all()
+
+    def close(self) -> None:
+        """Wait for a running evaluation and stop the thread."""
+        with self._cv:
+            while self._busy:
+                self._cv.wait()
+            self._closed = True
+            self._cv.notify_all()
+        self.thread.join()
+
+    def final(self, now: float, step: int) -> None:
+        """The end of the run: wait for a running evaluation, then the last one (see `Evaluation.final`)."""
+        self.close()
+        if self.evaluation.last_time is None or self.evaluation.last_time < float(now):
+            self._score(now, step, self._snapshot())

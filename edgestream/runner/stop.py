@@ -22,10 +22,6 @@ class StopRule:
     target_accuracy: float | None = None
     reason: str | None = None
 
-    @classmethod
-    def from_config(cls, stop) -> StopRule:
-        return cls(stop.max_steps, stop.max_time_s, stop.target_accuracy)
-
     def should_stop(self, completed: int, now: float) -> bool:
         """Whether to stop once `completed` steps are done at engine time `now`."""
         if self.reason is None:

@@ -4,9 +4,9 @@ The run loop, run directory, stop rule, evaluation and comparison are edgestream
 this package registers the engine "sim" there."""
 
 from edgestream.runner.engines import register_engine
+from edgestream.sim.costs import ComputeModel, NetworkModel, calibrate
 from edgestream.sim.engine import SimConfigError, SimEngine, run_sim
-from edgestream.sim.models import ComputeModel, NetworkModel, calibrate
 
-register_engine("sim", run_sim)
+register_engine("sim", run_sim, host="simpy")  # performs every request kind
 
 __all__ = ["ComputeModel", "NetworkModel", "SimConfigError", "SimEngine", "calibrate", "run_sim"]

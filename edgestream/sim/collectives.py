@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from edgestream.sim.models import NetworkModel
+from edgestream.sim.costs import NetworkModel
 from edgestream.sync.reduction import reduce_all
 from edgestream.sync.requests import AllGather, AllReduce
 

@@ -9,13 +9,12 @@ the train split is small (<= `PRENORMALIZE_MAX_BYTES`); otherwise each batch is 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from edgestream.data import HEADER_SIZE, Dataset, load_dataset, partition_indices
+from edgestream.data import Dataset, SampleSerde, SampleSpec
 from edgestream.data.order import ShardOrder
 
 PRENORMALIZE_MAX_BYTES = 512 * 2**20
@@ -36,7 +35,7 @@ class SimBatch:
 
 
 class SimData:
-    """Dataset, shards and stream orders of one run (`from_config`)."""
+    """Dataset, shards and stream orders of one run (the run plan's `dataset` and `shards`)."""
 
     def __init__(self, dataset: Dataset, shards: list[np.ndarray], seed: int) -> None:
         self.dataset = dataset
@@ -49,17 +48,7 @@ class SimData:
             self.x_train = dataset.normalize(torch.from_numpy(dataset.x_train))
         self.x_test = dataset.normalize(torch.from_numpy(dataset.x_test))
         self.y_test = torch.from_numpy(np.ascontiguousarray(dataset.y_test))
-        self.sample_bytes = HEADER_SIZE + int(dataset.x_train[0].nbytes)  # one wire message
-
-    @classmethod
-    def from_config(cls, cfg: Any) -> SimData:
-        """Load `cfg.data` and partition it over `cfg.devices.count` devices (as the producers do)."""
-        d = cfg.data
-        ds = load_dataset(d.dataset, d.root, seed=cfg.seed, shape=tuple(d.shape) if d.shape else None,
-                          num_classes=d.num_classes, n_train=d.n_train, n_test=d.n_test)
-        shards = partition_indices(ds.y_train, cfg.devices.count, d.partition, seed=cfg.seed,
-                                   labels_per_device=d.labels_per_device, alpha=d.alpha)
-        return cls(ds, [np.asarray(s) for s in shards], cfg.seed)
+        self.sample_bytes = SampleSerde(SampleSpec.of(dataset)).message_bytes  # one wire message
 
     @property
     def shape(self) -> tuple[int, int, int]:

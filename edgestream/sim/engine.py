@@ -56,17 +56,15 @@ from edgestream.metrics import EventLog
 from edgestream.runner.engines import EngineError
 from edgestream.runner.evaluate import Evaluation, evaluate
 from edgestream.runner.group import WorkerGroup
+from edgestream.runner.plan import RunPlan
 from edgestream.runner.progress import RunProgress
-from edgestream.runner.run import write_run
+from edgestream.runner.rundir import write_run
 from edgestream.sim.collectives import CollectiveOp, Collectives
+from edgestream.sim.costs import ComputeModel, NetworkModel, calibrate
 from edgestream.sim.data import SimBatch, SimData
-from edgestream.sim.models import ComputeModel, NetworkModel, calibrate
 from edgestream.sim.ps import PSNode
 from edgestream.sim.replicas import Replicas
 from edgestream.sim.stream import DeviceStream
-from edgestream.streams import build_batch_policy, build_buffer_policy, build_rate_model
-from edgestream.sync.coordinator import ServerContext
-from edgestream.sync.registry import get_algorithm
 from edgestream.sync.requests import (
     Ack,
     AllGather,
@@ -112,7 +110,8 @@ class SimStats:
 
 
 class SimEngine:
-    """One simulated run of `cfg` (an ExperimentConfig); `run()` fills `events` and returns the stats.
+    """One simulated run of `plan` (a RunPlan, or an ExperimentConfig resolved here); `run()` fills
+    `events` and returns the stats.
 
     events: the run's EventLog (None: an in-memory one). progress: show a rich bar on a terminal.
     base_dir: folder that relative paths in the config (rate traces) are relative to.
@@ -121,36 +120,30 @@ class SimEngine:
     same, see replicas.py).
     """
 
-    def __init__(self, cfg: Any, events: EventLog | None = None, *, progress: bool = False,
+    def __init__(self, plan: Any, events: EventLog | None = None, *, progress: bool = False,
                  base_dir: str | None = None, share_replicas: bool | None = None) -> None:
-        self.cfg = cfg
-        self.world = m = cfg.devices.count
+        try:
+            if not isinstance(plan, RunPlan):  # an ExperimentConfig: resolve it here
+                plan = RunPlan.resolve(plan, base_dir=base_dir)
+            self.plan = plan
+            self.spec = plan.algorithm
+            self.data = SimData(plan.dataset, plan.shards, plan.seed)
+            self.rate_model = plan.rate_model
+            batch_policy, buffer_policy = plan.batch_policy(), plan.buffer_policy()
+        except EngineError as exc:
+            raise SimConfigError(exc.problems) from None
+        self.world = m = plan.world
         self.events = events if events is not None else EventLog(None)
         self.env = simpy.Environment()
-        try:
-            self.spec = get_algorithm(cfg.algorithm.name)
-            self.data = SimData.from_config(cfg)
-            dev = cfg.devices
-            self.rate_model = build_rate_model(dev.rates.spec(), dev.variation.spec(), m, cfg.seed,
-                                               min_rate=dev.rates.min_rate, base_dir=base_dir)
-            batch_policy = build_batch_policy(cfg.algorithm.batch.spec() if cfg.algorithm.batch else None)
-            buffer_policy = build_buffer_policy(cfg.algorithm.buffer)
-        except ValueError as exc:
-            raise SimConfigError(str(exc).splitlines()) from None
         self.streams = [DeviceStream(d, self.rate_model, buffer_policy, batch_policy) for d in range(m)]
-        o = cfg.optim
-        self.replicas = Replicas(cfg.model.name, self.data.shape, self.data.num_classes, m, o.lr, o.momentum,
-                                 o.weight_decay, cfg.seed,
+        self.replicas = Replicas(plan.model_name, self.data.shape, self.data.num_classes, m, **plan.optim,
+                                 seed=plan.seed,
                                  shared=self.spec.synchronous if share_replicas is None else share_replicas)
-        try:
-            self.group = WorkerGroup(cfg, self.events, self.now, param_names=list(self.replicas.names),
-                                     on_line=self._on_line)
-        except ValueError as exc:
-            raise SimConfigError(str(exc).splitlines()) from None
+        self.group = WorkerGroup(plan, self, self.events, param_names=list(self.replicas.names), on_line=self._on_line)
         self.contexts = self.group.contexts
         self.meters = self.group.meters
         self.compute_model, self.calibrated = self._compute_model()
-        self.network = NetworkModel.from_config(cfg.devices.network)
+        self.network = NetworkModel(plan.network.latency_s, plan.network.bandwidth_Bps)
         self.collectives = Collectives(m, self.network, self._schedule, self.env.event)
         self.handles: dict[int, tuple[CollectiveOp, int, bool]] = {}
         self.ps_handles: dict[int, tuple[int, Any]] = {}  # handle -> (rank, pull process | timer deadline)
@@ -158,15 +151,15 @@ class SimEngine:
         self.ps: PSNode | None = None
         if self.spec.coordinator is not None:
             initial = [p for p in self.replicas.base.parameters() if p.requires_grad]
-            coordinator = self.spec.coordinator(ServerContext.from_config(cfg), initial)
+            coordinator = self.spec.coordinator(plan.server_context(), initial)
             self.ps = PSNode(self.env, coordinator, self.network, m, self.meters)
         self.stats = SimStats()
         self.hard_limited = False
         self.last_backlog = [0] * m
         self.last_held = [0] * m
-        self.progress = RunProgress(f"{cfg.name} ({cfg.algorithm.name}, {m} devices)", cfg.stop.max_time_s,
+        self.progress = RunProgress(f"{plan.name} ({self.spec.name}, {m} devices)", plan.max_time_s,
                                     enabled=progress)
-        self.evaluation = Evaluation(self._score, self.events, self.group.stop, cfg.eval.every_s,
+        self.evaluation = Evaluation(self._score, self.events, self.group.stop, plan.eval_every_s,
                                      on_eval=self._on_eval)
         self._handlers: dict[type, Callable[[int, Any], Any]] = {
             TakeBatch: self._take_batch, Compute: self._compute, AllReduce: self._collective,
@@ -193,7 +186,7 @@ class SimEngine:
 
     # ------------------------------------------------------------------ setup helpers
     def _compute_model(self) -> tuple[ComputeModel, bool]:
-        c = self.cfg.devices.compute
+        c = self.plan.compute
         a, per = c.base_s, c.per_sample_s
         calibrated = a is None or per is None
         if calibrated:
@@ -202,7 +195,7 @@ class SimEngine:
                 fit_a, fit_c = calibrate(probe, self.data.shape, self.data.num_classes)
             a = fit_a if a is None else a
             per = fit_c if per is None else per
-        return ComputeModel(float(a), float(per), list(c.static), float(c.dynamic), self.cfg.seed), calibrated
+        return ComputeModel(float(a), float(per), list(c.static), float(c.dynamic), self.plan.seed), calibrated
 
     def _schedule(self, delay: float, callback: Callable[[], None]) -> None:
         ev = self.env.timeout(max(0.0, delay))
@@ -236,12 +229,12 @@ class SimEngine:
         """Simulate until every worker returned (or the hard limit); returns the run's stats."""
         env, group = self.env, self.group
         try:
-            procs = [env.process(d) for d in group.drivers(self, on_finish=self.collectives.worker_finished,
+            procs = [env.process(d) for d in group.drivers(on_finish=self.collectives.worker_finished,
                                                            profile=self.stats.driver)]
             env.process(self._waits(self.evaluation.periodic(lambda: env.now, group.min_step,
                                                              lambda: group.running)))
             until: simpy.Event = simpy.AllOf(env, procs)
-            max_time = self.cfg.stop.max_time_s
+            max_time = self.plan.max_time_s
             if max_time is not None:
                 hard = env.timeout(max_time * HARD_LIMIT_FACTOR + HARD_LIMIT_EXTRA_S)
                 until = simpy.AnyOf(env, [until, hard])
@@ -472,6 +465,8 @@ def run_sim(cfg: Any, *, out: str | Path | None = None, run_id: str | None = Non
     """The "sim" engine's run function (edgestream.runner.engines): simulate `cfg` and write its run
     directory with `runner.write_run`; returns (path, summary). base_dir: folder that relative paths in
     the config (rate traces) are relative to."""
-    folder = str(base_dir) if base_dir else None
-    return write_run(cfg, "sim", lambda events: SimEngine(cfg, events, progress=progress, base_dir=folder),
-                     out=out, run_id=run_id)
+    try:
+        plan = RunPlan.resolve(cfg, base_dir=base_dir)
+    except EngineError as exc:
+        raise SimConfigError(exc.problems) from None
+    return write_run(plan, "sim", lambda events: SimEngine(plan, events, progress=progress), out=out, run_id=run_id)

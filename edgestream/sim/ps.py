@@ -26,7 +26,7 @@ from typing import Any
 import simpy
 
 from edgestream.runner.driver import StepMeter
-from edgestream.sim.models import NetworkModel
+from edgestream.sim.costs import NetworkModel
 from edgestream.sync.coordinator import Coordinator
 from edgestream.sync.requests import Pulled, Push
 

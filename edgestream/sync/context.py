@@ -1,7 +1,9 @@
 """`WorkerContext`: what a worker generator knows about its run — plain data, no engine objects.
 
-The engine builds one per worker (`WorkerContext.from_config` for an `ExperimentConfig`) and passes a
-`should_stop(completed)` callback. Stopping: an algorithm asks `ctx.should_stop(completed)` with the
+The run plan builds one per worker (`edgestream.runner.plan.RunPlan.worker_context`) with the engine's
+`should_stop(completed)` callback; sync/ never reads a config.
+
+Stopping: an algorithm asks `ctx.should_stop(completed)` with the
 number of steps it will have completed when the collective that carries its stop flag finishes (ddl:
 `ctx.step + 1`, asked during the step's exchange; local SGD: `ctx.step`, asked at the averaging after
 the period). A worker may get a different answer than its peers (each engine decides by its own
@@ -36,7 +38,7 @@ State contract (checkpoint and resume; DESIGN.md "One algorithm, two engines"):
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,7 +48,8 @@ from edgestream.models.optim import lr_at
 StopTest = Callable[[int], bool]
 
 
-def _never(completed: int) -> bool:
+def never_stop(completed: int) -> bool:
+    """The default stop test: never."""
     return False
 
 
@@ -93,7 +96,7 @@ class WorkerContext:
     compression: dict[str, Any] = field(default_factory=lambda: {"name": "none"})
     injection: dict[str, Any] | None = None
     param_names: list[str] | None = None
-    should_stop: StopTest = _never
+    should_stop: StopTest = never_stop
     step: int = 0
     state: dict[str, Any] = field(default_factory=dict)
     max_steps: int | None = None
@@ -116,38 +119,3 @@ class WorkerContext:
                 raise ValueError(f"{len(self.param_names)} parameter names for {count} tensors")
             return list(self.param_names)
         return [str(i) for i in range(count)]
-
-    @classmethod
-    def from_config(
-        cls,
-        cfg: Any,
-        rank: int,
-        should_stop: StopTest = _never,
-        param_names: list[str] | None = None,
-        world_size: int | None = None,
-    ) -> WorkerContext:
-        """The context of worker `rank` for an `ExperimentConfig` (duck-typed: any object with its fields).
-
-        Algorithm params are validated and merged with defaults; ValueError lists the problems.
-        """
-        from edgestream.sync.registry import get_algorithm
-
-        spec = get_algorithm(cfg.algorithm.name)
-        injection = cfg.algorithm.injection
-        if injection is not None and not isinstance(injection, Mapping):
-            injection = injection.model_dump()
-        compression = cfg.compression.spec() if hasattr(cfg.compression, "spec") else dict(cfg.compression)
-        return cls(
-            rank=rank,
-            world_size=world_size if world_size is not None else cfg.devices.count,
-            seed=cfg.seed,
-            params=spec.resolve(cfg.algorithm.params),
-            lr=cfg.optim.lr,
-            milestones=tuple(cfg.optim.milestones),
-            gamma=cfg.optim.gamma,
-            compression=compression,
-            injection=dict(injection) if injection is not None else None,
-            param_names=param_names,
-            should_stop=should_stop,
-            max_steps=getattr(getattr(cfg, "stop", None), "max_steps", None),
-        )

@@ -57,17 +57,6 @@ class ServerContext:
         """eta after `step` steps (the run's step decay)."""
         return lr_at(step, self.lr, self.milestones, self.gamma)
 
-    @classmethod
-    def from_config(cls, cfg: Any) -> ServerContext:
-        """The server context of an ExperimentConfig (params validated and merged with defaults)."""
-        from edgestream.sync.registry import get_algorithm
-
-        spec = get_algorithm(cfg.algorithm.name)
-        o = cfg.optim
-        return cls(world_size=cfg.devices.count, params=spec.resolve(cfg.algorithm.params), lr=o.lr,
-                   milestones=tuple(o.milestones), gamma=o.gamma, momentum=o.momentum,
-                   weight_decay=o.weight_decay, seed=cfg.seed)
-
 
 class ServerSGD:
     """SGD on the coordinator's tensors, as torch.optim.SGD (dampening 0, no Nesterov):

@@ -11,7 +11,7 @@ The registry is the one list of algorithm names: the config accepts a name exact
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from edgestream.sync import (
@@ -33,6 +33,10 @@ from edgestream.sync import (
 from edgestream.sync.context import WorkerContext
 from edgestream.sync.coordinator import CoordinatorFactory
 from edgestream.sync.params import Param, check_params, coerce, defaults
+from edgestream.sync.requests import BASE_REQUESTS, COLLECTIVE_REQUESTS, PS_REQUESTS
+
+#: the batch policy of every algorithm that declares none: a fixed batch of 64 samples
+FIXED_BATCH: dict[str, Any] = {"policy": "fixed", "size": 64}
 
 WorkerFn = Callable[[WorkerContext], Generator[Any, Any, None]]
 
@@ -42,7 +46,9 @@ class AlgorithmSpec:
     """name; worker: the generator function run once per worker; schema: its params;
     synchronous: every replica holds the same parameters after each step (after each averaging
     round for the local-sgd family); summary: one line for help texts; coordinator: the PS side of a
-    parameter-server algorithm (None for the collective family)."""
+    parameter-server algorithm (None for the collective family); batch_policies: the batch policies
+    the algorithm is made for (the first kind is its own); default_batch: its batch policy when the
+    config gives none."""
 
     name: str
     worker: WorkerFn
@@ -50,11 +56,30 @@ class AlgorithmSpec:
     synchronous: bool
     summary: str
     coordinator: CoordinatorFactory | None = None
+    batch_policies: tuple[str, ...] = ("fixed",)
+    default_batch: Mapping[str, Any] = field(default_factory=lambda: dict(FIXED_BATCH))
+
+    def batch_for(self, given: Mapping[str, Any] | None) -> dict[str, Any]:
+        """The batch policy a run of this algorithm uses: the config's algorithm.batch, or the
+        algorithm's default when the config gives none."""
+        return dict(given) if given is not None else dict(self.default_batch)
+
+    def suited_batch(self, given: Mapping[str, Any] | None) -> dict[str, Any]:
+        """As `batch_for`, but a policy that does not suit this algorithm (not in `batch_policies`) is
+        replaced by the default too (comparisons run every algorithm with a batch policy it is made for)."""
+        if given is not None and given.get("policy") in self.batch_policies:
+            return {k: v for k, v in given.items() if v is not None}
+        return dict(self.default_batch)
 
     @property
     def family(self) -> str:
         """"ps" (a coordinator hosted by the engine) or "collective"."""
         return "ps" if self.coordinator is not None else "collective"
+
+    @property
+    def requests(self) -> frozenset[type]:
+        """The request kinds this algorithm's workers send (what an engine must perform to run it)."""
+        return BASE_REQUESTS | (PS_REQUESTS if self.coordinator is not None else COLLECTIVE_REQUESTS)
 
     @property
     def defaults(self) -> dict[str, Any]:
@@ -79,7 +104,8 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {
         AlgorithmSpec("ddl", ddl.worker, ddl.PARAMS, True,
                       "distributed SGD (BSP): fixed batch, plain average"),
         AlgorithmSpec("scadles", scadles.worker, scadles.PARAMS, True,
-                      "ScaDLES: rate-proportional batches, weighted aggregation, linear LR scaling"),
+                      "ScaDLES: rate-proportional batches, weighted aggregation, linear LR scaling",
+                      batch_policies=("rate", "available"), default_batch={"policy": "rate", "min": 8, "max": 1024}),
         AlgorithmSpec("abs-sgd", abs_sgd.worker, abs_sgd.PARAMS, True,
                       "ABS-SGD: one-step delayed sample-weighted all-reduce with delay compensation"),
         AlgorithmSpec("dbs-sgd", dbs_sgd.worker, dbs_sgd.PARAMS, True,

@@ -289,3 +289,10 @@ Request = (
     | GetParams | SetParams | Now | Sleep | Log
 )
 COLLECTIVES = (AllReduce, AllGather)
+
+#: request kinds every worker may send, whatever its family
+BASE_REQUESTS: frozenset[type] = frozenset({TakeBatch, Compute, Ack, Inject, Start, Poll, Wait, Apply, GetParams,
+                                            SetParams, Now, Sleep, Log})
+#: what the collective family adds / what the parameter-server family adds
+COLLECTIVE_REQUESTS: frozenset[type] = frozenset(COLLECTIVES)
+PS_REQUESTS: frozenset[type] = frozenset({Push, Pull})

@@ -1,10 +1,11 @@
 """`edgestream train`: one trainer process = one device's worker, run for real.
 
-Reads the torchrun environment (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, LOCAL_RANK; device i =
-rank), consumes device i's stream through `KafkaStreamDataset` with the run's buffer and batch
-policies, and runs the shared `edgestream.sync` worker through `edgestream.runner.drive` against a
-`TrainerPerformer` (torch forward/backward on CUDA when available, torch.distributed collectives:
-gloo on CPU, NCCL on CUDA).
+This module is a host and nothing more: it resolves the config into a `RunPlan`, reads the torchrun
+environment (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, LOCAL_RANK; device i = rank), joins the
+rendezvous, and runs the rank's `WorkerSession` (edgestream.runner.session: stop rule, events, the
+step-end hooks) in a blocking host against a `TrainerPerformer` (the plan's `KafkaStreamDataset`,
+torch forward/backward on CUDA when available, torch.distributed collectives: gloo on CPU, NCCL on
+CUDA). Rank 0 hosts the run's evaluation in a background thread (`runner.BackgroundEvaluation`).
 
 Files, under `<out>/<name>-<run id>/`: `ranks/<rank>.jsonl` (this rank's events.jsonl lines, flushed
 per line; rank 0 adds the eval lines), `ranks/<rank>.log` (its log, Kafka client logs included),
@@ -33,8 +34,7 @@ import torch
 import torch.distributed as dist
 
 from edgestream.consumers.device_stream import BROKER_TIMEOUT_S
-from edgestream.runner.driver import StepMeter, drive, run_blocking
-from edgestream.runner.stop import StopRule
+from edgestream.runner.driver import StepMeter
 
 log = logging.getLogger("edgestream.trainer")
 
@@ -90,26 +90,6 @@ def param_digest(params: list[torch.Tensor]) -> str:
     return h.hexdigest()
 
 
-class JsonlWriter:
-    """events.jsonl lines of one rank, flushed per line (the orchestrator tails them)."""
-
-    def __init__(self, path: Path, append: bool) -> None:
-        self._f = open(path, "a" if append else "w", buffering=1)  # noqa: SIM115
-        self.steps = 0
-
-    def write(self, rec: dict) -> None:
-        self._f.write(json.dumps(rec, separators=(",", ":"), default=_plain) + "\n")
-
-    def close(self) -> None:
-        self._f.close()
-
-
-def _plain(v: Any) -> Any:
-    if hasattr(v, "item"):
-        return v.item()
-    return str(v)
-
-
 def _setup_logging(path: Path) -> logging.Handler:
     handler = logging.FileHandler(path)
     handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
@@ -134,26 +114,25 @@ def _rendezvous(env: DistEnv, backend: str, timeout_s: float) -> None:
 def train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: bool = False, digest: bool = True,
           environ: dict | None = None) -> dict:
     """Run this process's worker until the group stops; returns the rank's summary (see module doc)."""
-    from edgestream.consumers import KafkaStreamDataset
-    from edgestream.consumers.device_stream import commit_offset, trainer_group
-    from edgestream.data import load_dataset
     from edgestream.kafka.admin import KafkaUnavailable
-    from edgestream.kafka.topics import device_topic, injection_topic, run_name
-    from edgestream.models import build_model, build_optimizer, param_names
-    from edgestream.sync import get_algorithm
-    from edgestream.sync.context import WorkerContext
-    from edgestream.sync.requests import Log
+    from edgestream.kafka.topics import run_name
+    from edgestream.metrics import EventLog
+    from edgestream.models import param_names
+    from edgestream.runner.engines import EngineError, check_runs
+    from edgestream.runner.evaluate import BackgroundEvaluation
+    from edgestream.runner.plan import RunPlan
+    from edgestream.runner.session import WorkerSession
     from edgestream.trainer.checkpoint import checkpoint_path, load_checkpoint, save_checkpoint
     from edgestream.trainer.collectives import DistCollectives
-    from edgestream.trainer.evaluator import BackgroundEvaluator
     from edgestream.trainer.performer import Stopped, TrainerPerformer
 
-    env = DistEnv.from_environ(cfg.devices.count, environ)
-    spec = get_algorithm(cfg.algorithm.name)
-    if spec.family == "ps":
-        raise TrainerError(f"algorithm {spec.name!r} is a parameter-server algorithm; the trainer runs the "
-                           f"collective family only (use the simulator: edgestream run --engine sim)")
-    run = run_name(cfg.name, run_id)
+    try:
+        plan = RunPlan.resolve(cfg)
+        env = DistEnv.from_environ(plan.world, environ)
+        check_runs("local", plan.algorithm)
+    except EngineError as exc:
+        raise TrainerError("; ".join(exc.problems)) from None
+    run = run_name(plan.name, run_id)
     run_dir = Path(out) / run
     ranks = run_dir / "ranks"
     ranks.mkdir(parents=True, exist_ok=True)
@@ -166,16 +145,8 @@ def train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: boo
     log.info("rank %d/%d run %s device %s backend %s bootstrap %s", env.rank, env.world, run, device, backend,
              bootstrap)
 
-    d = cfg.data
-    data = load_dataset(d.dataset, d.root, seed=cfg.seed, shape=tuple(d.shape) if d.shape else None,
-                        num_classes=d.num_classes, n_train=d.n_train, n_test=d.n_test)
-    with torch.random.fork_rng(devices=[]):  # every rank (and every engine) starts from the same model
-        torch.manual_seed(cfg.seed)
-        model = build_model(cfg.model.name, data.shape, data.num_classes)
-    model = model.to(device).train()
-    o = cfg.optim
-    optimizer = build_optimizer(model, o.lr, o.momentum, o.weight_decay)
-
+    model = plan.build_model().to(device).train()  # every rank (and every engine) starts from the same model
+    optimizer = plan.build_optimizer(model)
     ckpt_file = checkpoint_path(run_dir, env.rank)
     ckpt = None
     if resume:
@@ -184,20 +155,16 @@ def train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: boo
         ckpt = load_checkpoint(ckpt_file, map_location=device)
         model.load_state_dict(ckpt["model"])
         optimizer.load_state_dict(ckpt["optimizer"])
-        for topic, kind in ((device_topic(run, env.rank), "dev"), (injection_topic(run, env.rank), "inj")):
-            offset = ckpt["offsets"].get(kind)
-            if offset is not None:  # the data position that matches the restored model
-                commit_offset(bootstrap, topic, trainer_group(run, env.rank, kind), int(offset),
-                              cfg.runtime.kafka_client)
 
     stop_event = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda signum, frame: stop_event.set())
 
     try:
-        dataset = KafkaStreamDataset.from_config(
-            cfg, bootstrap, run, env.rank, timeout=1.0,
-            broker_timeout_s=float(os.environ.get("EDGESTREAM_BROKER_TIMEOUT_S", BROKER_TIMEOUT_S)))
+        dataset = plan.kafka_dataset(bootstrap, run, env.rank, timeout=1.0, broker_timeout_s=float(
+            os.environ.get("EDGESTREAM_BROKER_TIMEOUT_S", BROKER_TIMEOUT_S)))
+        if ckpt is not None:  # the stream positions that match the restored model
+            dataset.load_state_dict(ckpt["stream"])
     except KafkaUnavailable as exc:
         raise TrainerError(str(exc)) from None
     timeout_s = float(os.environ.get("EDGESTREAM_RENDEZVOUS_TIMEOUT_S", RENDEZVOUS_TIMEOUT_S))
@@ -208,71 +175,58 @@ def train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: boo
         raise
 
     (ranks / f"{env.rank}.ready").touch()  # rendezvous done, consumers open (the orchestrator waits for it)
-    c = cfg.devices.compute
     meters: dict[int, StepMeter] = {}
-    every = cfg.checkpoint.every_steps
+    every = plan.checkpoint_every
+    compute = plan.compute
     performer = TrainerPerformer(env.rank, model, optimizer, dataset, DistCollectives(env.rank, env.world), meters,
-                                 device=device, static=c.static[env.rank % len(c.static)], dynamic=c.dynamic,
-                                 seed=cfg.seed, defer_acks=every is not None,
+                                 device=device, static=compute.factor(env.rank), dynamic=compute.dynamic,
+                                 seed=plan.seed, defer_acks=every is not None,
                                  time_offset=ckpt["elapsed_s"] if ckpt else 0.0, stop_event=stop_event,
-                                 due_time=None if ckpt else _due_time(cfg, env.rank))
-    rule = StopRule.from_config(cfg.stop)
-    ctx = WorkerContext.from_config(cfg, env.rank, param_names=param_names(model))
+                                 due_time=None if ckpt else plan.due_time(env.rank))
     if ckpt is not None:
-        ctx.step, ctx.state = int(ckpt["step"]), ckpt["state"]
         performer.samples = int(ckpt.get("samples", 0))
-
-    def should_stop(completed: int | None = None) -> bool:
-        if stop_event.is_set() and rule.reason is None:
-            rule.reason = "signal"
-        done = ctx.step + 1 if completed is None else completed
-        return rule.should_stop(done, performer.now(env.rank))
-
-    ctx.should_stop = should_stop
-    events = JsonlWriter(ranks / f"{env.rank}.jsonl", append=resume)
-    evaluator = None
+    stop = plan.stop_rule()
+    events = EventLog(ranks / f"{env.rank}.jsonl", append=resume, live=True)
+    evaluation = None
     if env.rank == 0:
-        x_test = data.normalize(torch.from_numpy(data.x_test))
-        y_test = torch.from_numpy(data.y_test).long()
-
-        def on_eval(now: float, step: int, acc: float, loss: float) -> None:
-            events.write({"kind": "eval", "time": round(now, 6), "step": step, "accuracy": acc, "loss": loss})
-            rule.accuracy(acc)
-            log.info("eval t=%.1fs step %d accuracy %.4f", now, step, acc)
-
-        evaluator = BackgroundEvaluator(model, x_test.to(device), y_test.to(device), cfg.eval.every_s, on_eval)
-
+        ds = plan.dataset
+        x_test = ds.normalize(torch.from_numpy(ds.x_test)).to(device)
+        y_test = torch.from_numpy(ds.y_test).long().to(device)
+        evaluation = BackgroundEvaluation(model, x_test, y_test, events, stop, plan.eval_every_s,
+                                          lock=performer.model_lock,
+                                          on_eval=lambda now, step, acc: log.info("eval t=%.1fs step %d accuracy "
+                                                                                  "%.4f", now, step, acc))
     params = performer.params
-    saved_at = {"step": ctx.step}
+    saved_at = {"step": ckpt["step"] if ckpt else 0}
 
-    def checkpoint() -> None:
-        offsets = performer.pending_ack["ack"] if performer.pending_ack is not None else None
-        # taken when the worker yields Log: ctx.step steps are applied and acked and ctx.state is
-        # complete (the sync/ state contract), so a restarted worker continues from exactly here
+    def checkpoint(session: WorkerSession) -> None:
+        # taken at a Log: ctx.step steps are applied and ctx.state is complete (the sync/ state
+        # contract); the stream's state holds how far it was consumed, so a restarted worker
+        # continues from exactly here
+        ctx = session.ctx
         save_checkpoint(ckpt_file, model=model, optimizer=optimizer, step=ctx.step, state=ctx.state,
-                        offsets=_offsets(offsets, ckpt), elapsed_s=performer.now(env.rank), samples=performer.samples)
+                        stream=dataset.state_dict(), elapsed_s=performer.now(env.rank), samples=performer.samples)
         performer.commit_pending()  # acks become durable only with the checkpoint that holds their model
         saved_at["step"] = ctx.step
-        log.info("checkpoint: step %d, offsets %s", ctx.step, offsets)
+        log.info("checkpoint: step %d", ctx.step)
 
-    def on_request(rank: int, req: Any) -> None:
-        if not isinstance(req, Log):
-            return
+    def at_log(session: WorkerSession) -> None:
+        step = session.ctx.step
         if digest:
-            meters[rank].gauge(digest=param_digest(params))
-        if evaluator is not None:
-            with performer.model_lock:
-                evaluator.offer(model, performer.now(rank), ctx.step)
-        if every is not None and ctx.step != saved_at["step"] and ctx.step % every == 0:
-            checkpoint()
+            meters[env.rank].gauge(digest=param_digest(params))
+        if evaluation is not None:
+            evaluation.offer(performer.now(env.rank), step)
+        if every is not None and step != saved_at["step"] and step % every == 0:
+            checkpoint(session)
 
-    def sink(line: dict) -> None:
-        events.write({"kind": "step", **line})
-
+    session = WorkerSession(plan, env.rank, performer, stop=stop, events=events, meters=meters,
+                            param_names=param_names(model), signal=stop_event.is_set, on_log=[at_log])
+    if ckpt is not None:
+        session.resume(ckpt["step"], ckpt["state"])
     t_start = time.monotonic()
     status = "finished"
     try:
-        run_blocking(drive(env.rank, spec.worker(ctx), performer, sink, meters, on_request))
+        session.run_blocking()
     except Stopped:
         status = "stopped"
         raise TrainerError(f"device {env.rank}: stopped by a signal while waiting for stream data") from None
@@ -286,38 +240,23 @@ def train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: boo
         raise TrainerError(f"device {env.rank}: a collective with the other trainers failed (a peer died or the "
                            f"network broke): {text[:160]}") from None
     finally:
-        if status == "finished":
-            if evaluator is not None:
-                evaluator.final(model, performer.now(env.rank), ctx.step)
-            if every is not None:
-                checkpoint()
+        if evaluation is not None:
+            if status == "finished":
+                evaluation.final(performer.now(env.rank), session.ctx.step)
+            else:
+                evaluation.close()
+        if status == "finished" and every is not None:
+            checkpoint(session)
         events.close()
         dataset.close()
         if dist.is_initialized():
             dist.destroy_process_group()
         logging.getLogger("edgestream").removeHandler(handler)
         handler.close()
-    summary = {"rank": env.rank, "device": str(device), "backend": backend, "algorithm": spec.name,
-               "stop_reason": rule.reason or "finished", "steps": ctx.step, "samples": performer.samples,
-               "acked_samples": performer.acked_samples, "dropped": dataset.totals["dropped"],
-               "dlq": dataset.totals["dlq"], "injected_in": dataset.totals["injected_in"],
-               "injected_out": dataset.totals["injected_out"], "wall_s": round(time.monotonic() - t_start, 3),
-               "resumed": resume}
+    totals = dataset.totals
+    summary = {**session.summary(), "device": str(device), "backend": backend, "samples": performer.samples,
+               "acked_samples": performer.acked_samples, "dropped": totals["dropped"], "dlq": totals["dlq"],
+               "injected_in": totals["injected_in"], "injected_out": totals["injected_out"],
+               "wall_s": round(time.monotonic() - t_start, 3), "resumed": resume}
     (ranks / f"{env.rank}.summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     return summary
-
-
-def _due_time(cfg: Any, device: int):
-    """seq -> when the rate model had sample seq of `device` due (seconds since the stream began)."""
-    from edgestream.streams import build_rate_model
-
-    d = cfg.devices
-    rates = build_rate_model(d.rates.spec(), d.variation.spec(), d.count, cfg.seed, min_rate=d.rates.min_rate)
-    return lambda seq: float(rates.due_time(device, seq))
-
-
-def _offsets(acked: dict | None, ckpt: dict | None) -> dict:
-    """The offsets a checkpoint holds: those of the newest acked batch, else the previous checkpoint's."""
-    if acked is not None:
-        return {k: int(v) for k, v in acked.items() if v is not None}
-    return dict(ckpt["offsets"]) if ckpt else {}

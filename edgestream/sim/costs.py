@@ -1,4 +1,4 @@
-"""Device compute and network models of the simulator (ALGORITHMS.md "Heterogeneity models").
+"""Cost models of the simulator: device compute time and network time (ALGORITHMS.md "Heterogeneity models").
 
 Compute: t_i(b) = (a + c * b) * static_i * (1 + U(0, dynamic)), static factors cycling over devices;
 the U(0, dynamic) draws come from one generator per device seeded by (seed, device), so a device's
@@ -58,10 +58,6 @@ class NetworkModel:
 
     latency_s: float
     bandwidth_Bps: float        # bytes per second
-
-    @classmethod
-    def from_config(cls, net: Any) -> NetworkModel:
-        return cls(net.latency_ms / 1000.0, net.bandwidth_mbps * 1e6 / 8.0)
 
     def transfer(self, nbytes: float) -> float:
         """Point-to-point message of `nbytes`."""

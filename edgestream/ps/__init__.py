@@ -1,1 +1,0 @@
-"""edgestream.ps — see DESIGN.md."""

@@ -1,0 +1,313 @@
+"""`RunPlan.resolve(cfg)`: the ONE place an experiment config is interpreted.
+
+Every host of a run -- producer, consumer, simulator, lockstep engine, trainer process, orchestrator --
+takes its pieces from a plan instead of reading `cfg.*` itself, so that one concept (the dataset and its
+sample spec, the shards, the rate model, the policies, the algorithm and its defaults, the contexts a
+worker or a coordinator gets) is built from the config in exactly one way. Before the plan existed the
+dataset was built in four places and one drifted (the consumer ignored `data.num_classes`, so a
+synthetic dataset with more than 10 classes sent half its samples to the DLQ).
+
+Cheap pieces are resolved at once (the algorithm spec and its params, policies' specs: a bad value
+fails `resolve` with a `PlanError` naming the field); the expensive ones (the dataset, the rate model)
+are built on first use and cached, so a process loads the dataset once.
+
+Pieces: `dataset`, `sample_spec`, `shards`, `rate_model`, `batch` / `batch_policy()`, `buffer` /
+`buffer_policy()`, `injection`, `compression`, `algorithm` (the registry's `AlgorithmSpec`), `params`
+(its resolved params), `stop_rule()`, `worker_context(rank, ...)`, `server_context()`, `build_model()`,
+`build_optimizer(model)`, `compute` / `slowdown(rank)`, `network`, `due_time(device)`, and the Kafka
+pieces `producer(...)` and `kafka_dataset(...)`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from edgestream.runner.engines import EngineError
+from edgestream.runner.stop import StopRule
+from edgestream.sync.context import StopTest, WorkerContext, never_stop
+from edgestream.sync.coordinator import ServerContext
+from edgestream.sync.registry import AlgorithmSpec, get_algorithm
+
+
+class PlanError(EngineError):
+    """A config that cannot be turned into a run (bad algorithm params, dataset sizes, rates...);
+    `problems` holds one line per problem, each naming the field."""
+
+
+@dataclass(frozen=True)
+class ComputeSpec:
+    """devices.compute: step time (base_s + per_sample_s b) static_i (1 + U(0, dynamic)); None = time
+    the real model on this machine."""
+
+    static: tuple[float, ...]
+    dynamic: float
+    base_s: float | None
+    per_sample_s: float | None
+
+    def factor(self, device: int) -> float:
+        """static_i: device i's fixed slowdown (the factors cycle over devices)."""
+        return float(self.static[device % len(self.static)])
+
+
+@dataclass(frozen=True)
+class NetworkSpec:
+    """devices.network: one latency and bandwidth for every device."""
+
+    latency_s: float
+    bandwidth_Bps: float
+
+
+@dataclass
+class RunPlan:
+    """A resolved run (see the module doc); build it with `RunPlan.resolve(cfg)`."""
+
+    cfg: Any
+    base_dir: str | None
+    algorithm: AlgorithmSpec
+    params: dict[str, Any]
+    batch: dict[str, Any]
+    _cache: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def resolve(cls, cfg: Any, *, base_dir: str | Path | None = None) -> RunPlan:
+        """The plan of `cfg` (a validated ExperimentConfig). base_dir: the folder relative paths in the
+        config (rate traces) are relative to. PlanError lists what cannot run."""
+        try:
+            spec = get_algorithm(cfg.algorithm.name)
+            params = spec.resolve(cfg.algorithm.params)
+        except ValueError as exc:
+            raise PlanError(str(exc).splitlines()) from None
+        given = cfg.algorithm.batch.spec() if cfg.algorithm.batch is not None else None
+        plan = cls(cfg, str(base_dir) if base_dir else None, spec, params, spec.batch_for(given))
+        plan._check(lambda: (plan.batch_policy(), plan.buffer_policy()))
+        return plan
+
+    def _check(self, build: Callable[[], Any]) -> Any:
+        try:
+            return build()
+        except ValueError as exc:
+            raise PlanError(str(exc).splitlines()) from None
+
+    # ------------------------------------------------------------------ the run
+    @property
+    def name(self) -> str:
+        return str(self.cfg.name)
+
+    @property
+    def seed(self) -> int:
+        return int(self.cfg.seed)
+
+    @property
+    def world(self) -> int:
+        """M: devices = workers = trainer processes."""
+        return int(self.cfg.devices.count)
+
+    @property
+    def security(self) -> dict[str, Any]:
+        """runtime.kafka_client: client settings for every Kafka client of the run."""
+        return dict(self.cfg.runtime.kafka_client or {})
+
+    @property
+    def checkpoint_every(self) -> int | None:
+        return self.cfg.checkpoint.every_steps
+
+    @property
+    def eval_every_s(self) -> float:
+        return float(self.cfg.eval.every_s)
+
+    @property
+    def target_accuracy(self) -> float | None:
+        return self.cfg.stop.target_accuracy
+
+    @property
+    def max_time_s(self) -> float | None:
+        return self.cfg.stop.max_time_s
+
+    def stop_rule(self) -> StopRule:
+        """A fresh stop rule (one per host: the in-process engines share one, a trainer has its own)."""
+        s = self.cfg.stop
+        return StopRule(s.max_steps, s.max_time_s, s.target_accuracy)
+
+    # ------------------------------------------------------------------ data
+    @property
+    def dataset(self) -> Any:
+        """The run's `Dataset` (loaded once per plan)."""
+        if "dataset" not in self._cache:
+            from edgestream.data import load_dataset
+
+            d = self.cfg.data
+
+            def load() -> Any:
+                return load_dataset(d.dataset, d.root, seed=self.seed, shape=tuple(d.shape) if d.shape else None,
+                                    num_classes=d.num_classes, n_train=d.n_train, n_test=d.n_test)
+
+            try:
+                self._cache["dataset"] = load()
+            except ValueError as exc:
+                raise PlanError([p if p.startswith("data.") else f"data.{p}" for p in str(exc).splitlines()]) from None
+        return self._cache["dataset"]
+
+    @property
+    def sample_spec(self) -> Any:
+        """What every consumed sample is validated against (dtype, shape, label range)."""
+        from edgestream.data.validate import SampleSpec
+
+        return SampleSpec.of(self.dataset)
+
+    @property
+    def shards(self) -> list[Any]:
+        """Dataset indices of each device's shard (data.partition), as the producers stream them."""
+        if "shards" not in self._cache:
+            import numpy as np
+
+            from edgestream.data import partition_indices
+
+            d = self.cfg.data
+            shards = self._check(lambda: partition_indices(
+                self.dataset.y_train, self.world, d.partition, seed=self.seed,
+                labels_per_device=d.labels_per_device, alpha=d.alpha))
+            self._cache["shards"] = [np.asarray(s) for s in shards]
+        return self._cache["shards"]
+
+    # ------------------------------------------------------------------ streams
+    @property
+    def rate_model(self) -> Any:
+        """S_i(t) of every device (devices.rates, devices.variation)."""
+        if "rates" not in self._cache:
+            from edgestream.streams import build_rate_model
+
+            dev = self.cfg.devices
+            self._cache["rates"] = self._check(lambda: build_rate_model(
+                dev.rates.spec(), dev.variation.spec(), self.world, self.seed, min_rate=dev.rates.min_rate,
+                base_dir=self.base_dir))
+        return self._cache["rates"]
+
+    def due_time(self, device: int) -> Callable[[int], float]:
+        """seq -> when the rate model had sample seq of `device` due (seconds since the streams began)."""
+        rates = self.rate_model
+        return lambda seq: float(rates.due_time(device, seq))
+
+    @property
+    def buffer(self) -> str:
+        """algorithm.buffer: persist | truncate."""
+        return str(self.cfg.algorithm.buffer)
+
+    def batch_policy(self) -> Any:
+        from edgestream.streams import build_batch_policy
+
+        return build_batch_policy(self.batch)
+
+    def buffer_policy(self) -> Any:
+        from edgestream.streams import build_buffer_policy
+
+        return build_buffer_policy(self.buffer)
+
+    @property
+    def injection(self) -> dict[str, Any] | None:
+        inj = self.cfg.algorithm.injection
+        return inj.model_dump() if inj is not None else None
+
+    # ------------------------------------------------------------------ algorithm
+    @property
+    def compression(self) -> dict[str, Any]:
+        return self.cfg.compression.spec()
+
+    def worker_context(self, rank: int, should_stop: StopTest = never_stop,
+                       param_names: list[str] | None = None) -> WorkerContext:
+        """Worker `rank`'s context (validated params, lr schedule, compression, injection, step budget)."""
+        o = self.cfg.optim
+        return WorkerContext(rank=rank, world_size=self.world, seed=self.seed, params=dict(self.params), lr=o.lr,
+                             milestones=tuple(o.milestones), gamma=o.gamma, compression=self.compression,
+                             injection=self.injection, param_names=param_names, should_stop=should_stop,
+                             max_steps=self.cfg.stop.max_steps)
+
+    def server_context(self) -> ServerContext:
+        """The coordinator's context (parameter-server algorithms)."""
+        o = self.cfg.optim
+        return ServerContext(world_size=self.world, params=dict(self.params), lr=o.lr, milestones=tuple(o.milestones),
+                             gamma=o.gamma, momentum=o.momentum, weight_decay=o.weight_decay, seed=self.seed)
+
+    # ------------------------------------------------------------------ model
+    @property
+    def model_name(self) -> str:
+        return str(self.cfg.model.name)
+
+    def build_model(self) -> Any:
+        """The run's initial model: seeded by the run seed, so every host starts from the same one
+        (torch's global RNG is left as it was)."""
+        import torch
+
+        from edgestream.models import build_model
+
+        ds = self.dataset
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(self.seed)
+            return build_model(self.model_name, tuple(ds.shape), int(ds.num_classes))
+
+    @property
+    def optim(self) -> dict[str, float]:
+        """lr, momentum, weight_decay of the workers' SGD."""
+        o = self.cfg.optim
+        return {"lr": float(o.lr), "momentum": float(o.momentum), "weight_decay": float(o.weight_decay)}
+
+    def build_optimizer(self, model: Any) -> Any:
+        from edgestream.models import build_optimizer
+
+        return build_optimizer(model, **self.optim)
+
+    # ------------------------------------------------------------------ devices
+    @property
+    def compute(self) -> ComputeSpec:
+        c = self.cfg.devices.compute
+        return ComputeSpec(tuple(float(s) for s in c.static), float(c.dynamic), c.base_s, c.per_sample_s)
+
+    @property
+    def network(self) -> NetworkSpec:
+        n = self.cfg.devices.network
+        return NetworkSpec(n.latency_ms / 1000.0, n.bandwidth_mbps * 1e6 / 8.0)
+
+    # ------------------------------------------------------------------ Kafka pieces
+    def stream_identity(self) -> dict[str, Any]:
+        """The part of the config that decides what the device streams contain and when (pinned in the
+        run's meta topic: a producer restarted with a different one is refused). Left out: where things
+        are (data.root, runtime.*) and what only trainers or the simulator use. A rate trace counts by
+        its content (sha256), not by its path."""
+        raw = self.cfg.model_dump(mode="json")
+        data = {k: v for k, v in raw["data"].items() if k != "root" and v is not None}
+        rates = {k: v for k, v in raw["devices"]["rates"].items() if v is not None}
+        if rates.get("distribution") == "trace" and rates.get("path"):
+            path = Path(rates["path"])
+            if not path.is_absolute() and self.base_dir:
+                path = Path(self.base_dir) / path
+            if path.is_file():
+                rates.pop("path")
+                rates["trace_sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
+        variation = {k: v for k, v in raw["devices"]["variation"].items() if v is not None}
+        return {"name": raw["name"], "seed": raw["seed"], "data": data,
+                "devices": {"count": raw["devices"]["count"], "rates": rates, "variation": variation}}
+
+    def producer(self, bootstrap: str, run: str, devices: list[int], **kw: Any) -> Any:
+        """A `StreamProducer` of `devices` of run `run`: each device streams its shard at its rate, and
+        the run's stream identity is pinned in `<run>.meta` (RunConfigConflict when it differs)."""
+        from edgestream.data import SampleEncoder
+        from edgestream.producers.stream_producer import StreamProducer
+
+        ds = self.dataset
+        encode = SampleEncoder(ds.x_train.dtype, ds.x_train.shape[1:])  # header prefix packed once
+        kw.setdefault("run_config", self.stream_identity())
+        return StreamProducer(bootstrap, run, devices, ds.x_train, ds.y_train, self.shards, self.rate_model, encode,
+                              seed=self.seed, security=self.security, **kw)
+
+    def kafka_dataset(self, bootstrap: str, run: str, device: int, **kw: Any) -> Any:
+        """Device `device`'s `KafkaStreamDataset`: its stream shaped by the run's buffer and batch
+        policies, validated against the run's sample spec, normalised as the dataset is."""
+        from edgestream.consumers import KafkaStreamDataset
+
+        return KafkaStreamDataset(bootstrap, run, device, num_devices=self.world, spec=self.sample_spec,
+                                  batch=self.batch, buffer=self.buffer, injection=self.injection, seed=self.seed,
+                                  normalize=self.dataset.affine, security=self.security, **kw)

@@ -1,0 +1,261 @@
+"""The run directory, the same for every engine (DESIGN.md "Run directory"), written by this one module.
+
+`<out>/<name>-<run id>/`: config.yaml (resolved; secrets masked, see ExperimentConfig.to_yaml),
+events.jsonl, summary.json (with `engine`), accuracy.png (test accuracy vs engine time) and buffer.png
+(buffer samples, max over devices, vs step; log scale).
+
+* `write_run` writes it for an engine that runs inside this process (the simulator): it opens the
+  events, builds and runs the engine, and adds the engine's own figures to the summary.
+* A real run's trainers write `ranks/<rank>.jsonl` (+ .log, .summary.json); `write_local_rundir`
+  merges them into the same files (the orchestrator at every stop), `collect_rundir` does it for
+  trainers that ran without the orchestrator (compose testbed, torchrun across machines).
+* `finish` writes summary.json and the plots from an `EventLog`, for both.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any, Protocol
+
+from edgestream.metrics import EventLog, accuracy_plot, buffer_plot, read_events
+from edgestream.runid import check_run_id, new_run_id
+
+
+class RunDir:
+    """Create and fill one run's directory."""
+
+    def __init__(self, out: str | Path, run: str) -> None:
+        self.path = Path(out) / run
+        self.path.mkdir(parents=True, exist_ok=True)
+        self.events_path = self.path / "events.jsonl"
+        self.summary_path = self.path / "summary.json"
+
+    def write_config(self, yaml_text: str) -> None:
+        (self.path / "config.yaml").write_text(yaml_text)
+
+    def write_summary(self, summary: dict) -> None:
+        self.summary_path.write_text(json.dumps(summary, indent=2, sort_keys=False) + "\n")
+
+    def read_summary(self) -> dict:
+        return json.loads(self.summary_path.read_text())
+
+
+class InProcessEngine(Protocol):
+    """What `write_run` needs of an engine object: run to the end (writing step and eval lines to the
+    EventLog it was built with), then its own summary figures (stop_reason, engine time, ...)."""
+
+    def run(self) -> Any: ...
+
+    def extra_summary(self, wall_s: float) -> dict[str, Any]: ...
+
+
+def buffer_series(events: Iterable[dict]) -> list[tuple[int, float]]:
+    """(step, max buffer_samples over devices) from step lines, in step order."""
+    per_step: dict[int, float] = {}
+    for e in events:
+        if e.get("kind") == "step" and e.get("buffer_samples") is not None and e.get("step") is not None:
+            s = int(e["step"])
+            per_step[s] = max(per_step.get(s, 0.0), float(e["buffer_samples"]))
+    return sorted(per_step.items())
+
+
+def finish(path: Path, plan: Any, log: EventLog, records: Iterable[dict], *, engine: str, run: str, wall_s: float,
+           xlabel: str = "time (s)", **extra: Any) -> dict:
+    """Write summary.json (the EventLog's aggregates + `extra`) and the two plots; returns the summary."""
+    summary = log.summary(target_accuracy=plan.target_accuracy, wall_s=wall_s, engine=engine, run=run, **extra)
+    RunDir(path.parent, path.name).write_summary(summary)
+    label = plan.algorithm.name
+    accuracy_plot({label: log.evals}, path / "accuracy.png", title=run, xlabel=xlabel)
+    buffer_plot({label: buffer_series(records)}, path / "buffer.png", title=run)
+    return summary
+
+
+def write_run(plan: Any, engine: str, build: Callable[[EventLog], InProcessEngine], *, out: str | Path | None = None,
+              run_id: str | None = None) -> tuple[Path, dict]:
+    """The run directory of an in-process engine (see module doc): build(events) makes the engine,
+    which then runs; summary.json gets `engine`, `run`, the wall time and the engine's extra_summary
+    (called with the engine's own run wall time)."""
+    cfg = plan.cfg
+    run = f"{plan.name}-{check_run_id(run_id or new_run_id())}"
+    parent = Path(out if out is not None else cfg.runtime.out)
+    existed = (parent / run).exists()
+    rd = RunDir(parent, run)
+    rd.write_config(cfg.to_yaml())
+    t_start = time.perf_counter()
+    events = EventLog(rd.events_path)
+    try:
+        eng = build(events)
+    except BaseException:  # the config cannot run here (e.g. more devices than samples): leave no debris
+        events.close()
+        if not existed:
+            shutil.rmtree(rd.path, ignore_errors=True)
+        raise
+    try:
+        t_run = time.perf_counter()
+        eng.run()
+        run_wall = time.perf_counter() - t_run
+    finally:
+        events.close()
+    summary = finish(rd.path, plan, events, read_events(rd.events_path), engine=engine, run=run,
+                     wall_s=time.perf_counter() - t_start, xlabel="virtual time (s)" if engine == "sim" else "time (s)",
+                     **eng.extra_summary(run_wall))
+    return rd.path, summary
+
+
+# ---------------------------------------------------------------- a real run's rank files
+
+RANK_FILE = re.compile(r"^(\d+)\.jsonl$")
+
+
+def rank_files(ranks_dir: Path) -> dict[int, Path]:
+    """rank -> ranks/<rank>.jsonl, for the files that exist."""
+    if not ranks_dir.is_dir():
+        return {}
+    out = {}
+    for p in ranks_dir.iterdir():
+        m = RANK_FILE.match(p.name)
+        if m:
+            out[int(m.group(1))] = p
+    return dict(sorted(out.items()))
+
+
+def parse_line(line: bytes) -> dict | None:
+    try:
+        rec = json.loads(line)
+    except ValueError:
+        return None
+    return rec if isinstance(rec, dict) else None
+
+
+SESSIONS = "sessions.json"
+
+
+def read_sessions(ranks_dir: Path) -> dict[int, list[int]]:
+    """rank -> byte offsets in ranks/<rank>.jsonl where each later session (a resume) began."""
+    try:
+        raw = json.loads((ranks_dir / SESSIONS).read_text())
+        return {int(r): [int(o) for o in offs] for r, offs in raw.items()}
+    except (OSError, ValueError, AttributeError, TypeError):
+        return {}
+
+
+def record_session(ranks_dir: Path, world: int) -> dict[int, int]:
+    """Before a resumed session starts: note where each rank file ends (the new session's lines follow),
+    in ranks/sessions.json; returns rank -> that offset."""
+    sessions = read_sessions(ranks_dir)
+    now = {}
+    for rank in range(world):
+        p = ranks_dir / f"{rank}.jsonl"
+        now[rank] = p.stat().st_size if p.exists() else 0
+        if now[rank] > 0:
+            sessions.setdefault(rank, []).append(now[rank])
+    tmp = ranks_dir / (SESSIONS + ".tmp")
+    tmp.write_text(json.dumps({str(r): offs for r, offs in sorted(sessions.items())}) + "\n")
+    tmp.replace(ranks_dir / SESSIONS)
+    return now
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _rolled_back(r: dict, first_step: int | None, first_time: float | None) -> bool:
+    """Whether an earlier session's record falls after the checkpoint a later session resumed from."""
+    after_step = first_step is not None and _is_int(r.get("step")) and r["step"] >= first_step
+    if r.get("kind") == "eval":
+        t = r.get("time")
+        return after_step or (first_time is not None and isinstance(t, (int, float)) and t >= first_time)
+    return after_step
+
+
+def rank_events(path: Path, starts: list[int] | None = None) -> list[dict]:
+    """One rank file's records in file order, sessions stitched together: a resumed trainer restarts
+    from its last checkpoint (its step count and time continue from there), so the lines an earlier
+    session wrote after that checkpoint were rolled back. `starts`: byte offsets where later sessions
+    begin (ranks/sessions.json); each drops the earlier lines with a step >= its first step, and
+    earlier eval lines at or after its first time."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return []
+    bounds = [0, *sorted(o for o in (starts or []) if 0 < o < len(data)), len(data)]
+    out: list[dict] = []
+    for a, b in zip(bounds, bounds[1:], strict=False):
+        chunk = [r for r in (parse_line(ln) for ln in data[a:b].split(b"\n") if ln.strip()) if r is not None]
+        if out and chunk:
+            first_step = min((r["step"] for r in chunk if r.get("kind", "step") == "step" and _is_int(r.get("step"))),
+                             default=None)
+            first_time = min((float(r["time"]) for r in chunk if isinstance(r.get("time"), (int, float))),
+                             default=None)
+            out = [r for r in out if not _rolled_back(r, first_step, first_time)]
+        out += chunk
+    return out
+
+
+def merged_events(ranks_dir: Path) -> list[dict]:
+    """Every rank's records (sessions stitched, see rank_events), sorted by time (ties: step lines
+    before eval lines, then by rank and file order)."""
+    sessions = read_sessions(ranks_dir)
+    items = []
+    for rank, path in rank_files(ranks_dir).items():
+        for i, rec in enumerate(rank_events(path, sessions.get(rank))):
+            items.append(((float(rec.get("time") or 0.0), rec.get("kind") == "eval", rank, i), rec))
+    items.sort(key=lambda x: x[0])
+    return [rec for _, rec in items]
+
+
+def read_rank_summaries(ranks_dir: Path) -> dict[int, dict]:
+    """rank -> ranks/<rank>.summary.json (written by a trainer at a normal exit), for those present."""
+    out = {}
+    for p in sorted(ranks_dir.glob("*.summary.json")) if ranks_dir.is_dir() else []:
+        try:
+            out[int(p.name.split(".")[0])] = json.loads(p.read_text())
+        except (ValueError, OSError):
+            continue
+    return dict(sorted(out.items()))
+
+
+def write_local_rundir(path: Path, plan: Any, run: str, *, wall_s: float, stop_reason: str,
+                       extra: dict[str, Any] | None = None) -> dict:
+    """Merge ranks/*.jsonl into events.jsonl, then write summary.json and the plots; returns the summary."""
+    records = merged_events(path / "ranks")
+    log = EventLog(path / "events.jsonl")
+    try:
+        for rec in records:
+            if rec.get("kind") == "eval":
+                log.evaluation(rec.get("time") or 0.0, rec.get("step"), rec.get("accuracy"), rec.get("loss"))
+            else:
+                log.step(**{k: v for k, v in rec.items() if k != "kind"})
+    finally:
+        log.close()
+    ranks = read_rank_summaries(path / "ranks")
+    times = [float(r["time"]) for r in records if isinstance(r.get("time"), (int, float))]
+    return finish(path, plan, log, records, engine="local", run=run, wall_s=wall_s,
+                  algorithm=plan.algorithm.name, devices=plan.world, stop_reason=stop_reason,
+                  run_time_s=round(max(times), 6) if times else 0.0,
+                  device_steps={str(r): s.get("steps") for r, s in ranks.items()},
+                  rank_stop_reasons={str(r): s.get("stop_reason") for r, s in ranks.items()}, **(extra or {}))
+
+
+def collect_rundir(path: Path, plan: Any) -> dict:
+    """The run directory of trainers that ran without the orchestrator (the docker-compose testbed, torchrun
+    across machines): from ranks/*, write config.yaml (secrets masked) if missing, events.jsonl,
+    summary.json and the plots, as `edgestream run --engine local` does at its stop. The stop reason is
+    rank 0's; wall_s the longest rank's. Returns the summary."""
+    path = Path(path)
+    ranks_dir = path / "ranks"
+    if not ranks_dir.is_dir() or not rank_files(ranks_dir):
+        raise FileNotFoundError(f"{path}: no ranks/<rank>.jsonl to collect (is it a run directory?)")
+    if not (path / "config.yaml").exists():
+        (path / "config.yaml").write_text(plan.cfg.to_yaml())
+    ranks = read_rank_summaries(ranks_dir)
+    reason = (ranks.get(0) or {}).get("stop_reason") or ("incomplete" if len(ranks) < plan.world else "unknown")
+    wall = max((float(s.get("wall_s") or 0.0) for s in ranks.values()), default=0.0)
+    missing = [r for r in range(plan.world) if r not in ranks]
+    return write_local_rundir(path, plan, path.name, wall_s=wall, stop_reason=reason,
+                              extra={"collected": True, "ranks_without_summary": missing})

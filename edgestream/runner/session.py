@@ -1,0 +1,100 @@
+"""`WorkerSession`: one worker's life around the one request loop, the same for every engine.
+
+A session holds what a worker needs besides its performer: its `WorkerContext` (from the run plan),
+the run's stop rule at the engine's clock (plus an optional external stop signal: SIGTERM to a trainer),
+the events sink its step lines go to, and hooks run at every `Log` -- the moment a step is complete and
+`ctx.step` / `ctx.state` are consistent (the sync/ state contract), so evaluation snapshots and
+checkpoints are taken there. `drive()` is the worker's driver generator (cooperative hosts schedule
+it; `run_blocking()` runs it in a blocking host), `summary()` its per-rank summary.
+
+Hosts: `WorkerGroup` (edgestream.runner.group) holds the M sessions of an in-process run (the
+simulator, the lockstep engine) sharing one stop rule and one event log; a trainer process holds one
+session of its own (edgestream.trainer.main).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator
+from typing import Any
+
+from edgestream.runner.driver import Performer, StepMeter, drive, run_blocking
+from edgestream.runner.stop import StopRule
+from edgestream.sync.requests import Log
+
+#: a hook run at each Log request: hook(session)
+LogHook = Callable[["WorkerSession"], None]
+
+
+class WorkerSession:
+    """Worker `rank` of a run (see the module doc).
+
+    plan: the RunPlan; performer: the engine's; stop: the stop rule (shared by an in-process group);
+    events: the run's EventLog (anything with `step(**line)`); meters: where the worker's StepMeter lives
+    (shared with the performer, which notes batch figures on it); param_names: the model's trainable
+    parameter names; signal(): an external stop request (e.g. SIGTERM), recorded as stop reason
+    "signal"; on_line(line): after each step line is written; on_log: hooks run at each Log.
+    """
+
+    def __init__(self, plan: Any, rank: int, performer: Performer, *, stop: StopRule, events: Any,
+                 meters: dict[int, StepMeter] | None = None, param_names: list[str] | None = None,
+                 signal: Callable[[], bool] | None = None, on_line: Callable[[dict[str, Any]], None] | None = None,
+                 on_log: list[LogHook] | None = None) -> None:
+        self.plan, self.rank, self.performer = plan, rank, performer
+        self.stop, self.events, self.signal, self.on_line = stop, events, signal, on_line
+        self.meters = meters if meters is not None else {}
+        self.on_log = list(on_log or [])
+        self.ctx = plan.worker_context(rank, should_stop=self.should_stop, param_names=param_names)
+        self.lines = 0
+        self.finished = False
+
+    # ------------------------------------------------------------------ the stop test
+    def should_stop(self, completed: int) -> bool:
+        """Whether to stop once `completed` steps are done, at the engine's time for this worker."""
+        if self.signal is not None and self.stop.reason is None and self.signal():
+            self.stop.reason = "signal"
+        return self.stop.should_stop(completed, self.performer.now(self.rank))
+
+    def resume(self, step: int, state: dict[str, Any]) -> None:
+        """Continue from a checkpoint's algorithm step and state."""
+        self.ctx.step, self.ctx.state = int(step), state
+
+    # ------------------------------------------------------------------ the loop
+    def sink(self, line: dict[str, Any]) -> None:
+        """Write one step line (the driver's sink)."""
+        self.events.step(**line)
+        self.lines += 1
+        if self.on_line is not None:
+            self.on_line(line)
+
+    def _on_request(self, rank: int, req: Any) -> None:
+        if isinstance(req, Log):
+            for hook in self.on_log:
+                hook(self)
+
+    def drive(self, *, on_request: Callable[[int, Any], None] | None = None,
+              profile: dict[str, float] | None = None) -> Generator[Any, Any, Any]:
+        """The worker's driver: its algorithm program run by `runner.drive` against the performer."""
+        program = self.plan.algorithm.worker(self.ctx)
+        hooks = self._on_request if self.on_log else None
+        if on_request is not None:
+            outer = on_request
+
+            def both(rank: int, req: Any) -> None:
+                outer(rank, req)
+                if hooks is not None:
+                    hooks(rank, req)
+
+            hooks = both
+        out = yield from drive(self.rank, program, self.performer, self.sink, self.meters, on_request=hooks,
+                               profile=profile)
+        self.finished = True
+        return out
+
+    def run_blocking(self) -> Any:
+        """Run the worker to its end in a blocking host (the performer performs each request itself)."""
+        return run_blocking(self.drive())
+
+    def summary(self) -> dict[str, Any]:
+        """The per-rank summary every engine reports for a worker."""
+        return {"rank": self.rank, "algorithm": self.plan.algorithm.name,
+                "stop_reason": self.stop.reason or "finished", "steps": self.ctx.step}
