@@ -1,11 +1,11 @@
 """The collectives of sync/ performed over torch.distributed (gloo on CPU, NCCL on CUDA).
 
-AllReduce is exact: every worker's tensors (and weight) are all-gathered and combined locally with
-`edgestream.sync.reduction.reduce_all` in rank order, so every rank gets bit-for-bit the same result,
-and the same result as the simulator and the lockstep engine (a ring all-reduce would sum in an order
-that depends on the group size). AllGather handles payloads whose sizes differ between workers (sparse
-Top-k values and indices): sizes are exchanged first, then each tensor is gathered padded to the
-largest and trimmed. No pickle: only tensors travel.
+AllReduce is exact: every worker's tensors, and its weight as a separate float64 tensor, are
+all-gathered and combined locally with `edgestream.sync.reduction.reduce_all` in rank order, so every
+rank gets bit-for-bit the same result, and the same result as the simulator and the lockstep engine (a
+ring all-reduce would sum in an order that depends on the group size). AllGather handles payloads whose
+sizes differ between workers (sparse Top-k values and indices): sizes are exchanged first, then each
+tensor is gathered padded to the largest and trimmed. No pickle: only tensors travel.
 
 `Start` launches the data transfers with async_op=True and returns a `Pending`; `Poll` checks it
 without blocking, `Wait` blocks. Results are fresh tensors on the gradients' device.
@@ -74,20 +74,17 @@ class DistCollectives:
         device = tensors[0].device if tensors else torch.device("cpu")
         dtypes = {t.dtype for t in tensors}
         groups = [tensors] if len(dtypes) == 1 else [[t] for t in tensors]  # one buffer per dtype run
+        # the weight travels as its own float64 tensor (exact for every data dtype), never inside a data buffer
         weight = torch.tensor([float(req.weight)], dtype=torch.float64, device=device)
-        # the weight rides in the first buffer, its float64 bits viewed as that buffer's dtype (exact)
-        carry = tensors[0].dtype.is_floating_point and 8 % tensors[0].element_size() == 0
-        works, gathered = [], []
-        for i, part in enumerate(groups):
-            flat = _flat(part).contiguous()
-            if i == 0 and carry:
-                flat = torch.cat([flat, weight.view(flat.dtype)])
+        works: list[Any] = []
+
+        def gather(flat: Tensor) -> list[Tensor]:
             bufs = [torch.empty_like(flat) for _ in range(self.world)]
             works.append(dist.all_gather(bufs, flat, group=self.group, async_op=True))
-            gathered.append(bufs)
-        if not carry:
-            wbufs = [torch.empty_like(weight) for _ in range(self.world)]
-            works.append(dist.all_gather(wbufs, weight, group=self.group, async_op=True))
+            return bufs
+
+        gathered = [gather(_flat(part).contiguous()) for part in groups]
+        wbufs = gather(weight)
 
         def finish() -> list[Tensor]:
             per_rank: list[AllReduce] = []
@@ -95,11 +92,7 @@ class DistCollectives:
                 parts: list[Tensor] = []
                 for part, bufs in zip(groups, gathered, strict=True):
                     parts += _split(bufs[r], part)
-                if carry:
-                    tail = gathered[0][r][-(8 // tensors[0].element_size()):]
-                    w = float(tail.contiguous().view(torch.float64)[0])
-                else:
-                    w = float(wbufs[r][0])
+                w = float(wbufs[r][0])
                 per_rank.append(AllReduce(parts, weight=w if req.op == "weighted_mean" else 1.0, op=req.op))
             return reduce_all(per_rank)
 
