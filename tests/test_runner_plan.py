@@ -139,3 +139,30 @@ def test_engine_capabilities_decide_what_runs_where() -> None:
             check_runs("bare", get_algorithm("ddl"))
     finally:
         engines.unregister_engine("bare")
+
+
+@pytest.mark.parametrize(("classes", "shape", "algorithm"), [(3, [1, 5, 7], "ddl"), (17, [2, 6, 6], "scadles"),
+                                                             (12, [1, 8, 8], "local-sgd")])
+def test_lockstep_engine_runs_a_plan(classes: int, shape: list[int], algorithm: str) -> None:
+    """The lockstep engine takes model, data, policies and contexts from the plan, for any class count and
+    shape; synchronous algorithms keep the replicas identical."""
+    from edgestream.runner.lockstep import LockstepEngine
+
+    cfg = validate_dict({"seed": 1, "data": {"dataset": "synthetic", "shape": shape, "num_classes": classes,
+                                             "n_train": 300, "n_test": 50},
+                         "devices": {"count": 3, "rates": {"distribution": "uniform", "low": 20, "high": 90}},
+                         "model": {"name": "mlp"}, "algorithm": {"name": algorithm, "params": (
+                             {"tau": 2} if algorithm == "local-sgd" else {})},
+                         "stop": {"max_steps": 4}})
+    plan = RunPlan.resolve(cfg)
+    engine = LockstepEngine.from_plan(plan)
+    ctxs = [plan.worker_context(r, should_stop=lambda completed: completed >= 4) for r in range(plan.world)]
+    engine.run([plan.algorithm.worker(c) for c in ctxs])
+    assert [c.step for c in ctxs] == [4, 4, 4]
+    assert all(e["batch"] > 0 for e in engine.events if "batch" in e)
+    import torch
+
+    first = engine.params(0)
+    for rank in (1, 2):
+        assert all(torch.equal(a, b) for a, b in zip(first, engine.params(rank), strict=True))
+    assert int(first[-1].shape[0]) == classes  # the output layer is sized by the plan's dataset

@@ -18,10 +18,13 @@ schedule it, a blocking engine runs it with `run_blocking`.
 from __future__ import annotations
 
 import time
+import zlib
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from types import GeneratorType
 from typing import Any, Protocol
+
+import numpy as np
 
 from edgestream.sync.requests import AllGather, AllReduce, Compute, Log, Pull, Push, TakeBatch, Wait
 
@@ -64,6 +67,17 @@ class StepMeter:
 
     def gauge(self, **values: Any) -> None:
         self.gauges.update(values)
+
+    def note_samples(self, seqs: Any, labels: Any) -> None:
+        """The worker's own-stream samples of a batch (their sequence numbers and labels, int arrays):
+        `seq_first`, `seq_last`, `seq_count` and `labels_crc` (CRC-32 of the int64 labels, chained over
+        the step's batches). Every engine notes the same fields, so runs can be compared sample by sample."""
+        seqs = np.asarray(seqs, dtype=np.int64)
+        if len(seqs) == 0:
+            return
+        self.gauges.setdefault("seq_first", int(seqs[0]))
+        crc = zlib.crc32(np.ascontiguousarray(labels, dtype=np.int64).tobytes(), int(self.gauges.get("labels_crc", 0)))
+        self.gauge(seq_last=int(seqs[-1]), seq_count=int(self.gauges.get("seq_count", 0)) + len(seqs), labels_crc=crc)
 
     def fields(self) -> dict[str, Any]:
         return {"wait_s": self.wait_s, "compute_s": self.compute_s, "comm_s": self.comm_s,

@@ -278,6 +278,22 @@ class LockstepEngine:
         self.acked, self.taken = [0] * m, [0] * m
         self.inbox = [[] for _ in range(m)]
 
+    @classmethod
+    def from_plan(cls, plan: Any, speeds: Sequence[float] | None = None) -> LockstepEngine:
+        """The lockstep engine of a run plan: the plan's initial model and SGD settings, its batch policy,
+        and one source per device over the device's shard (normalised as the dataset is) at the device's
+        base rate S_i; run it with the plan's workers (`plan.algorithm.worker(plan.worker_context(r))`)."""
+        ds = plan.dataset
+        x = ds.normalize(torch.from_numpy(ds.x_train))
+        y = torch.from_numpy(ds.y_train).long()
+        sources = []
+        for d, shard in enumerate(plan.shards):
+            index = torch.from_numpy(shard).long()
+            sources.append(ArraySource(x[index], y[index], rate=float(plan.rate_model.base_rate(d)), seed=plan.seed + d))
+        optim = plan.optim
+        return cls(plan.build_model(), sources, plan.batch_policy(), momentum=optim["momentum"],
+                   weight_decay=optim["weight_decay"], speeds=speeds)
+
     def now(self, rank: int) -> float:
         """Worker `rank`'s clock: samples computed / speed, plus Sleep."""
         return self.clocks[rank]
