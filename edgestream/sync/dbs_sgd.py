@@ -19,9 +19,9 @@ from typing import Any
 import torch
 
 from edgestream.sync.context import WorkerContext
-from edgestream.sync.exchange import Codec, exchange
+from edgestream.sync.exchange import Codec, synchronous_step
 from edgestream.sync.params import Param, coerce
-from edgestream.sync.requests import Ack, AllReduce, Apply, Compute, ComputeResult, GetParams, Log, Now, TakeBatch
+from edgestream.sync.requests import AllReduce, Compute, ComputeResult, GetParams, Log, Now, TakeBatch
 
 PARAMS = (
     Param("base_batch", 64, "int", ge=1, doc="per-worker base batch; global batch B = base_batch * M"),
@@ -85,13 +85,7 @@ def worker(ctx: WorkerContext) -> Generator[Any, Any, None]:
         t1 = yield Now()
         device = res.grads[0].device
         busy_s, samples = busy_s + (t1 - t0), samples + res.n
-        ex = yield from exchange(res.grads, float(res.n), codec.compressor, codec.memory,
-                                 names=ctx.names(len(res.grads)), adaptive=codec.adaptive,
-                                 stop=ctx.should_stop(ctx.step + 1))
-        lr = ctx.lr_now()
-        yield Apply(ex.update, lr)
-        yield Ack(batch)
-        ctx.step += 1
+        ex, lr = yield from synchronous_step(ctx, codec, res.grads, float(res.n), batch)
         ctx.state.update(batches=list(b), busy_s=busy_s, samples=samples, codec=codec.state_dict())
         yield Log(step=ctx.step - 1, batch=res.n, assigned_batch=b[ctx.rank], global_batch=ex.total_weight,
                   loss=res.loss, lr=lr, floats_sent=ex.floats, bytes_sent=ex.nbytes, compressed=ex.compressed)

@@ -11,9 +11,9 @@ from collections.abc import Generator
 from typing import Any
 
 from edgestream.sync.context import WorkerContext
-from edgestream.sync.exchange import Codec, exchange
+from edgestream.sync.exchange import Codec, synchronous_step
 from edgestream.sync.params import Param, coerce
-from edgestream.sync.requests import Ack, Apply, Compute, ComputeResult, Log, TakeBatch
+from edgestream.sync.requests import Compute, ComputeResult, Log, TakeBatch
 
 PARAMS = (Param("batch", None, "int", ge=1, optional=True,
                 doc="fixed batch b; null = the run's batch policy (config default: fixed 64)"),)
@@ -29,13 +29,7 @@ def worker(ctx: WorkerContext) -> Generator[Any, Any, None]:
     while True:
         batch = yield TakeBatch(p["batch"])
         res: ComputeResult = yield Compute(batch)
-        ex = yield from exchange(res.grads, 1.0, codec.compressor, codec.memory,
-                                 names=ctx.names(len(res.grads)), adaptive=codec.adaptive,
-                                 stop=ctx.should_stop(ctx.step + 1))
-        lr = ctx.lr_now()
-        yield Apply(ex.update, lr)
-        yield Ack(batch)
-        ctx.step += 1
+        ex, lr = yield from synchronous_step(ctx, codec, res.grads, 1.0, batch)
         ctx.state["codec"] = codec.state_dict()
         yield Log(step=ctx.step - 1, batch=res.n, loss=res.loss, lr=lr, floats_sent=ex.floats,
                   bytes_sent=ex.nbytes, compressed=ex.compressed)

@@ -20,7 +20,7 @@ Paths (one collective each, plus one tiny all-reduce of votes for adaptive Top-k
 
 from __future__ import annotations
 
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,7 +38,7 @@ from edgestream.compression import (
     compression_loss,
     scatter_add_sparse,
 )
-from edgestream.sync.requests import AllGather, AllReduce
+from edgestream.sync.requests import Ack, AllGather, AllReduce, Apply
 
 _IDENTITY = NoneCompressor()
 
@@ -201,3 +201,18 @@ def exchange(
                 acc += w_j * dense.reshape(-1).to(g.dtype)
         update.append((acc / total).reshape(g.shape))
     return ExchangeResult(update, total, True, _floats(sent), sent, any_stop, votes)
+
+
+def synchronous_step(ctx: Any, codec: Any, grads: Sequence[Tensor], weight: float, batch: Any,
+                     lr_of: Callable[[Any], float] | None = None) -> Generator[Any, Any, tuple[Any, float]]:
+    """The end of a synchronous data-parallel step (ddl, scadles, dbs-sgd): exchange the gradients with
+    weight w_i (the step's stop flag rides along), apply the aggregate at the step's learning rate
+    (`lr_of(exchange result)`, default the context's schedule), ack the batch, count the step; returns
+    (the exchange result, lr). `codec` holds the worker's compressor, memory and adaptive state."""
+    ex = yield from exchange(grads, weight, codec.compressor, codec.memory, names=ctx.names(len(grads)),
+                             adaptive=codec.adaptive, stop=ctx.should_stop(ctx.step + 1))
+    lr = ctx.lr_now() if lr_of is None else lr_of(ex)
+    yield Apply(ex.update, lr)
+    yield Ack(batch)
+    ctx.step += 1
+    return ex, lr

@@ -19,9 +19,9 @@ from typing import Any
 
 from edgestream.streams import build_injection
 from edgestream.sync.context import WorkerContext
-from edgestream.sync.exchange import Codec, exchange
+from edgestream.sync.exchange import Codec, synchronous_step
 from edgestream.sync.params import Param, coerce
-from edgestream.sync.requests import Ack, Apply, Compute, ComputeResult, Inject, Log, TakeBatch
+from edgestream.sync.requests import Compute, ComputeResult, Inject, Log, TakeBatch
 
 PARAMS = (
     Param("base_batch", 64, "int", ge=1, doc="per-worker base batch; B = base_batch * M"),
@@ -59,13 +59,8 @@ def worker(ctx: WorkerContext) -> Generator[Any, Any, None]:
                 yield Inject(batch, plan.targets, len(plan.indices), plan.indices)
                 injected = plan.samples_sent
         res: ComputeResult = yield Compute(batch)
-        ex = yield from exchange(res.grads, float(b_i), codec.compressor, codec.memory,
-                                 names=ctx.names(len(res.grads)), adaptive=codec.adaptive,
-                                 stop=ctx.should_stop(ctx.step + 1))
-        lr = scaled_lr(ctx.lr_now(), ex.total_weight, B)
-        yield Apply(ex.update, lr)
-        yield Ack(batch)
-        ctx.step += 1
+        ex, lr = yield from synchronous_step(ctx, codec, res.grads, float(b_i), batch,
+                                             lr_of=lambda ex: scaled_lr(ctx.lr_now(), ex.total_weight, B))
         ctx.state["codec"] = codec.state_dict()
         yield Log(step=ctx.step - 1, batch=b_i, global_batch=ex.total_weight, loss=res.loss, lr=lr,
                   floats_sent=ex.floats, bytes_sent=ex.nbytes, compressed=ex.compressed,
