@@ -27,14 +27,9 @@ def default_broker_dir() -> Path:
 
 def _load(config: Path, overrides: list[str] | None = None):
     """load_config, or exit 2 with one line per problem (what `config validate` prints)."""
-    from edgestream.config import ConfigError, load_config
+    from edgestream.launch.command import load_or_exit
 
-    try:
-        return load_config(config, overrides or [])
-    except ConfigError as exc:
-        for line in exc.problems:
-            typer.echo(line, err=True)
-        raise typer.Exit(2) from None
+    return load_or_exit(config, overrides)
 
 
 # ---------------------------------------------------------------- config

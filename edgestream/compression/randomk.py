@@ -6,8 +6,8 @@ import zlib
 
 import torch
 
-from edgestream.compression.base import Compressed, k_of, tensor_ctx, wire_counts
-from edgestream.compression.topk import index_dtype, sparse_decompress
+from edgestream.compression.base import Compressed, k_of
+from edgestream.compression.topk import sparse_compress, sparse_decompress
 
 
 class RandomKCompressor:
@@ -40,11 +40,7 @@ class RandomKCompressor:
     def compress(self, tensor: torch.Tensor, name: str) -> Compressed:
         call = self._calls.get(name, 0)
         self._calls[name] = call + 1
-        flat = tensor.reshape(-1)
-        idx = self.indices(name, flat.numel(), call).to(flat.device)
-        payload = [flat[idx], idx.to(index_dtype(flat.numel()))]
-        floats, nbytes = wire_counts(payload)
-        return Compressed(payload, tensor_ctx(tensor), floats, nbytes)
+        return sparse_compress(tensor, self.indices(name, tensor.numel(), call).to(tensor.device))
 
     def decompress(self, c: Compressed) -> torch.Tensor:
         return sparse_decompress(c)

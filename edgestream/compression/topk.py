@@ -57,10 +57,7 @@ class TopKCompressor:
 
     def compress(self, tensor: torch.Tensor, name: str) -> Compressed:
         flat = tensor.reshape(-1)
-        idx = topk_indices(flat, self.k(flat.numel()))
-        payload = [flat[idx], idx.to(index_dtype(flat.numel()))]
-        floats, nbytes = wire_counts(payload)
-        return Compressed(payload, tensor_ctx(tensor), floats, nbytes)
+        return sparse_compress(tensor, topk_indices(flat, self.k(flat.numel())))
 
     def decompress(self, c: Compressed) -> torch.Tensor:
         return sparse_decompress(c)
@@ -71,3 +68,12 @@ class TopKCompressor:
 
     def load_state_dict(self, state: dict) -> None:
         return None
+
+
+def sparse_compress(tensor: torch.Tensor, idx: torch.Tensor) -> Compressed:
+    """The sparse payload [values at idx, idx] of `tensor` (flattened), indices in the smallest dtype
+    that holds them; decoded by `sparse_decompress`."""
+    flat = tensor.reshape(-1)
+    payload = [flat[idx], idx.to(index_dtype(flat.numel()))]
+    floats, nbytes = wire_counts(payload)
+    return Compressed(payload, tensor_ctx(tensor), floats, nbytes)

@@ -21,14 +21,19 @@ def _fail(line: str, code: int = 2) -> None:
 def load_for_run(config: Path | None, overrides: list[str] | None, resume: Path | None):
     """The config of a local run: CONFIG (+ --set), or with --resume and no CONFIG the run's own
     config.yaml (secrets there are masked: LocalRun refuses a masked secret with one line)."""
-    from edgestream.config import ConfigError, load_config
-
     if config is None:
         if resume is None:
             _fail("CONFIG is required (or --resume RUN_DIR to continue a run from its config.yaml)")
         config = Path(resume) / "config.yaml"
         if not config.is_file():
             _fail(f"--resume {resume}: not a run directory (no config.yaml)")
+    return load_or_exit(config, overrides)
+
+
+def load_or_exit(config: Path, overrides: list[str] | None = None):
+    """load_config, or exit 2 with one line per problem (what `config validate` prints)."""
+    from edgestream.config import ConfigError, load_config
+
     try:
         return load_config(config, overrides or [])
     except ConfigError as exc:
