@@ -58,21 +58,21 @@ def raw_poll(bootstrap: str, run: str, n: int, per_call: int, group: str = "raw"
 
 
 def dataset_rate(bootstrap: str, run: str, n: int, batch: int, group: str = "ds") -> float:
-    from edgestream.consumers.device_stream import DeviceStream
+    from edgestream.consumers.device_stream import KafkaDeviceStream
     from edgestream.data.validate import SampleSpec
 
     ds = KafkaStreamDataset(bootstrap, run, 0, num_devices=1, spec=SampleSpec(np.uint8, (3, 32, 32), 10),
                             batch={"policy": "fixed", "size": batch},
                             buffer="persist", timeout=10, commit="async")
     ds.stream.close()  # a fresh group per pass, so every pass reads the whole topic
-    ds.stream = DeviceStream(bootstrap, run, 0, batch_policy=ds.stream.batch_policy,
-                             buffer_policy=ds.stream.buffer_policy, group=f"{run}.{group}")
+    ds.stream = KafkaDeviceStream(bootstrap, run, 0, batch_policy=ds.stream.batch_policy,
+                                  buffer_policy=ds.stream.buffer_policy, group=f"{run}.{group}")
     got, t0 = 0, time.perf_counter()
     while got < n - batch:
-        x, y, meta = ds.next_batch()
-        assert x.dtype.is_floating_point
-        got += len(y)
-        ds.ack(meta)
+        item = ds.next_batch()
+        assert item.x.dtype.is_floating_point
+        got += len(item)
+        ds.ack(item)
     dt = time.perf_counter() - t0
     ds.close()
     return got / dt

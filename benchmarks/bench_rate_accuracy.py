@@ -23,7 +23,7 @@ from confluent_kafka import Consumer, TopicPartition
 sys.path.insert(0, str(Path(__file__).parent))
 from common import bench_broker, record  # noqa: E402
 
-from edgestream.data import HEADER  # noqa: E402
+from edgestream.data import SampleSerde  # noqa: E402
 from edgestream.kafka import consumer_config, device_topic  # noqa: E402
 
 
@@ -57,9 +57,9 @@ def measure(bootstrap: str, streams: int, rate: float, seconds: float) -> dict:
                     time.sleep(0.2)
                     continue
             for m in c.consume(10000, timeout=0.2):
-                if m.error() is None:  # header only: (..., label, device, seq, produce_time)
-                    h = HEADER.unpack_from(m.value())
-                    times[h[-3]].append(h[-1])
+                if m.error() is None:  # header only
+                    h = SampleSerde.header(m.value())
+                    times[h.device].append(h.produce_time)
             if expected["n"] is not None and sum(len(t) for t in times.values()) >= expected["n"]:
                 break
         c.close()

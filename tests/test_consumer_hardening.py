@@ -20,13 +20,13 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from edgestream.config import validate_dict
-from edgestream.consumers import KafkaStreamDataset
 from edgestream.consumers.device_stream import trainer_group
 from edgestream.data import encode_sample
 from edgestream.data.validate import DeviceRule, SampleSpec, decode_checked
 from edgestream.data.wire import HEADER, MAGIC, decode_sample
 from edgestream.kafka import consumer_config, device_topic, dlq_topic, producer_config
 from edgestream.kafka.run_topics import ensure_run_topics
+from edgestream.runner.plan import RunPlan
 
 
 def _cfg(name: str, dataset: dict | None = None, batch: dict | None = None, **extra):
@@ -117,13 +117,14 @@ def test_odd_head_message_is_dead_lettered_and_the_batch_is_delivered(bootstrap,
     ensure_run_topics(bootstrap, run_prefix, [0, 1])
     values = [_digit(shape=(1, 1, 1))] + [_digit(seq=k) for k in range(1, 16)]
     _send(bootstrap, device_topic(run_prefix, 0), values, keys=[b"odd"] + [b"0"] * 15)
-    ds = KafkaStreamDataset.from_config(cfg, bootstrap, run_prefix, 0, timeout=5)
-    x, y, meta = ds.next_batch()
-    assert meta["batch"] == 15 and meta["dlq"] == 1 and tuple(x.shape) == (15, 1, 8, 8)
-    ds.ack(meta)
+    ds = RunPlan.resolve(cfg).kafka_dataset(bootstrap, run_prefix, 0, timeout=5)
+    batch = ds.next_batch()
+    assert batch.n == 15 and batch.dlq == 1 and tuple(batch.x.shape) == (15, 1, 8, 8)
+    ds.ack(batch)
     ds.close()
     [m] = _read_all(bootstrap, dlq_topic(run_prefix), 1, f"{run_prefix}.dlqcheck")
     assert dict(m.headers())["reason"] == b"shape_mismatch" and m.key() == b"odd"  # the original key is kept
+    assert dict(m.headers())["seq"] == b"0" and dict(m.headers())["device"] == b"0"  # a readable header says so
     assert m.value() == values[0]
 
 
@@ -136,22 +137,22 @@ def test_channel_mismatch_is_no_poison_pill(bootstrap, run_prefix):
     values[9] = _digit(seq=9, shape=(3, 4, 16))
     _send(bootstrap, device_topic(run_prefix, 0), values)
     for _ in range(2):  # a restart without ack sees the same batch, and again does not crash
-        ds = KafkaStreamDataset.from_config(cfg, bootstrap, run_prefix, 0, timeout=5)
-        _, _, meta = ds.next_batch()
+        ds = RunPlan.resolve(cfg).kafka_dataset(bootstrap, run_prefix, 0, timeout=5)
+        batch = ds.next_batch()
         ds.close()
-        assert meta["batch"] == 14 and meta["dlq"] == 2
-        assert 5 not in meta["seq"].tolist() and 9 not in meta["seq"].tolist()
+        assert batch.n == 14 and batch.dlq == 2
+        assert 5 not in batch.seqs.tolist() and 9 not in batch.seqs.tolist()
 
 
 def test_async_ack_reaches_the_broker_while_the_trainer_idles(bootstrap, run_prefix):
     cfg = _cfg(run_prefix)
     ensure_run_topics(bootstrap, run_prefix, [0, 1])
     _send(bootstrap, device_topic(run_prefix, 0), [_digit(seq=k) for k in range(64)])
-    ds = KafkaStreamDataset.from_config(cfg, bootstrap, run_prefix, 0, timeout=5, commit="async")
+    ds = RunPlan.resolve(cfg).kafka_dataset(bootstrap, run_prefix, 0, timeout=5, commit="async")
     for _ in range(3):  # acks in quick succession: the later ones are coalesced behind the first
-        _, _, meta = ds.next_batch()
-        ds.ack(meta)
-    want = int(meta["ack"]["dev"])
+        batch = ds.next_batch()
+        ds.ack(batch)
+    want = batch.next_offset
     # the trainer now idles (no take, no ack): the newest ack must still be committed, within ~100 ms
     c = Consumer(consumer_config(bootstrap, trainer_group(run_prefix, 0)))
     deadline, got = time.monotonic() + 10, -1
@@ -203,12 +204,12 @@ def test_broker_bounce_mid_stream_loses_and_duplicates_nothing(run_prefix, tmp_p
         ensure_run_topics(bs, run_prefix, [0, 1])
         n = 600
         _send(bs, device_topic(run_prefix, 0), [_digit(seq=k) for k in range(n)])
-        ds = KafkaStreamDataset.from_config(cfg, bs, run_prefix, 0, timeout=2, broker_timeout_s=60)
+        ds = RunPlan.resolve(cfg).kafka_dataset(bs, run_prefix, 0, timeout=2, broker_timeout_s=60)
         seqs: list[int] = []
         for _ in range(3):
-            _, _, meta = ds.next_batch()
-            seqs += meta["seq"].tolist()
-            ds.ack(meta)
+            batch = ds.next_batch()
+            seqs += batch.seqs.tolist()
+            ds.ack(batch)
         broker.stop()
         restarter = threading.Timer(3.0, broker.start)
         restarter.start()
@@ -217,12 +218,12 @@ def test_broker_bounce_mid_stream_loses_and_duplicates_nothing(run_prefix, tmp_p
             item = ds.next_batch()
             if item is None:
                 continue
-            seqs += item[2]["seq"].tolist()
-            ds.ack(item[2])
+            seqs += item.seqs.tolist()
+            ds.ack(item)
         restarter.join()
         ds.close()
         assert sorted(seqs) == list(range(n)) and len(seqs) == n
-        again = KafkaStreamDataset.from_config(cfg, bs, run_prefix, 0, timeout=1)
+        again = RunPlan.resolve(cfg).kafka_dataset(bs, run_prefix, 0, timeout=1)
         assert again.next_batch() is None  # every ack was durable across the bounce
         again.close()
     finally:
@@ -293,7 +294,7 @@ def test_fuzz_hostile_messages_interleaved_with_valid_ones(bootstrap, run_prefix
     keys = [f"k{i}".encode() for i in range(len(stream))]
     _send(bootstrap, device_topic(run_prefix, 0), [v for v, _ in stream], keys)
 
-    ds = KafkaStreamDataset.from_config(cfg, bootstrap, run_prefix, 0, timeout=3)
+    ds = RunPlan.resolve(cfg).kafka_dataset(bootstrap, run_prefix, 0, timeout=3)
     seqs: list[int] = []
     dlq = 0
     deadline = time.monotonic() + 120  # no hang: bounded
@@ -301,12 +302,12 @@ def test_fuzz_hostile_messages_interleaved_with_valid_ones(bootstrap, run_prefix
         item = ds.next_batch()
         if item is None:
             break
-        x, y, meta = item
-        assert len(x) == len(y) == meta["batch"] and ((y >= 0) & (y < 10)).all()
-        assert bool((meta["source"] == 0).all())
-        seqs += meta["seq"].tolist()
-        dlq += meta["dlq"]
-        ds.ack(meta)
+        x, y = item.x, item.labels
+        assert len(x) == len(y) == item.n and ((y >= 0) & (y < 10)).all()
+        assert bool((item.devices == 0).all())
+        seqs += item.seqs.tolist()
+        dlq += item.dlq
+        ds.ack(item)
     ds.close()
     assert len(seqs) == len(set(seqs)) and sorted(seqs) == list(range(len(seqs)))  # in order, exactly once
     assert len(seqs) >= n_valid - (31 if policy["policy"] == "fixed" else 0)

@@ -10,15 +10,16 @@ import sys
 import time
 
 import numpy as np
+import torch
 import yaml
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from edgestream.config import validate_dict
-from edgestream.consumers import KafkaStreamDataset, make_dataloader
+from edgestream.consumers import KafkaStreamDataset, StreamBatch, make_dataloader
 from edgestream.data import encode_sample
 from edgestream.kafka import consumer_config, device_topic, dlq_topic, producer_config
 from edgestream.kafka.run_topics import ensure_run_topics
-from edgestream.producers import producer_from_config
+from edgestream.runner.plan import RunPlan
 
 
 def _cfg(name: str, devices: int = 2, rates: dict | None = None, algorithm: dict | None = None, **extra):
@@ -30,7 +31,7 @@ def _cfg(name: str, devices: int = 2, rates: dict | None = None, algorithm: dict
 
 
 def _produce(cfg, bootstrap, run, seconds: float, devices=None):
-    p = producer_from_config(cfg, bootstrap, run, devices or list(range(cfg.devices.count)))
+    p = RunPlan.resolve(cfg).producer(bootstrap, run, devices or list(range(cfg.devices.count)))
     return p.run_for(seconds)
 
 
@@ -41,12 +42,11 @@ def _drain(ds: KafkaStreamDataset, want: int, ack: bool = True, limit_s: float =
         item = ds.next_batch()
         if item is None:  # fewer than a batch left: the fixed policy keeps waiting for more
             break
-        x, y, meta = item
-        assert x.dtype.is_floating_point and len(x) == len(y) == meta["batch"]
-        seqs.append(meta["seq"].numpy())
-        metas.append(meta)
+        assert item.x.dtype.is_floating_point and len(item.x) == len(item.labels) == item.n == len(item)
+        seqs.append(item.seqs)
+        metas.append(item)
         if ack:
-            ds.ack(meta)
+            ds.ack(item)
     return (np.concatenate(seqs) if seqs else np.zeros(0, dtype=np.int64)), metas
 
 
@@ -56,34 +56,34 @@ def test_persist_is_gap_free_per_device(bootstrap, run_prefix):
     for dev in summary.devices:
         d, n = dev["device"], dev["delivered"]
         assert n >= 500
-        ds = KafkaStreamDataset.from_config(cfg, bootstrap, run_prefix, d, timeout=2)
+        ds = RunPlan.resolve(cfg).kafka_dataset(bootstrap, run_prefix, d, timeout=2)
         seqs, metas = _drain(ds, n)
         # every sample produced arrives exactly once, in order; batches are the fixed size
         assert seqs.tolist() == list(range(n))[: len(seqs)] and len(seqs) >= n - 32
-        assert all(m["batch"] == 32 for m in metas) and all(m["dropped"] == 0 for m in metas)
+        assert all(m.n == 32 for m in metas) and all(m.dropped == 0 for m in metas)
         ds.close()
 
 
 def test_truncate_drops_exactly_what_it_reports(bootstrap, run_prefix):
     cfg = _cfg(run_prefix, devices=1, rates={"distribution": "constant", "rate": 400},
                algorithm={"name": "scadles", "buffer": "truncate", "batch": {"policy": "rate", "min": 8, "max": 1024}})
-    producer = producer_from_config(cfg, bootstrap, run_prefix, [0])
+    producer = RunPlan.resolve(cfg).producer(bootstrap, run_prefix, [0])
     producer.run_for(2.5)  # a backlog of ~1000 samples, most older than the 1 s window
-    ds = KafkaStreamDataset.from_config(cfg, bootstrap, run_prefix, 0, timeout=5)
-    x, y, meta = ds.next_batch()
-    assert meta["dropped"] > 0
-    seqs = meta["seq"].numpy()
+    ds = RunPlan.resolve(cfg).kafka_dataset(bootstrap, run_prefix, 0, timeout=5)
+    batch = ds.next_batch()
+    assert batch.dropped > 0
+    seqs = batch.seqs
     # the batch starts right after the dropped samples: nothing lost silently
-    assert seqs[0] == meta["dropped"]
+    assert seqs[0] == batch.dropped
     assert np.all(np.diff(seqs) == 1)
-    ds.ack(meta)
-    assert meta["dropped"] + meta["buffer_samples"] + meta["batch"] == producer.stats[0].delivered
+    ds.ack(batch)
+    assert batch.dropped + batch.buffer_samples + batch.n == producer.stats[0].delivered
     ds.close()
 
 
 def test_rate_accuracy_10s(bootstrap, run_prefix):
     cfg = _cfg(run_prefix, devices=4, rates={"distribution": "uniform", "low": 20, "high": 120})
-    producer = producer_from_config(cfg, bootstrap, run_prefix, list(range(4)))
+    producer = RunPlan.resolve(cfg).producer(bootstrap, run_prefix, list(range(4)))
     summary = producer.run_for(10.0)
     for dev in summary.devices:
         target = dev["target_rate"]
@@ -107,19 +107,22 @@ def test_injection_counts_add_up(bootstrap, run_prefix):
     _produce(cfg, bootstrap, run_prefix, 1.0)
     from edgestream.streams import build_injection
 
-    sets = [KafkaStreamDataset.from_config(cfg, bootstrap, run_prefix, d, timeout=5) for d in range(3)]
+    sets = [RunPlan.resolve(cfg).kafka_dataset(bootstrap, run_prefix, d, timeout=5) for d in range(3)]
     injection = build_injection({"alpha": 0.5, "beta": 0.25})
     sent = 0
     for step in range(3):
         for d, ds in enumerate(sets):
-            _, _, meta = ds.next_batch()
+            batch = ds.next_batch()
             # the algorithm decides (ScaDLES' Inject request); the dataset only performs it
-            plan = injection.plan(0, d, step, 3, meta["batch"])
-            n, _ = ds.inject(meta, plan.indices, plan.targets)
+            plan = injection.plan(0, d, step, 3, batch.n)
+            n, _ = ds.inject(batch, plan.indices, plan.targets)
             # ceil(0.5 * 3) = 2 targets, floor(0.25 * b_i) samples each (b_i counts injected samples)
-            assert n == plan.samples_sent == 2 * (meta["batch"] // 4)
+            assert n == plan.samples_sent == 2 * (batch.n // 4)
+            # injected rows come last and keep their origin device and sequence number
+            own = batch.n - batch.injected
+            assert (batch.devices[:own] == d).all() and len(batch.messages) == batch.n
             sent += n
-            ds.ack(meta)
+            ds.ack(batch)
     for ds in sets:
         ds.channel.flush()
     time.sleep(0.5)
@@ -145,11 +148,11 @@ def test_corrupted_message_goes_to_dlq_and_data_keeps_flowing(bootstrap, run_pre
             value = b"JUNK" + value[4:]
         p.produce(topic, value=None if k == 12 else value, key=b"0")  # 12: a null value (tombstone)
     p.flush()
-    ds = KafkaStreamDataset.from_config(cfg, bootstrap, run_prefix, 0, timeout=5)
-    _, _, meta = ds.next_batch()
-    assert meta["dlq"] == 2 and meta["batch"] == 30
-    assert 7 not in meta["seq"].tolist() and 12 not in meta["seq"].tolist()
-    ds.ack(meta)
+    ds = RunPlan.resolve(cfg).kafka_dataset(bootstrap, run_prefix, 0, timeout=5)
+    batch = ds.next_batch()
+    assert batch.dlq == 2 and batch.n == 30
+    assert 7 not in batch.seqs.tolist() and 12 not in batch.seqs.tolist()
+    ds.ack(batch)
     ds.close()
     c = Consumer(consumer_config(bootstrap, f"{run_prefix}.dlqcheck"))
     c.assign([TopicPartition(dlq_topic(run_prefix), 0, 0)])
@@ -168,27 +171,28 @@ def test_corrupted_message_goes_to_dlq_and_data_keeps_flowing(bootstrap, run_pre
 def test_crash_before_ack_redelivers_exactly_the_unacknowledged(bootstrap, run_prefix):
     cfg = _cfg(run_prefix, devices=1, rates={"distribution": "constant", "rate": 400})
     _produce(cfg, bootstrap, run_prefix, 1.0)
-    ds = KafkaStreamDataset.from_config(cfg, bootstrap, run_prefix, 0, timeout=5)
-    _, _, m1 = ds.next_batch()
+    ds = RunPlan.resolve(cfg).kafka_dataset(bootstrap, run_prefix, 0, timeout=5)
+    m1 = ds.next_batch()
     ds.ack(m1)
-    _, _, m2 = ds.next_batch()  # taken, never acknowledged: the "crash"
+    m2 = ds.next_batch()  # taken, never acknowledged: the "crash"
     ds.stream.reader.consumer.close()
-    again = KafkaStreamDataset.from_config(cfg, bootstrap, run_prefix, 0, timeout=5)
-    _, _, m3 = again.next_batch()
-    assert m3["seq"].tolist() == m2["seq"].tolist()
-    assert m3["seq"][0] == m1["seq"][-1] + 1
+    again = RunPlan.resolve(cfg).kafka_dataset(bootstrap, run_prefix, 0, timeout=5)
+    m3 = again.next_batch()
+    assert m3.seqs.tolist() == m2.seqs.tolist()
+    assert m3.seqs[0] == m1.seqs[-1] + 1
     again.close()
 
 
 def test_dataloader_yields_tensors(bootstrap, run_prefix):
     cfg = _cfg(run_prefix, devices=1)
     _produce(cfg, bootstrap, run_prefix, 0.5)
-    ds = KafkaStreamDataset.from_config(cfg, bootstrap, run_prefix, 0, timeout=5, max_batches=2)
+    ds = RunPlan.resolve(cfg).kafka_dataset(bootstrap, run_prefix, 0, timeout=5, max_batches=2)
     batches = list(make_dataloader(ds))
     assert len(batches) == 2
-    x, y, meta = batches[0]
-    assert x.shape == (32, 1, 8, 8) and y.dtype.is_floating_point is False
-    assert {"batch", "wait_s", "buffer_samples", "dropped", "injected", "ack"} <= set(meta)
+    first = batches[0]
+    assert isinstance(first, StreamBatch) and first.n == 32 and first.step == 0 and batches[1].step == 1
+    assert first.x.shape == (32, 1, 8, 8) and first.labels.dtype == torch.int64
+    assert first.offsets == {"dev": 32, "inj": None} and first.wait_s >= 0 and first.dropped == first.injected == 0
     ds.close()
 
 
@@ -230,23 +234,23 @@ def test_sigterm_to_produce_loses_nothing(bootstrap, run_prefix, tmp_path):
 def test_async_acks_are_coalesced_and_never_lose(bootstrap, run_prefix):
     cfg = _cfg(run_prefix, devices=1, rates={"distribution": "constant", "rate": 400})
     _produce(cfg, bootstrap, run_prefix, 1.0)
-    ds = KafkaStreamDataset.from_config(cfg, bootstrap, run_prefix, 0, timeout=5, commit="async")
+    ds = RunPlan.resolve(cfg).kafka_dataset(bootstrap, run_prefix, 0, timeout=5, commit="async")
     metas = []
     for _ in range(6):
-        _, _, meta = ds.next_batch()
-        ds.ack(meta)
-        metas.append(meta)
+        batch = ds.next_batch()
+        ds.ack(batch)
+        metas.append(batch)
     # a crash now (no close): the broker holds at most the newest acknowledged offset, so a restart
     # re-delivers from at or before the first unacknowledged sample -- duplicates, never a gap
     ds.stream.reader.consumer.close()
-    again = KafkaStreamDataset.from_config(cfg, bootstrap, run_prefix, 0, timeout=5, commit="async")
-    _, _, m = again.next_batch()
-    assert m["seq"][0] <= metas[-1]["seq"][-1] + 1
+    again = RunPlan.resolve(cfg).kafka_dataset(bootstrap, run_prefix, 0, timeout=5, commit="async")
+    m = again.next_batch()
+    assert m.seqs[0] <= metas[-1].seqs[-1] + 1
     again.ack(m)
     again.close()  # close makes the newest acknowledged offset durable
-    last = KafkaStreamDataset.from_config(cfg, bootstrap, run_prefix, 0, timeout=5)
-    _, _, m2 = last.next_batch()
-    assert m2["seq"][0] == m["seq"][-1] + 1
+    last = RunPlan.resolve(cfg).kafka_dataset(bootstrap, run_prefix, 0, timeout=5)
+    m2 = last.next_batch()
+    assert m2.seqs[0] == m.seqs[-1] + 1
     last.close()
 
 

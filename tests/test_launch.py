@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from edgestream.launch.rundir import merged_events, record_session
+
 from edgestream.launch.tail import JsonlTail
 
 CLI = [sys.executable, "-m", "edgestream.cli"]

@@ -25,8 +25,8 @@ from edgestream.cli import app
 from edgestream.config import ConfigError, validate_dict
 from edgestream.metrics import EventLog
 from edgestream.runner.engines import EngineError
-from edgestream.sim.engine import SimEngine
 from edgestream.sim.costs import NetworkModel
+from edgestream.sim.engine import SimEngine
 from edgestream.sync import ALGORITHMS
 from edgestream.sync.coordinator import Coordinator, ServerContext
 from edgestream.sync.local_sgd import adacomm_tau

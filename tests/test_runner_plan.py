@@ -126,7 +126,7 @@ def test_engine_capabilities_decide_what_runs_where() -> None:
     import edgestream.launch  # noqa: F401  (registers "local")
     import edgestream.sim  # noqa: F401  (registers "sim")
 
-    for name, spec in ALGORITHMS.items():
+    for spec in ALGORITHMS.values():
         check_runs("sim", spec)  # the simulator performs every request kind
         if spec.family == "collective":
             check_runs("local", spec)

@@ -13,7 +13,10 @@ from edgestream.config import BatchConfig, InjectionConfig
 from edgestream.streams import (
     AvailableBatch,
     FixedBatch,
+    PersistBuffer,
     RateBatch,
+    TakeRule,
+    TruncateBuffer,
     arrived_in_window,
     build_batch_policy,
     build_buffer_policy,
@@ -196,3 +199,48 @@ def test_build_injection_and_shared_rng():
 def test_bad_injection_specs(spec, message):
     with pytest.raises(ValueError, match=message):
         build_injection(spec)
+
+
+# ---------------------------------------------------------------- the shared take sequence (TakeRule)
+
+
+def test_take_rule_truncates_once_measures_and_sizes():
+    rule = TakeRule(TruncateBuffer(2.0), RateBatch(8, 64))
+    assert rule.window_s == 2.0 and rule.measures_window
+    d = rule.decide(available=500, arrived_in_window=90)
+    assert (d.skip, d.rate, d.target, d.available, d.explicit) == (410, 45.0, 45, 90, False)
+    assert d.ready(45) and not d.ready(44) and d.missing(40) == 5 and d.missing(50) == 0
+    d = rule.decide(available=500, arrived_in_window=90, size=100)  # an explicit size overrides b_i
+    assert (d.skip, d.target, d.explicit) == (410, 100, True) and not d.ready(90) and d.missing(90) == 10
+
+
+def test_take_rule_without_a_window_and_explicit_readiness():
+    rule = TakeRule(PersistBuffer(), AvailableBatch(16), window_s=0.5)
+    assert not rule.measures_window and rule.window_s == 0.5
+    d = rule.decide(available=0, arrived_in_window=None)
+    assert (d.skip, d.rate, d.target) == (0, 0.0, 1) and d.missing(0) == 1 and d.ready(1)
+    d = rule.decide(available=40, arrived_in_window=None)
+    assert d.target == 16 and d.ready(3)  # the available policy takes what is there
+    assert not rule.decide(40, None, size=16).ready(3)  # an explicit size waits for all of it
+    assert TakeRule(PersistBuffer(), RateBatch()).measures_window
+    with pytest.raises(ValueError, match="needs the arrivals"):
+        TakeRule(TruncateBuffer(), FixedBatch(4)).decide(10, None)
+    with pytest.raises(ValueError, match="window_s"):
+        TakeRule(PersistBuffer(), FixedBatch(4), window_s=0.0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(buffer=st.sampled_from(["persist", "truncate"]), window=st.sampled_from([0.25, 1.0, 3.0]),
+       batch=st.sampled_from([{"policy": "fixed", "size": 32}, {"policy": "rate", "min": 2, "max": 50},
+                              {"policy": "available", "max": 20}]),
+       available=st.integers(0, 400), arrived=st.integers(0, 400), size=st.none() | st.integers(0, 100))
+def test_take_rule_is_the_policies_composed(buffer, window, batch, available, arrived, size):
+    buf, bat = build_buffer_policy(buffer, window_s=window), build_batch_policy(batch)
+    d = TakeRule(buf, bat).decide(available, arrived, size)
+    skip = buf.truncate(available, arrived)
+    assert d.skip == skip and d.available == available - skip and d.rate == arrived / window
+    assert d.target == (size if size is not None else bat.target(arrived / window, available - skip))
+    for buffered in (0, d.available, d.target, d.target + 3):
+        ready = buffered >= d.target if size is not None else bat.ready(d.target, buffered)
+        assert d.ready(buffered) == ready and (d.missing(buffered) == 0) == ready
+        assert d.ready(buffered + d.missing(buffered))  # waiting for the missing samples is enough

@@ -1,13 +1,15 @@
-"""One device's Kafka stream as a sequence of batches, applying the streams/ policies to offsets.
+"""One device's Kafka stream as a sequence of batches: `KafkaDeviceStream`, the consumer's source of a
+device stream (the simulator's is `edgestream.sim.stream.VirtualStream`).
 
 The consumer belongs to a group named for the run and device, starts at the group's committed offset
 (or the topic's first offset: data produced before the trainer connects is not lost), never
 auto-commits, and commits only when the trainer acknowledges a batch (at-least-once).
 
-Buffer: `persist` trains on the oldest unconsumed samples (the buffer is the consumer lag);
-`truncate` first seeks forward to the first sample that arrived within the last window (Kafka's
-offsets_for_times), counting every skipped sample in `dropped`. Batch size b_i comes from the batch
-policy with the measured arrival rate (samples that arrived in the last window / window).
+A batch is taken by the sequence of `edgestream.streams.take` (the decisions are `TakeRule.decide`,
+shared with the simulator); this source supplies the counts from the broker: buffered = the consumer
+lag (end offset - read position), arrived in the last window = end offset - the first offset whose
+timestamp is inside the window (offsets_for_times, asked only when the rule reads it). `truncate`
+seeks forward past the skipped samples (counted in `dropped`); waiting is polling the broker.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException
 from edgestream.kafka.admin import KafkaUnavailable
 from edgestream.kafka.clients import consumer_config
 from edgestream.kafka.topics import device_topic
-from edgestream.streams.policies import PersistBuffer, RateBatch
+from edgestream.streams.take import TakeRule
 
 #: errors that no retry cures: raised at once, naming the address
 _FATAL = {KafkaError._AUTHENTICATION, KafkaError._SSL, KafkaError.TOPIC_AUTHORIZATION_FAILED,
@@ -246,6 +248,29 @@ class PartitionReader:
         self.next_offset = offset
         return skipped
 
+    def seek(self, offset: int) -> None:
+        """Continue reading at `offset` (forward or back): drop everything queued, move the fetch
+        position, and make `offset` the group's committed offset, also when that moves it back (a
+        restored `state_dict` wins over what the group had committed)."""
+        offset = int(offset)
+        if offset < 0:
+            raise ValueError(f"offset: {offset} is not allowed; must be >= 0")
+        self._chunks.clear()
+        self._head = self.queued = 0
+        # a new assignment restarts the fetcher there; messages fetched for the old position are discarded
+        self.consumer.assign([TopicPartition(self.topic, 0, offset)])
+        self.next_offset = self._tail = offset
+        with self._lock:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            self.committed = offset
+        tp = [TopicPartition(self.topic, 0, offset)]
+        self.calls(lambda t: self.consumer.commit(offsets=tp, asynchronous=False),
+                   f"committing offset {offset} on {self.topic}")
+        with self._lock:
+            self._sent, self._async = offset, False
+
     def take(self, n: int) -> list[Message]:
         """Up to `n` queued messages, oldest first."""
         taken: list[Message] = []
@@ -330,20 +355,21 @@ class PartitionReader:
         self.consumer.close()
 
 
-class DeviceStream:
-    """Batches of one device's stream, shaped by a buffer policy and a batch policy (edgestream.streams)."""
+class KafkaDeviceStream:
+    """Batches of one device's Kafka stream, shaped by a buffer policy and a batch policy
+    (edgestream.streams) through the shared take sequence (`TakeRule`)."""
 
     def __init__(self, bootstrap: str, run: str, device: int, *, batch_policy, buffer_policy,
                  window_s: float = 1.0, security: dict | None = None, group: str | None = None,
                  broker_timeout_s: float = BROKER_TIMEOUT_S) -> None:
         self.device, self.window_s = device, window_s
         self.batch_policy, self.buffer_policy = batch_policy, buffer_policy
+        self.rule = TakeRule(buffer_policy, batch_policy, window_s)
         self.reader = PartitionReader(bootstrap, device_topic(run, device), group or trainer_group(run, device),
                                       security, broker_timeout_s=broker_timeout_s)
         self.dropped_total = 0
         self._avg_msg_bytes = 0.0
         self._high: int | None = None
-        self._needs_window = not isinstance(buffer_policy, PersistBuffer) or isinstance(batch_policy, RateBatch)
 
     def _arrivals_in_window(self) -> int:
         start = self.reader.offset_for_time(int((time.time() - self.window_s) * 1000))
@@ -353,37 +379,44 @@ class DeviceStream:
         """The next batch, waiting for the policy's b_i samples (or exactly `size`, when given); None if
         `timeout` passes first."""
         t0 = time.monotonic()
-        self.reader.flush_commits()
-        dropped, rate = 0, 0.0
-        if self._needs_window:  # truncation and rate-proportional batches look at the last window
-            available = self.reader.lag()
+        reader = self.reader
+        reader.flush_commits()
+        # 1. counts: the window (a broker lookup) only when the rule reads it
+        if self.rule.measures_window:
+            high, available = None, reader.lag()
             arrived = self._arrivals_in_window()
-            skip = self.buffer_policy.truncate(available, arrived)
-            dropped = self.reader.skip_to(self.reader.next_offset + skip) if skip > 0 else 0
-            self.dropped_total += dropped
-            rate = arrived / self.window_s
-        self._high = self.reader.high_watermark()
-        target = int(size) if size is not None else int(
-            self.batch_policy.target(rate, max(0, self._high - self.reader.next_offset)))
-        # Fetch exactly what the batch still misses: librdkafka prefetches in its own thread, and
-        # small consume() calls keep each batch's bytes in cache from fetch to tensor. Wait (up to
-        # 50 ms a call) while the policy is not ready; once it is, take only what is already here.
-        while self.reader.queued < target:
-            ready = (self.reader.queued >= target if size is not None
-                     else self.batch_policy.ready(target, self.reader.queued))
+        else:
+            high, arrived = reader.high_watermark(), None
+            available = max(0, high - reader.next_offset)
+        # 2. truncate once, measure the rate, size the batch
+        decision = self.rule.decide(available, arrived, size)
+        dropped = reader.skip_to(reader.next_offset + decision.skip) if decision.skip > 0 else 0
+        self.dropped_total += dropped
+        self._high = reader.high_watermark() if high is None else high
+        target = decision.target
+        # 3. wait until ready. Fetch exactly what the batch still misses: librdkafka prefetches in its
+        # own thread, and small consume() calls keep each batch's bytes in cache from fetch to tensor.
+        # Wait (up to 50 ms a call) while the batch is not ready; once it is, take only what is here.
+        while reader.queued < target:
+            ready = decision.ready(reader.queued)
             if not ready and timeout is not None and time.monotonic() - t0 > timeout:
                 return None
-            self.reader.check_broker()
-            got = self.reader.fill(0.0 if ready else 0.05, max_messages=target - self.reader.queued)
+            reader.check_broker()
+            got = reader.fill(0.0 if ready else 0.05, max_messages=target - reader.queued)
             if ready and got == 0:
                 break
-        messages = self.reader.take(target)
+        # 4. take (the dataset adds the injected samples)
+        messages = reader.take(target)
         wait_s = time.monotonic() - t0
         if messages:  # the buffer's bytes are estimated from the newest batch's message sizes
             self._avg_msg_bytes = (len(messages[0]) + len(messages[-1])) / 2
-        lag = max(0, self._high - self.reader.next_offset) if self._high is not None else self.reader.lag()
-        return RawBatch(messages, self.reader.next_offset, target, wait_s, dropped, lag,
-                        int(lag * self._avg_msg_bytes), rate)
+        lag = max(0, self._high - reader.next_offset)
+        return RawBatch(messages, reader.next_offset, target, wait_s, dropped, lag,
+                        int(lag * self._avg_msg_bytes), decision.rate)
+
+    def seek(self, offset: int) -> None:
+        """Continue the stream at `offset` (PartitionReader.seek: queue dropped, group offset committed)."""
+        self.reader.seek(offset)
 
     def ack(self, next_offset: int, wait: bool = True) -> None:
         self.reader.commit(next_offset, wait)

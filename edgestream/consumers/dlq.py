@@ -1,9 +1,15 @@
-"""Dead-letter queue: malformed messages are copied to `<run>.dlq` with the reason in a header."""
+"""Dead-letter queue: rejected messages are copied to `<run>.dlq` with the reason in a header.
+
+Headers: `reason`, `source_topic`, `source_offset`; when the value is a well-formed sample that the run
+rejected (another dtype or shape, a bad label, another device), also the sample's `seq` and `device`
+as its header says (read with the run's `SampleSerde`, the one place that knows the wire format).
+"""
 
 from __future__ import annotations
 
 from confluent_kafka import Producer
 
+from edgestream.data.serde import SampleSerde, WireError
 from edgestream.kafka.clients import producer_config
 from edgestream.kafka.topics import dlq_topic
 
@@ -19,9 +25,15 @@ class DeadLetters:
     def send(self, value: bytes | None, reason: str, *, source_topic: str, offset: int,
              key: bytes | None = None) -> None:
         """Copy a rejected message (its value and original key, unchanged) with the reason, the source
-        topic and offset in headers."""
+        topic and offset in headers (and its seq and device when its header is readable)."""
         headers = [("reason", reason.encode()), ("source_topic", source_topic.encode()),
                    ("source_offset", str(offset).encode())]
+        try:
+            head = SampleSerde.header(value)
+        except (WireError, ValueError, TypeError):  # not a readable sample: the three headers only
+            pass
+        else:
+            headers += [("seq", str(head.seq).encode()), ("device", str(head.device).encode())]
         while True:
             try:
                 self._producer.produce(self.topic, value=value, key=key, headers=headers)

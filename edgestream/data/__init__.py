@@ -1,17 +1,21 @@
 """edgestream.data — datasets, partitioners and the wire format of one streamed sample (see DESIGN.md).
 
-Knows nothing about Kafka: producers encode with `encode_sample`, consumers decode with
-`decode_batch` / `split_valid`, and both load the same `Dataset` via `load_dataset`.
+Knows nothing about Kafka. A run's samples go through one `SampleSerde` (edgestream.data.serde):
+producers encode with it, consumers validate and decode with it, restart scans and the DLQ read
+headers with it; both sides load the same `Dataset` via `load_dataset`.
 """
 
 from edgestream.data.cifar import RestrictedUnpickler, RestrictedUnpicklingError, restricted_load
 from edgestream.data.datasets import DATASETS, Dataset, channel_stats, load_dataset
 from edgestream.data.partition import SCHEMES, partition_indices
+from edgestream.data.serde import DecodedBatch, SampleHeader, SampleSerde
+from edgestream.data.validate import DeviceRule, SampleSpec
 from edgestream.data.wire import (
     DTYPE_CODES,
     HEADER,
     HEADER_SIZE,
     REASONS,
+    Affine,
     Sample,
     SampleEncoder,
     WireError,
@@ -22,8 +26,9 @@ from edgestream.data.wire import (
 )
 
 __all__ = [
-    "DATASETS", "DTYPE_CODES", "HEADER", "HEADER_SIZE", "REASONS", "SCHEMES", "Dataset",
-    "RestrictedUnpickler", "RestrictedUnpicklingError", "Sample", "SampleEncoder", "WireError",
+    "DATASETS", "DTYPE_CODES", "HEADER", "HEADER_SIZE", "REASONS", "SCHEMES", "Affine", "Dataset", "DecodedBatch",
+    "DeviceRule", "RestrictedUnpickler", "RestrictedUnpicklingError", "Sample", "SampleEncoder", "SampleHeader",
+    "SampleSerde", "SampleSpec", "WireError",
     "channel_stats", "decode_batch", "decode_sample", "encode_sample", "load_dataset", "partition_indices",
     "restricted_load", "split_valid",
 ]

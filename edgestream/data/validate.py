@@ -11,6 +11,8 @@ bad_version, unknown_dtype, bad_shape, bad_pad, bad_length), and `dtype_mismatch
 (a valid sample of another dtype / shape than the run's dataset), `bad_label`, `device_mismatch`,
 `decode_error` (anything else a message made the decoder raise).
 
+Other modules use this through the run's `SampleSerde` (edgestream.data.serde), never directly.
+
 The fast path (every message of a batch valid, the common case) costs one header-prefix comparison per
 message in C (or one vectorised numpy comparison) plus vectorised label and device checks.
 """
@@ -30,8 +32,8 @@ from edgestream.data.wire import HEADER_DTYPE, HEADER_SIZE, MAGIC, VERSION, Affi
 #: reasons beyond the wire format's
 SPEC_REASONS = ("dtype_mismatch", "shape_mismatch", "bad_label", "device_mismatch", "decode_error")
 
-#: one decoded batch: (x, labels int64, source devices int64, seqs uint64)
-Decoded = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+#: one decoded batch: (x, labels int64, source devices int64, seqs uint64, produce times float64)
+Decoded = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
 
 @dataclass(frozen=True)
@@ -136,7 +138,7 @@ def _checked(values: list, spec: SampleSpec, devices: DeviceRule, affine: Affine
     bad = (labels < 0) | (labels >= spec.num_classes) | devices.bad_mask(devs)
     if bad.any():
         return None, bad
-    return (x, labels, devs, h["seq"].astype(np.uint64)), None
+    return (x, labels, devs, h["seq"].astype(np.uint64), h["produce_time"].astype(np.float64)), None
 
 
 def decode_checked(values: list, spec: SampleSpec, devices: DeviceRule, affine: Affine | None = None,
@@ -144,7 +146,7 @@ def decode_checked(values: list, spec: SampleSpec, devices: DeviceRule, affine: 
                    ) -> tuple[Decoded | None, list[tuple[int, str]]]:
     """Validate `values` (bytes, or Kafka messages) against `spec` and `devices`; decode the valid ones.
 
-    Returns ((x, labels, devices, seqs) of the valid values in order, or None when none is valid;
+    Returns ((x, labels, devices, seqs, produce_times) of the valid values in order, or None when none is valid;
     [(index, reason)] of the others). x is float32 normalised by `affine`, else `transform(raw)` when a
     transform is given, else the raw samples. Never raises for a bad message: a value the decoder
     cannot handle is reported as `decode_error`.
@@ -198,4 +200,4 @@ def _one_by_one(values, keep, bad, spec, devices, affine, transform):
         x = torch.cat(xs) if isinstance(xs[0], torch.Tensor) else np.concatenate(xs)
     except ImportError:  # pragma: no cover
         x = np.concatenate(xs)
-    return (x, *(np.concatenate([p[k] for p in parts]) for k in (1, 2, 3))), bad
+    return (x, *(np.concatenate([p[k] for p in parts]) for k in (1, 2, 3, 4))), bad

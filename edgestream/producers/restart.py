@@ -15,13 +15,12 @@ import hashlib
 import json
 import time
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import OffsetSpec
 
-from edgestream.data.wire import WireError, decode_sample
+from edgestream.data.serde import SampleSerde, WireError
 from edgestream.kafka.admin import admin_client, create_topics
 from edgestream.kafka.clients import consumer_config, producer_config
 from edgestream.kafka.topics import device_topic, meta_topic
@@ -38,23 +37,6 @@ class RunConfigConflict(ValueError):
 
 class ResumeError(RuntimeError):
     """A device topic whose end cannot be read as a sample of this run (one-line message)."""
-
-
-def producer_run_config(cfg) -> dict[str, Any]:
-    """The part of an ExperimentConfig that decides what the device streams contain and when.
-
-    Left out: where things are (data.root, runtime.*) and what only the trainer or simulator uses
-    (model, optim, algorithm, compression, stop, eval, devices.compute/network). A rate trace counts
-    by its content (sha256), not by its path.
-    """
-    raw = cfg.model_dump(mode="json")
-    data = {k: v for k, v in raw["data"].items() if k != "root" and v is not None}
-    rates = {k: v for k, v in raw["devices"]["rates"].items() if v is not None}
-    if rates.get("distribution") == "trace" and rates.get("path") and Path(rates["path"]).is_file():
-        rates["trace_sha256"] = hashlib.sha256(Path(rates.pop("path")).read_bytes()).hexdigest()
-    variation = {k: v for k, v in raw["devices"]["variation"].items() if v is not None}
-    return {"name": raw["name"], "seed": raw["seed"], "data": data,
-            "devices": {"count": raw["devices"]["count"], "rates": rates, "variation": variation}}
 
 
 def fingerprint(doc: Mapping[str, Any]) -> str:
@@ -115,7 +97,7 @@ def _read_meta(bootstrap: str, run: str, security: Mapping[str, str] | None, tim
 
 def claim_run(bootstrap: str, run: str, doc: Mapping[str, Any], security: Mapping[str, str] | None = None,
               timeout: float = 30.0) -> bool:
-    """Pin `doc` (producer_run_config) as the run's producer config, or check it against the pinned one.
+    """Pin `doc` (RunPlan.stream_identity) as the run's producer config, or check it against the pinned one.
 
     Returns True when this call pinned it (a new run), False when it matched. Raises RunConfigConflict
     naming the first field that differs. Two producers starting a new run at the same moment may both
@@ -179,14 +161,14 @@ def stream_ends(bootstrap: str, run: str, devices: Iterable[int], security: Mapp
                     continue
                 d = topics[m.topic()]
                 try:
-                    sample = decode_sample(m.value())
-                except (WireError, TypeError) as exc:
+                    sample = SampleSerde.header(m.value())
+                except WireError as exc:
                     raise ResumeError(f"cannot continue {m.topic()}: its last message (offset {m.offset()}) is "
                                       f"not a sample ({exc}); use a new --run-id") from None
                 if sample.device != d:
                     raise ResumeError(f"cannot continue {m.topic()}: its last message (offset {m.offset()}) is "
                                       f"from device {sample.device}; use a new --run-id")
-                ends[d] = int(sample.seq) + 1
+                ends[d] = sample.seq + 1
                 del todo[m.topic()]
     finally:
         c.close()

@@ -14,7 +14,6 @@ rate schedule), so a crashed producer can be restarted without duplicates.
 from __future__ import annotations
 
 import json
-import struct
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -23,14 +22,13 @@ import numpy as np
 from confluent_kafka import KafkaError, Producer
 
 from edgestream.data.order import ShardOrder
+from edgestream.data.serde import SampleSerde
 from edgestream.kafka.clients import producer_config
 from edgestream.kafka.run_topics import ensure_run_topics
 from edgestream.kafka.topics import device_topic
 from edgestream.producers.restart import claim_run, stream_ends
 from edgestream.producers.schedule import due_count
 
-_SEQ = struct.Struct("<Q")  # the wire header's sequence number, at byte 32 (edgestream.data.wire.HEADER)
-_SEQ_AT = 32
 _PURGED = (KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT)
 
 
@@ -70,7 +68,7 @@ class DeviceStats:
         partition, so acknowledgements come in sequence order; any `failed` ones are gaps inside."""
         if not self.delivered:
             return []
-        return [_SEQ.unpack_from(self.first_ack, _SEQ_AT)[0], _SEQ.unpack_from(self.last_ack, _SEQ_AT)[0]]
+        return [SampleSerde.header(self.first_ack).seq, SampleSerde.header(self.last_ack).seq]
 
 
 @dataclass
@@ -97,11 +95,12 @@ class ProducerSummary:
 class StreamProducer:
     """Drive `devices` of a run: `x[i]`, `y[i]` are the dataset arrays, `shards[d]` device d's indices.
 
-    `encode(x, label, device, seq, produce_time) -> bytes` is the wire encoder (edgestream.data.wire).
+    `encode(x, label, device, seq, produce_time) -> bytes` is the run's `SampleSerde` (edgestream.data.serde;
+    any callable with its `encode` signature, e.g. a `SampleEncoder`, works too).
     `rate_model` provides cumulative(device, t), due_time(device, k) and base_rate(device).
 
     `resume` (default): continue each device's stream after the last sequence number in its topic
-    (a fresh run starts at 0). `run_config` (producers.restart.producer_run_config): when given, the
+    (a fresh run starts at 0). `run_config` (the plan's `stream_identity`): when given, the
     run's `<run>.meta` topic pins it, and a different one is refused with RunConfigConflict before any
     device topic is created.
     """

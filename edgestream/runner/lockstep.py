@@ -289,7 +289,8 @@ class LockstepEngine:
         sources = []
         for d, shard in enumerate(plan.shards):
             index = torch.from_numpy(shard).long()
-            sources.append(ArraySource(x[index], y[index], rate=float(plan.rate_model.base_rate(d)), seed=plan.seed + d))
+            rate = float(plan.rate_model.base_rate(d))
+            sources.append(ArraySource(x[index], y[index], rate=rate, seed=plan.seed + d))
         optim = plan.optim
         return cls(plan.build_model(), sources, plan.batch_policy(), momentum=optim["momentum"],
                    weight_decay=optim["weight_decay"], speeds=speeds)

@@ -280,6 +280,7 @@ class SimEngine:
         meter.count(batch=batch.n, dropped=plan.dropped, injected=batch.injected)
         meter.gauge(buffer_samples=taken.backlog, buffer_bytes=taken.backlog * self.data.sample_bytes,
                     held_samples=taken.held, rate=plan.rate)
+        meter.note_samples(np.arange(taken.start, taken.stop), batch.y[:plan.target])  # own stream: seq = position
         self.last_backlog[rank], self.last_held[rank] = taken.backlog, taken.held
         self.stats.wall["data"] += wall + perf() - c0
         return batch

@@ -1,17 +1,18 @@
 """One device's stream in virtual time: what has arrived, what is consumed, what truncation dropped.
 
-Counting follows the producers (producers/schedule.py `due_count`): sample k (k = 0, 1, ...) of device i
-is due at due_time_i(k), so by time t >= 0 the stream holds floor(C_i(t)) + 1 samples (sample 0 at
-t = 0). A batch is taken exactly as the Kafka consumer (consumers/device_stream.py) takes it:
+`VirtualStream` is the simulator's source of a device stream (the Kafka consumer's is
+`edgestream.consumers.device_stream.KafkaDeviceStream`). Counting follows the producers
+(producers/schedule.py `due_count`): sample k (k = 0, 1, ...) of device i is due at due_time_i(k), so
+by time t >= 0 the stream holds floor(C_i(t)) + 1 samples (sample 0 at t = 0). A batch is taken by
+the sequence of `edgestream.streams.take` (the decisions are `TakeRule.decide`, shared with the
+Kafka consumer); this source supplies the counts from the rate model and waits in virtual time:
 
-1. at the request time t0, the buffer policy truncates once: `truncate` skips the oldest
-   max(0, available - arrived_in_window) samples (counted in `dropped`), `persist` skips none;
-2. the measured rate is the arrivals in (t0 - window, t0] divided by the window, and the batch policy
-   turns it into b_i (an explicit size overrides the policy);
-3. if fewer than b_i samples are buffered, the worker waits until sample pos + b_i - 1 is due;
+1. at the request time t0 it counts what is buffered and what arrived in (t0 - window, t0];
+2. the rule truncates once, measures the rate and sizes b_i (an explicit size overrides the policy);
+3. if the batch is not ready, the worker waits until the missing samples are due;
 4. it takes the b_i oldest samples plus everything peers injected since its last batch.
 
-`DeviceStream` is plain state with no SimPy: the engine asks `plan` for (b_i, ready time) and then
+`VirtualStream` is plain state with no SimPy: the engine asks `plan` for (b_i, ready time) and then
 calls `take` at the ready time.
 """
 
@@ -22,14 +23,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from edgestream.streams import time_until_available
+from edgestream.streams import TakeRule, time_until_available
 
 _EPS = 1e-9
 
 
 @dataclass
 class TakePlan:
-    """What `DeviceStream.plan` decided at the request time: b_i, when it is ready, what was dropped."""
+    """What `VirtualStream.plan` decided at the request time: b_i, when it is ready, what was dropped."""
 
     target: int
     ready_at: float
@@ -50,7 +51,7 @@ class Taken:
 
 
 @dataclass
-class DeviceStream:
+class VirtualStream:
     """The virtual stream of `device` under `rate_model` with a buffer and a batch policy."""
 
     device: int
@@ -62,9 +63,12 @@ class DeviceStream:
     taken_total: int = 0
     inbox: list[tuple[float, np.ndarray]] = field(default_factory=list)  # (arrival time, dataset indices)
 
+    def __post_init__(self) -> None:
+        self.rule = TakeRule(self.buffer_policy, self.batch_policy)
+
     @property
     def window_s(self) -> float:
-        return float(getattr(self.buffer_policy, "window_s", 1.0))
+        return self.rule.window_s
 
     def arrived(self, t: float) -> int:
         """Samples streamed in by time t (producer convention: floor(C(t)) + 1, 0 before t = 0)."""
@@ -77,27 +81,23 @@ class DeviceStream:
         return max(0, self.arrived(t) - self.pos)
 
     def plan(self, t0: float, size: int | None) -> TakePlan:
-        """Truncate (once, now), then decide b_i and the time the buffer will hold it."""
-        w = self.window_s
+        """Truncate (once, now), then decide b_i and the time the buffer will hold it (TakeRule)."""
         arrived_now = self.arrived(t0)
-        in_window = arrived_now - self.arrived(t0 - w)
-        available = max(0, arrived_now - self.pos)
-        skip = int(self.buffer_policy.truncate(available, in_window))
-        if skip:
-            self.pos += skip
-            self.dropped_total += skip
-            available -= skip
-        rate = in_window / w
-        target = int(size) if size is not None else int(self.batch_policy.target(rate, available))
+        in_window = arrived_now - self.arrived(t0 - self.rule.window_s)
+        decision = self.rule.decide(max(0, arrived_now - self.pos), in_window, size)
+        if decision.skip:
+            self.pos += decision.skip
+            self.dropped_total += decision.skip
         ready_at = t0
-        if available < target:
-            ready_at = t0 + time_until_available(self.rate_model, self.device, t0, target - available)
+        missing = decision.missing(decision.available)
+        if missing:
+            ready_at = t0 + time_until_available(self.rate_model, self.device, t0, missing)
             # due_time inverts a float integral: make sure the count really holds at ready_at
             bump = max(ready_at, 1.0) * 1e-15
-            while self.arrived(ready_at) - self.pos < target:
+            while not decision.ready(self.arrived(ready_at) - self.pos):
                 ready_at += bump
                 bump *= 2.0
-        return TakePlan(target, ready_at, skip, rate)
+        return TakePlan(decision.target, ready_at, decision.skip, decision.rate)
 
     def take(self, t: float, target: int) -> Taken:
         """Consume `target` own samples at time t (they must have arrived) and the injected inbox."""
@@ -120,3 +120,7 @@ class DeviceStream:
         """Injected samples (dataset indices) that reach this device's queue at time t."""
         if len(indices):
             self.inbox.append((t, np.asarray(indices, dtype=np.int64)))
+
+
+#: the former name (edgestream.sim.engine still imports it)
+DeviceStream = VirtualStream

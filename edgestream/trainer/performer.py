@@ -28,6 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from edgestream.consumers.batch import StreamBatch
 from edgestream.models import set_lr
 from edgestream.runner.driver import StepMeter
 from edgestream.sync.requests import (
@@ -60,12 +61,13 @@ class Stopped(RuntimeError):
 
 @dataclass
 class TrainerBatch:
-    """A batch of the real runtime: inputs on the model's device, labels, its size and the dataset's meta."""
+    """A batch of the real runtime: inputs and labels on the model's device, its size, and the dataset's
+    `StreamBatch` it came from (offsets to acknowledge, messages to inject, per-row origin)."""
 
     x: Tensor
     y: Tensor
     n: int
-    meta: dict
+    stream: StreamBatch
 
 
 class TrainerPerformer:
@@ -82,7 +84,7 @@ class TrainerPerformer:
         self.static, self.dynamic = float(static), float(dynamic)
         self._rng = np.random.default_rng([seed % 2**64, rank, _TAG_SLOWDOWN])
         self.defer_acks = defer_acks
-        self.pending_ack: dict | None = None       # newest acknowledged batch's meta not yet committed
+        self.pending_ack: StreamBatch | None = None  # newest acknowledged batch not yet committed
         self.t0 = time.monotonic() - time_offset
         # due_time(k): when sample k of this device's stream was due (the rate model). With it, the first
         # batch moves the time origin to the stream's start, the simulator's t = 0 (see `_anchor`)
@@ -118,22 +120,21 @@ class TrainerPerformer:
             item = self.dataset.next_batch(size=req.size)
             if item is not None:
                 break
-        x, y, meta = item
+        batch: StreamBatch = item
         if self.due_time is not None:
-            self._anchor(meta)
-        n = int(meta["batch"])
+            self._anchor(batch)
+        n = batch.n
         meter = self.meters[self.rank]
-        meter.count(dropped=meta["dropped"], injected=meta["injected"], dlq=meta["dlq"])
-        meter.gauge(buffer_samples=meta["buffer_samples"], buffer_bytes=meta["buffer_bytes"],
-                    rate=round(float(meta["rate"]), 3))
-        own = meta["seq"][meta["source"] == self.rank]
-        if len(own):  # the device stream's sequence numbers this step trained on (resume checks)
-            meter.gauges.setdefault("seq_first", int(own[0]))
-            meter.gauge(seq_last=int(own[-1]), seq_count=int(meter.gauges.get("seq_count", 0)) + len(own))
+        meter.count(dropped=batch.dropped, injected=batch.injected, dlq=batch.dlq)
+        meter.gauge(buffer_samples=batch.buffer_samples, buffer_bytes=batch.buffer_bytes,
+                    rate=round(float(batch.rate), 3))
+        own = batch.devices == self.rank  # the device stream's samples this step trained on (resume checks,
+        meter.note_samples(batch.seqs[own], batch.labels[own])  # engine comparisons)
         self.samples += n
-        return TrainerBatch(x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True), n, meta)
+        return TrainerBatch(batch.x.to(self.device, non_blocking=True), batch.labels.to(self.device, non_blocking=True),
+                            n, batch)
 
-    def _anchor(self, meta: dict) -> None:
+    def _anchor(self, batch: StreamBatch) -> None:
         """Set the time origin to when this device's stream began: the first own sample's produce time
         minus when the rate model had it due. Engine time is then "seconds since the streams began", as
         in the simulator: trainer start-up before the stream is not counted, and a stream that began up
@@ -141,35 +142,38 @@ class TrainerPerformer:
         stream, or clocks that disagree: produce times are the producer host's) the trainer's own start
         stays the origin."""
         self.due_time, due_time = None, self.due_time
-        own = [m for m, s in zip(meta["messages"], meta["source"].tolist(), strict=True) if s == self.rank]
-        if not own:
+        own = np.flatnonzero(batch.devices == self.rank)
+        if not len(own):
             return
-        from edgestream.data.wire import decode_sample
-
-        first = decode_sample(own[0].value())
-        since_start = time.time() - (first.produce_time - due_time(first.seq))
+        first = int(own[0])  # the batch's own header fields: no second decode
+        since_start = time.time() - (float(batch.produce_times[first]) - due_time(int(batch.seqs[first])))
         if -60.0 < since_start <= time.monotonic() - self.t0 + 60.0:
             self.t0 = time.monotonic() - max(0.0, since_start)
 
     def _inject(self, req: Inject) -> None:
         indices = req.indices if req.indices is not None else list(range(req.count))
-        sent, nbytes = self.dataset.inject(req.batch.meta, list(indices), list(req.targets))
+        sent, nbytes = self.dataset.inject(req.batch.stream, list(indices), list(req.targets))
         self.meters[self.rank].count(inject_sent=sent, inject_bytes=nbytes)
 
     def _ack(self, req: Ack) -> None:
-        meta = req.batch.meta
-        self.acked_samples += int(meta["batch"]) - int(meta["injected"])
+        batch: StreamBatch = req.batch.stream
+        self.acked_samples += batch.own
         if self.defer_acks:
-            self.pending_ack = meta
+            self.pending_ack = batch
         else:
-            self.dataset.ack(meta)
+            self.dataset.ack(batch)
+
+    def pending_offsets(self) -> dict | None:
+        """{"dev": int, "inj": int | None}: the offsets the deferred ack would commit, or None."""
+        return dict(self.pending_ack.offsets) if self.pending_ack is not None else None
 
     def commit_pending(self) -> dict | None:
-        """Commit the newest deferred ack (at a checkpoint); returns the committed meta's offsets."""
-        meta, self.pending_ack = self.pending_ack, None
-        if meta is not None:
-            self.dataset.ack(meta)
-            return dict(meta["ack"])
+        """Commit the newest deferred ack (at a checkpoint); returns the committed offsets
+        ({"dev": int, "inj": int | None}), or None when nothing was pending."""
+        batch, self.pending_ack = self.pending_ack, None
+        if batch is not None:
+            self.dataset.ack(batch)
+            return dict(batch.offsets)
         return None
 
     # ------------------------------------------------------------------ compute and model
@@ -241,3 +245,9 @@ class TrainerPerformer:
 
     def _sleep(self, req: Sleep) -> None:
         self.stop_event.wait(req.seconds)
+
+
+#: the request kinds the real performer performs (the "local" engine's capabilities, runner/engines.py):
+#: the collective family; the parameter-server requests (Push, Pull) are not performed by trainers yet
+PERFORMS: frozenset[type] = frozenset({TakeBatch, Compute, AllReduce, AllGather, Start, Poll, Wait, Apply, GetParams,
+                                       SetParams, Ack, Inject, Now, Sleep, Log})
