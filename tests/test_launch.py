@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from edgestream.launch.rundir import merged_events, record_session
+from edgestream.runner.rundir import merged_events, record_session
 
 from edgestream.launch.tail import JsonlTail
 
