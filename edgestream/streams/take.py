@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from edgestream.streams.policies import BatchPolicy, PersistBuffer, RateBatch
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class TakeDecision:
     """What a stream decided at a batch request: truncate `skip`, size b_i = `target` (from `rate`).
 
@@ -66,12 +66,14 @@ class TakeRule:
             object.__setattr__(self, "window_s", float(getattr(self.buffer_policy, "window_s", 1.0)))
         if not self.window_s > 0:
             raise ValueError(f"window_s: {self.window_s} is not allowed; must be > 0")
+        measures = not isinstance(self.buffer_policy, PersistBuffer) or isinstance(self.batch_policy, RateBatch)
+        object.__setattr__(self, "_measures_window", measures)
 
     @property
     def measures_window(self) -> bool:
         """Whether `decide` reads `arrived_in_window`: truncation keeps the last window, a rate batch
         sizes b_i by it. A Kafka source skips the broker's time lookup when this is False."""
-        return not isinstance(self.buffer_policy, PersistBuffer) or isinstance(self.batch_policy, RateBatch)
+        return self._measures_window
 
     def decide(self, available: int, arrived_in_window: int | None, size: int | None = None) -> TakeDecision:
         """Steps 2 of the sequence (module doc): truncate once, measure the rate, size the batch.
@@ -81,7 +83,7 @@ class TakeRule:
         reported as 0); `size`: an explicit batch size, or None for the batch policy's b_i.
         """
         if arrived_in_window is None:
-            if self.measures_window:
+            if self._measures_window:
                 raise ValueError(f"{self.buffer_policy!r} with {self.batch_policy!r} needs the arrivals in "
                                  "the last window")
             skip, rate = 0, 0.0
