@@ -242,4 +242,4 @@ def test_bad_input_found_while_building_exits_2_with_one_line(bootstrap, run_pre
     assert res.exit_code == 2, res.output
     assert res.exception is None or isinstance(res.exception, SystemExit)
     lines = res.stderr.strip().splitlines()
-    assert lines[-1].startswith("error: num_classes") and "Traceback" not in res.stderr
+    assert lines[-1].startswith("error: data.num_classes") and "Traceback" not in res.stderr
