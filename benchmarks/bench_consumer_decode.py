@@ -65,8 +65,8 @@ def dataset_rate(bootstrap: str, run: str, n: int, batch: int, group: str = "ds"
                             batch={"policy": "fixed", "size": batch},
                             buffer="persist", timeout=10, commit="async")
     ds.stream.close()  # a fresh group per pass, so every pass reads the whole topic
-    ds.stream = KafkaDeviceStream(bootstrap, run, 0, batch_policy=ds.stream.batch_policy,
-                                  buffer_policy=ds.stream.buffer_policy, group=f"{run}.{group}")
+    ds.stream = KafkaDeviceStream(bootstrap, run, 0, batch_policy=ds.stream.rule.batch_policy,
+                                  buffer_policy=ds.stream.rule.buffer_policy, group=f"{run}.{group}")
     got, t0 = 0, time.perf_counter()
     while got < n - batch:
         item = ds.next_batch()

@@ -12,7 +12,7 @@ import torch
 from edgestream.producers.schedule import due_count
 from edgestream.sim.collectives import Collectives
 from edgestream.sim.costs import ComputeModel, NetworkModel
-from edgestream.sim.stream import DeviceStream
+from edgestream.sim.stream import VirtualStream
 from edgestream.streams import (
     AvailableBatch,
     FixedBatch,
@@ -28,21 +28,21 @@ def constant(rate: float, devices: int = 1):
     return build_rate_model({"distribution": "constant", "rate": rate}, None, devices, seed=0)
 
 
-# ---------------------------------------------------------------- DeviceStream
+# ---------------------------------------------------------------- VirtualStream
 
 
 def test_arrivals_use_the_producers_count():
     rm = build_rate_model({"distribution": "uniform", "low": 5, "high": 50},
                           {"kind": "sinusoid", "period_s": 7, "amplitude": 0.6}, 3, seed=1)
     for d in range(3):
-        s = DeviceStream(d, rm, PersistBuffer(), FixedBatch(8))
+        s = VirtualStream(d, rm, PersistBuffer(), FixedBatch(8))
         for t in np.linspace(0, 30, 301):
             assert s.arrived(float(t)) == due_count(rm, d, float(t))
-    assert DeviceStream(0, rm, PersistBuffer(), FixedBatch(8)).arrived(-0.1) == 0
+    assert VirtualStream(0, rm, PersistBuffer(), FixedBatch(8)).arrived(-0.1) == 0
 
 
 def test_fixed_batch_waits_until_the_last_sample_is_due():
-    s = DeviceStream(0, constant(100.0), PersistBuffer(), FixedBatch(10))
+    s = VirtualStream(0, constant(100.0), PersistBuffer(), FixedBatch(10))
     plan = s.plan(0.0, None)
     assert plan.target == 10 and plan.dropped == 0
     assert plan.ready_at == pytest.approx(0.09)                 # sample 9 is due at 9/100 s
@@ -55,7 +55,7 @@ def test_fixed_batch_waits_until_the_last_sample_is_due():
 
 
 def test_truncate_skips_the_backlog_older_than_the_window():
-    s = DeviceStream(0, constant(100.0), TruncateBuffer(1.0), RateBatch(8, 1024))
+    s = VirtualStream(0, constant(100.0), TruncateBuffer(1.0), RateBatch(8, 1024))
     plan = s.plan(5.0, None)                                     # 501 arrived, 100 in the last second
     assert plan.dropped == 401 and plan.rate == pytest.approx(100.0) and plan.target == 100
     assert plan.ready_at == 5.0
@@ -65,7 +65,7 @@ def test_truncate_skips_the_backlog_older_than_the_window():
 
 
 def test_persist_keeps_the_backlog_and_available_waits_for_one():
-    s = DeviceStream(0, constant(10.0), PersistBuffer(), AvailableBatch(512))
+    s = VirtualStream(0, constant(10.0), PersistBuffer(), AvailableBatch(512))
     plan = s.plan(3.0, None)
     assert plan.target == 31 and plan.dropped == 0
     s.take(3.0, plan.target)
@@ -74,7 +74,7 @@ def test_persist_keeps_the_backlog_and_available_waits_for_one():
 
 
 def test_injected_samples_join_the_next_batch_after_they_arrive():
-    s = DeviceStream(0, constant(100.0), PersistBuffer(), FixedBatch(5))
+    s = VirtualStream(0, constant(100.0), PersistBuffer(), FixedBatch(5))
     s.deliver(1.0, np.array([7, 8, 9]))
     early = s.take(0.5, 5)
     assert len(early.injected) == 0

@@ -363,7 +363,6 @@ class KafkaDeviceStream:
                  window_s: float = 1.0, security: dict | None = None, group: str | None = None,
                  broker_timeout_s: float = BROKER_TIMEOUT_S) -> None:
         self.device, self.window_s = device, window_s
-        self.batch_policy, self.buffer_policy = batch_policy, buffer_policy
         self.rule = TakeRule(buffer_policy, batch_policy, window_s)
         self.reader = PartitionReader(bootstrap, device_topic(run, device), group or trainer_group(run, device),
                                       security, broker_timeout_s=broker_timeout_s)

@@ -65,6 +65,9 @@ class SampleSerde:
     def __init__(self, spec: SampleSpec, normalize: Affine | Callable[[np.ndarray], Any] | None = None) -> None:
         self.spec, self.normalize = spec, normalize
         self._encoder = SampleEncoder(spec.dtype, spec.shape)  # the constant header prefix is packed once
+        #: encode(x, label, device, seq, produce_time) -> the message value of sample `x` (the spec's dtype
+        #: and shape, else WireError 'shape_mismatch'); the encoder itself, no wrapper call per message
+        self.encode = self._encoder
         self._affine = normalize if isinstance(normalize, Affine) else None
         self._transform = None if self._affine is not None else normalize
         #: one sample's size on the wire, header included (bytes)
@@ -81,11 +84,9 @@ class SampleSerde:
         return f"SampleSerde({s.dtype}{s.shape}, {s.num_classes} classes, normalize={self.normalize!r})"
 
     # ------------------------------------------------------------------ producing
-    def encode(self, x: np.ndarray, label: int, device: int, seq: int, produce_time: float) -> bytes:
-        """The message value of sample `x` (the spec's dtype and shape, else WireError 'shape_mismatch')."""
+    def __call__(self, x: np.ndarray, label: int, device: int, seq: int, produce_time: float) -> bytes:
+        """`encode`: a serde is also the `encode` callable a StreamProducer takes."""
         return self._encoder(x, label, device, seq, produce_time)
-
-    __call__ = encode  # a serde is also the `encode` callable a StreamProducer takes
 
     # ------------------------------------------------------------------ consuming
     def decode(self, messages: Sequence, rule: DeviceRule) -> tuple[DecodedBatch | None, list[tuple[int, str]]]:

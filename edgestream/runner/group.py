@@ -31,15 +31,17 @@ class WorkerGroup:
         self.stop = plan.stop_rule()
         self.events = events
         self.meters: dict[int, StepMeter] = {}
+        self.lines = 0  # step lines written so far, by every worker
+        self._on_line = on_line
         self.sessions = [WorkerSession(plan, r, performer, stop=self.stop, events=events, meters=self.meters,
-                                       param_names=param_names, on_line=on_line) for r in range(self.world)]
+                                       param_names=param_names, on_line=self._count) for r in range(self.world)]
         self.contexts = [s.ctx for s in self.sessions]
         self.finished = 0
 
-    @property
-    def lines(self) -> int:
-        """Step lines written so far."""
-        return sum(s.lines for s in self.sessions)
+    def _count(self, line: dict[str, Any]) -> None:
+        self.lines += 1
+        if self._on_line is not None:
+            self._on_line(line)
 
     def drivers(self, *, on_finish: Callable[[int], None] | None = None,
                 on_request: Callable[[int, Any], None] | None = None,

@@ -11,7 +11,7 @@ Cheap pieces are resolved at once (the algorithm spec and its params, policies' 
 fails `resolve` with a `PlanError` naming the field); the expensive ones (the dataset, the rate model)
 are built on first use and cached, so a process loads the dataset once.
 
-Pieces: `dataset`, `sample_spec`, `shards`, `rate_model`, `batch` / `batch_policy()`, `buffer` /
+Pieces: `dataset`, `sample_spec`, `shards`, `serde`, `rate_model`, `batch` / `batch_policy()`, `buffer` /
 `buffer_policy()`, `injection`, `compression`, `algorithm` (the registry's `AlgorithmSpec`), `params`
 (its resolved params), `stop_rule()`, `worker_context(rank, ...)`, `server_context()`, `build_model()`,
 `build_optimizer(model)`, `compute` / `slowdown(rank)`, `network`, `due_time(device)`, and the Kafka
@@ -153,11 +153,19 @@ class RunPlan:
         return self._cache["dataset"]
 
     @property
+    def serde(self) -> Any:
+        """The run's `SampleSerde`: how producer, consumer, DLQ and injection turn samples into message
+        values and back, validated against the dataset's spec and normalised as the dataset says."""
+        if "serde" not in self._cache:
+            from edgestream.data import SampleSerde
+
+            self._cache["serde"] = SampleSerde.of(self.dataset)
+        return self._cache["serde"]
+
+    @property
     def sample_spec(self) -> Any:
         """What every consumed sample is validated against (dtype, shape, label range)."""
-        from edgestream.data.validate import SampleSpec
-
-        return SampleSpec.of(self.dataset)
+        return self.serde.spec
 
     @property
     def shards(self) -> list[Any]:
@@ -294,20 +302,18 @@ class RunPlan:
     def producer(self, bootstrap: str, run: str, devices: list[int], **kw: Any) -> Any:
         """A `StreamProducer` of `devices` of run `run`: each device streams its shard at its rate, and
         the run's stream identity is pinned in `<run>.meta` (RunConfigConflict when it differs)."""
-        from edgestream.data import SampleEncoder
         from edgestream.producers.stream_producer import StreamProducer
 
         ds = self.dataset
-        encode = SampleEncoder(ds.x_train.dtype, ds.x_train.shape[1:])  # header prefix packed once
         kw.setdefault("run_config", self.stream_identity())
-        return StreamProducer(bootstrap, run, devices, ds.x_train, ds.y_train, self.shards, self.rate_model, encode,
-                              seed=self.seed, security=self.security, **kw)
+        return StreamProducer(bootstrap, run, devices, ds.x_train, ds.y_train, self.shards, self.rate_model,
+                              self.serde.encode, seed=self.seed, security=self.security, **kw)
 
     def kafka_dataset(self, bootstrap: str, run: str, device: int, **kw: Any) -> Any:
         """Device `device`'s `KafkaStreamDataset`: its stream shaped by the run's buffer and batch
         policies, validated against the run's sample spec, normalised as the dataset is."""
         from edgestream.consumers import KafkaStreamDataset
 
-        return KafkaStreamDataset(bootstrap, run, device, num_devices=self.world, spec=self.sample_spec,
-                                  batch=self.batch, buffer=self.buffer, injection=self.injection, seed=self.seed,
-                                  normalize=self.dataset.affine, security=self.security, **kw)
+        return KafkaStreamDataset(bootstrap, run, device, num_devices=self.world, serde=self.serde, batch=self.batch,
+                                  buffer=self.buffer, injection=self.injection, seed=self.seed,
+                                  security=self.security, **kw)

@@ -66,27 +66,22 @@ class WorkerSession:
         if self.on_line is not None:
             self.on_line(line)
 
-    def _on_request(self, rank: int, req: Any) -> None:
-        if isinstance(req, Log):
-            for hook in self.on_log:
-                hook(self)
-
     def drive(self, *, on_request: Callable[[int, Any], None] | None = None,
               profile: dict[str, float] | None = None) -> Generator[Any, Any, Any]:
-        """The worker's driver: its algorithm program run by `runner.drive` against the performer."""
+        """The worker's driver: its algorithm program run by `runner.drive` against the performer;
+        on_request(rank, request) runs before each request, the `on_log` hooks at each Log."""
+        hooks = self.on_log
+
+        def before(rank: int, req: Any) -> None:
+            if on_request is not None:
+                on_request(rank, req)
+            if isinstance(req, Log):
+                for hook in hooks:
+                    hook(self)
+
         program = self.plan.algorithm.worker(self.ctx)
-        hooks = self._on_request if self.on_log else None
-        if on_request is not None:
-            outer = on_request
-
-            def both(rank: int, req: Any) -> None:
-                outer(rank, req)
-                if hooks is not None:
-                    hooks(rank, req)
-
-            hooks = both
-        out = yield from drive(self.rank, program, self.performer, self.sink, self.meters, on_request=hooks,
-                               profile=profile)
+        out = yield from drive(self.rank, program, self.performer, self.sink, self.meters,
+                               on_request=before if (hooks or on_request is not None) else None, profile=profile)
         self.finished = True
         return out
 

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from edgestream.data import Dataset, SampleSerde, SampleSpec
+from edgestream.data import Dataset, SampleSpec
 from edgestream.data.order import ShardOrder
 
 PRENORMALIZE_MAX_BYTES = 512 * 2**20
@@ -48,7 +48,7 @@ class SimData:
             self.x_train = dataset.normalize(torch.from_numpy(dataset.x_train))
         self.x_test = dataset.normalize(torch.from_numpy(dataset.x_test))
         self.y_test = torch.from_numpy(np.ascontiguousarray(dataset.y_test))
-        self.sample_bytes = SampleSerde(SampleSpec.of(dataset)).message_bytes  # one wire message
+        self.sample_bytes = SampleSpec.of(dataset).length  # one wire message, header included
 
     @property
     def shape(self) -> tuple[int, int, int]:

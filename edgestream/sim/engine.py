@@ -5,7 +5,7 @@ Each worker is one SimPy process running the run core's one request loop (`runne
 `runner.WorkerGroup` that also holds the run's contexts, stop rule and event sink); `SimEngine` is
 that loop's performer (`now(rank)`, `perform(rank, request)`; see edgestream.sync.requests):
 
-* TakeBatch: the device's `DeviceStream` truncates (buffer policy), sizes the batch (batch policy with
+* TakeBatch: the device's `VirtualStream` truncates (buffer policy), sizes the batch (batch policy with
   the rate measured over the last window, or the request's size), waits until the samples are due,
   and hands out real tensors of the shard samples in producer order plus injected samples.
 * Compute: lasts t_i(b) = (a + c b) static_i (1 + U(0, dynamic)) virtual seconds (`ComputeModel`; a, c
@@ -64,7 +64,7 @@ from edgestream.sim.costs import ComputeModel, NetworkModel, calibrate
 from edgestream.sim.data import SimBatch, SimData
 from edgestream.sim.ps import PSNode
 from edgestream.sim.replicas import Replicas
-from edgestream.sim.stream import DeviceStream
+from edgestream.sim.stream import VirtualStream
 from edgestream.sync.requests import (
     Ack,
     AllGather,
@@ -135,7 +135,7 @@ class SimEngine:
         self.world = m = plan.world
         self.events = events if events is not None else EventLog(None)
         self.env = simpy.Environment()
-        self.streams = [DeviceStream(d, self.rate_model, buffer_policy, batch_policy) for d in range(m)]
+        self.streams = [VirtualStream(d, self.rate_model, buffer_policy, batch_policy) for d in range(m)]
         self.replicas = Replicas(plan.model_name, self.data.shape, self.data.num_classes, m, **plan.optim,
                                  seed=plan.seed,
                                  shared=self.spec.synchronous if share_replicas is None else share_replicas)

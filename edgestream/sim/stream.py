@@ -120,7 +120,3 @@ class VirtualStream:
         """Injected samples (dataset indices) that reach this device's queue at time t."""
         if len(indices):
             self.inbox.append((t, np.asarray(indices, dtype=np.int64)))
-
-
-#: the former name (edgestream.sim.engine still imports it)
-DeviceStream = VirtualStream

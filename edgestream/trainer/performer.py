@@ -95,12 +95,7 @@ class TrainerPerformer:
         self._next_handle = 0
         self.samples = self.acked_samples = 0
         self.model_lock = threading.Lock()          # held while the model changes (evaluation snapshots)
-        self._dispatch: dict[type, Callable[[Any], Any]] = {
-            TakeBatch: self._take, Compute: self._compute, AllReduce: self.collectives.run,
-            AllGather: self.collectives.run, Start: self._start, Poll: self._poll, Wait: self._wait,
-            Apply: self._apply, GetParams: self._get_params, SetParams: self._set_params, Ack: self._ack,
-            Inject: self._inject, Now: lambda req: self.now(self.rank), Sleep: self._sleep, Log: lambda req: None,
-        }
+        self._dispatch: dict[type, Callable[[Any], Any]] = {k: getattr(self, name) for k, name in HANDLERS.items()}
 
     # ------------------------------------------------------------------ Performer
     def now(self, rank: int) -> float:
@@ -243,11 +238,25 @@ class TrainerPerformer:
         del self.handles[req.handle.id]
         return pending.get()
 
+    def _collective(self, req: AllReduce | AllGather) -> Any:
+        return self.collectives.run(req)
+
+    def _now(self, req: Now) -> float:
+        return self.now(self.rank)
+
+    def _log(self, req: Log) -> None:
+        return None  # the driver writes the step line
+
     def _sleep(self, req: Sleep) -> None:
         self.stop_event.wait(req.seconds)
 
 
-#: the request kinds the real performer performs (the "local" engine's capabilities, runner/engines.py):
-#: the collective family; the parameter-server requests (Push, Pull) are not performed by trainers yet
-PERFORMS: frozenset[type] = frozenset({TakeBatch, Compute, AllReduce, AllGather, Start, Poll, Wait, Apply, GetParams,
-                                       SetParams, Ack, Inject, Now, Sleep, Log})
+#: request kind -> the TrainerPerformer method that performs it. Its keys are the "local" engine's
+#: capabilities (runner/engines.py): the collective family; the parameter-server requests (Push, Pull)
+#: are not performed by trainers yet
+HANDLERS: dict[type, str] = {
+    TakeBatch: "_take", Compute: "_compute", AllReduce: "_collective", AllGather: "_collective", Start: "_start",
+    Poll: "_poll", Wait: "_wait", Apply: "_apply", GetParams: "_get_params", SetParams: "_set_params", Ack: "_ack",
+    Inject: "_inject", Now: "_now", Sleep: "_sleep", Log: "_log",
+}
+PERFORMS: frozenset[type] = frozenset(HANDLERS)
