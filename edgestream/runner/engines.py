@@ -124,8 +124,10 @@ def check_runs(name: str, algorithm: Any) -> None:
     if not missing:
         return
     able = [n for n in engine_names() if _able(n, algorithm)]
-    raise EngineError([f"algorithm.name: engine {name!r} cannot run {algorithm.name!r} ({algorithm.family} family): "
-                       f"it does not perform {', '.join(missing)}; engines that can: {', '.join(able) or 'none'}"])
+    family = "a parameter-server algorithm" if algorithm.family == "ps" else f"a {algorithm.family} algorithm"
+    hint = f" (use --engine {able[0]})" if able else ""
+    raise EngineError([f"algorithm.name: engine {name!r} cannot run {algorithm.name!r} ({family}): it does not "
+                       f"perform {', '.join(missing)}; engines that can: {', '.join(able) or 'none'}{hint}"])
 
 
 def _able(name: str, algorithm: Any) -> bool:
