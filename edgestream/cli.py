@@ -280,6 +280,39 @@ def train_cmd(config: Path = typer.Argument(..., help="experiment YAML file"),
     print(json.dumps(summary))
 
 
+# ---------------------------------------------------------------- ps (the parameter server of a real run)
+@app.command("ps")
+def ps_cmd(config: Path = typer.Argument(..., help="experiment YAML file (a parameter-server algorithm)"),
+           run_id: str = typer.Option(..., "--run-id", help="the run id the workers train under"),
+           bootstrap: str = typer.Option(None, help="HOST:PORT of the broker; default runtime.bootstrap"),
+           out: Path = typer.Option(None, "--out", help="parent of the run directory; default runtime.out"),
+           set_: list[str] = typer.Option(None, "--set", help="override KEY.PATH=VALUE (repeatable)")) -> None:
+    """Serve the parameter server of run <name>-RUN_ID through Kafka (workers push to <run>.ps.push, replies
+    go to <run>.ps.pull.<i>) until every worker was told to stop. Restarted, it continues from
+    checkpoints/ps.pt and replays the pushes after it. Writes ranks/ps.jsonl, ps.log, ps.summary.json."""
+    from edgestream.kafka.topics import check_run_id
+    from edgestream.ps.server import PSError, serve
+
+    cfg = _load(config, set_)
+    bootstrap = bootstrap or cfg.runtime.bootstrap
+    if bootstrap is None:
+        typer.echo("error: --bootstrap: required (or set runtime.bootstrap): the broker the workers reach", err=True)
+        raise typer.Exit(2)
+    try:
+        check_run_id(run_id)
+    except ValueError as exc:
+        typer.echo(f"error: --run-id: {exc}", err=True)
+        raise typer.Exit(2) from None
+    try:
+        summary = serve(cfg, run_id=run_id, bootstrap=bootstrap, out=out if out is not None else cfg.runtime.out)
+    except PSError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2 if str(exc).startswith("algorithm.name") else 1) from None
+    print(json.dumps(summary))
+    if summary.get("status") == "stopped":
+        raise typer.Exit(143)
+
+
 @app.command("collect")
 def collect_cmd(run_dir: Path = typer.Argument(..., help="run directory <out>/<name>-<run id> holding ranks/ "
                                                      "(with --run-id: its parent <out>)"),

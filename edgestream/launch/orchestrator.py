@@ -38,12 +38,12 @@ from typing import Any
 
 from edgestream.kafka.broker import pid_alive
 from edgestream.launch.procs import Child, ChildSet, describe_status, tail_lines
-from edgestream.launch.tail import RanksTail
+from edgestream.launch.tail import JsonlTail, RanksTail
 from edgestream.launch.view import LiveState, View
 from edgestream.runid import check_run_id, new_run_id
 from edgestream.runner.engines import check_runs
 from edgestream.runner.plan import RunPlan
-from edgestream.runner.rundir import record_session, write_local_rundir
+from edgestream.runner.rundir import PS_FILE, record_session, write_local_rundir
 
 #: seconds the other trainers get to finish after the first one stopped at the agreed stop condition
 STRAGGLER_S = float(os.environ.get("EDGESTREAM_LAUNCH_STRAGGLER_S", "120"))
@@ -54,6 +54,8 @@ PRODUCER_STOP_S = 40.0
 #: broker reachability attempts (wait_for_broker backoff 0.5, 1 s: about 8 s before giving up)
 BROKER_ATTEMPTS = 3
 SECRET_FILE = ".child-config.yaml"
+#: times the orchestrator restarts a parameter server that died before the run ended
+PS_RESTARTS = int(os.environ.get("EDGESTREAM_PS_RESTARTS", "3"))
 
 
 class LaunchError(RuntimeError):
@@ -217,6 +219,9 @@ class LocalRun:
         self.children = ChildSet()
         self.producer: Child | None = None
         self.trainers: dict[int, Child] = {}
+        self.ps: Child | None = None          # the parameter server of a PS-family run
+        self.ps_restarts = 0
+        self.ps_family = self.plan.algorithm.family == "ps"
         self.broker = None          # the managed LocalBroker when this run started it
         self.broker_pid: int | None = None
 
@@ -244,6 +249,7 @@ class LocalRun:
     def _write_pids(self) -> None:
         data = {"orchestrator": os.getpid(), "broker": self.broker_pid,
                 "producer": self.producer.pid if self.producer else None,
+                "ps": self.ps.pid if self.ps else None,
                 "trainers": {str(r): c.pid for r, c in sorted(self.trainers.items())}}
         tmp = self.path / "pids.json.tmp"
         tmp.write_text(json.dumps(data, indent=2) + "\n")
@@ -349,6 +355,8 @@ class LocalRun:
         port = free_port({int(self.bootstrap.rsplit(":", 1)[-1])} if self.bootstrap.rsplit(":", 1)[-1].isdigit()
                          else None)
         threads = str(max(1, (os.cpu_count() or 1) // self.world))
+        if self.ps_family:  # the workers wait for it (hello), so it starts first
+            self._start_ps()
         for rank in range(self.world):
             tenv = dict(env, RANK=str(rank), WORLD_SIZE=str(self.world), LOCAL_RANK=str(rank),
                         LOCAL_WORLD_SIZE=str(self.world), GROUP_RANK="0", MASTER_ADDR="127.0.0.1",
@@ -359,6 +367,30 @@ class LocalRun:
             self.trainers[rank] = self.children.start(f"trainer {rank}", cmd, self.path / "ranks" / f"{rank}.out",
                                                       env=tenv, device=rank)
         self._write_pids()
+
+    def _start_ps(self) -> None:
+        config_file, common, env = self._producer_args
+        self.ps = self.children.start("parameter server", cli_cmd("ps", str(config_file), *common, "--out",
+                                                                  str(self.out)),
+                                      self.path / "ranks" / "ps.out", env=dict(env, OMP_NUM_THREADS="1"))
+
+    def _check_ps(self) -> _Outcome | None:
+        """A parameter server that died while the workers still train is restarted (it continues from its
+        checkpoint and replays the pushes after it), at most PS_RESTARTS times."""
+        if self.ps is None:
+            return None
+        code = self.ps.poll()
+        if code is None or code == 0:
+            return None
+        if self.ps_restarts >= PS_RESTARTS:
+            return _Outcome("failed", f"the parameter server {describe_status(code)} and was restarted "
+                            f"{self.ps_restarts} time(s) already (EDGESTREAM_PS_RESTARTS={PS_RESTARTS})", child=self.ps)
+        self.ps_restarts += 1
+        self.echo(f"the parameter server {describe_status(code)}: restarting it from its checkpoint "
+                  f"({self.ps_restarts} of at most {PS_RESTARTS})")
+        self._start_ps()
+        self._write_pids()
+        return None
 
     def _start_producer_when_ready(self) -> None:
         """Start the producer once every trainer is ready (rendezvous done, consumers open: it wrote
@@ -376,9 +408,12 @@ class LocalRun:
     # ------------------------------------------------------------ the children's phase
     def _watch(self, signals: _Signals, state: LiveState, view: View, tail: RanksTail) -> _Outcome:
         first_done: float | None = None
+        ps_tail = JsonlTail(self.path / "ranks" / PS_FILE) if self.ps_family else None
         while True:
             self._start_producer_when_ready()
             state.add(tail.read())
+            if ps_tail is not None:
+                state.add_ps(ps_tail.read())
             view.update()
             if signals.signum is not None:
                 return _Outcome("signal", f"interrupted by {signal.Signals(signals.signum).name}",
@@ -399,6 +434,9 @@ class LocalRun:
             pcode = self.producer.poll() if self.producer else None
             if all(code == 0 for code in codes.values()):
                 return _Outcome("done", "finished")
+            ps_failed = self._check_ps()
+            if ps_failed is not None:
+                return ps_failed
             if pcode is not None:
                 return _Outcome("failed", f"the producer exited early ({describe_status(pcode)})", child=self.producer)
             if first_done is None and any(code == 0 for code in codes.values()):
@@ -464,6 +502,11 @@ class LocalRun:
                 first = 1 if outcome.kind == "signal" else 0
                 hurry = lambda: signals.count > first  # noqa: E731 - a second Ctrl-C: SIGKILL now
                 outcome.killed = self.children.stop(list(self.trainers.values()), grace_s=GRACE_S, hurry=hurry)
+                if self.ps is not None:  # it exits by itself once every worker was told to stop
+                    deadline = time.monotonic() + (GRACE_S if outcome.kind == "done" else 0.0)
+                    while self.ps.poll() is None and time.monotonic() < deadline and not hurry():
+                        time.sleep(0.05)
+                    outcome.killed += self.children.stop([self.ps], grace_s=GRACE_S, hurry=hurry)
                 grace = PRODUCER_STOP_S if outcome.kind == "done" else GRACE_S
                 producer_summary, killed = self._stop_producer(grace, hurry)
                 outcome.killed += killed
@@ -484,10 +527,16 @@ class LocalRun:
                 ) -> tuple[Path, dict]:
         wall = time.monotonic() - t0
         reason = outcome.reason
+        ranks_dir = self.path / "ranks"
+        ps_summary = None
+        if self.ps_family:
+            with contextlib.suppress(ValueError, OSError):
+                ps_summary = json.loads((ranks_dir / "ps.summary.json").read_text())
         if outcome.kind == "done":
-            ranks_dir = self.path / "ranks"
             with contextlib.suppress(ValueError, OSError):
                 reason = json.loads((ranks_dir / "0.summary.json").read_text()).get("stop_reason") or reason
+            if ps_summary and ps_summary.get("stop_reason") and reason in ("finished", None):
+                reason = ps_summary["stop_reason"]
         extra = {"run_dir": str(self.path), "bootstrap": self.bootstrap, "resumed": self.resumed,
                  "session_wall_s": round(wall, 3),
                  "children_stop_s": round(outcome.stop_s, 3) if outcome.stop_s is not None else None,
@@ -495,6 +544,9 @@ class LocalRun:
                  "producer": {k: producer_summary.get(k) for k in ("produced", "delivered", "failed",
                                                                    "unacknowledged", "duration_s")}
                  if producer_summary else None}
+        if self.ps_family:
+            extra["ps"] = {**(ps_summary or {"status": "no summary (the parameter server did not finish)"}),
+                           "restarts": self.ps_restarts}
         summary = write_local_rundir(self.path, self.plan, self.run_name, wall_s=previous_wall + wall,
                                      stop_reason=reason, extra=extra)
         if outcome.kind == "failed":

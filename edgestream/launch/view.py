@@ -61,6 +61,15 @@ class LiveState:
         self.accuracy: float | None = None
         self.eval_step: int | None = None
         self.status = "starting"
+        self.ps: PSState | None = None     # a parameter-server run's PS figures
+
+    def add_ps(self, records: list[dict]) -> None:
+        """Records of the parameter server's ranks/ps.jsonl."""
+        if self.ps is None:
+            self.ps = PSState()
+        self.add([(-1, r) for r in records if r.get("kind") == "eval"])
+        for rec in records:
+            self.ps.add(rec)
 
     def add(self, items: list[tuple[int, dict]]) -> None:
         for rank, rec in items:
@@ -82,7 +91,8 @@ class LiveState:
     def table(self) -> Any:
         from rich.table import Table
 
-        t = Table(title=self.headline(), title_justify="left", expand=False)
+        t = Table(title=self.headline(), title_justify="left", expand=False,
+                  caption=self.ps.text() if self.ps is not None else None, caption_justify="left")
         for col in ("device", "step", "rate/s", "trained/s", "batch", "buffer", "dropped", "wait", "compute",
                     "comm", "loss"):
             t.add_column(col, justify="right")
@@ -108,7 +118,50 @@ class LiveState:
         if shares:
             n = len(shares)
             part.append("wait/compute/comm " + "/".join(f"{sum(x[i] for x in shares) / n:.0%}" for i in range(3)))
+        if self.ps is not None:
+            part.append(self.ps.text())
         return " | ".join(part)
+
+
+@dataclass
+class PSState:
+    """The parameter server's running figures: from its "ps_stats" lines (pushes/s, version, commits,
+    rejected) and its reply lines ("ps": staleness, time a pull was held back)."""
+
+    version: int | None = None
+    pushes_per_s: float | None = None
+    pushes: int = 0
+    commits: int = 0
+    rejected: int = 0
+    replies: int = 0
+    staleness_sum: float = 0.0
+    staleness_max: int = 0
+    blocked_s: float = 0.0
+    starts: int = 0
+
+    def add(self, rec: dict) -> None:
+        kind = rec.get("kind")
+        if kind == "ps_stats":
+            self.version = rec.get("version", self.version)
+            self.pushes_per_s = rec.get("pushes_per_s", self.pushes_per_s)
+            self.pushes = int(rec.get("pushes_applied") or self.pushes)
+            self.commits = int(rec.get("commits") or self.commits)
+            self.rejected = int(rec.get("rejected") or self.rejected)
+        elif kind == "ps":
+            self.replies += 1
+            lag = int(rec.get("staleness") or 0)
+            self.staleness_sum += lag
+            self.staleness_max = max(self.staleness_max, lag)
+            self.blocked_s += float(rec.get("blocked_s") or 0.0)
+        elif kind == "ps_start":
+            self.starts += 1
+
+    def text(self) -> str:
+        mean = self.staleness_sum / self.replies if self.replies else 0.0
+        restarts = f" | restarts {self.starts - 1}" if self.starts > 1 else ""
+        return (f"PS v{_fmt(self.version)} | pushes/s {_fmt(self.pushes_per_s, '.1f')} | staleness mean {mean:.2f} "
+                f"max {self.staleness_max} | blocked {self.blocked_s:.1f} s | commits {self.commits} | "
+                f"rejected {self.rejected}{restarts}")
 
 
 def _fmt(v: Any, spec: str = "") -> str:

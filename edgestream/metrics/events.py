@@ -78,6 +78,11 @@ class EventLog:
         self._write({"kind": "eval", "time": _clean(float(time)), "step": step, "accuracy": _clean(accuracy),
                      "loss": _clean(loss)})
 
+    def record(self, kind: str, **fields) -> None:
+        """A line of another kind (e.g. the parameter server's "ps" lines): written as given, not counted
+        in the step aggregates."""
+        self._write({"kind": kind, **{k: _clean(v) for k, v in fields.items()}})
+
     def _write(self, rec: dict) -> None:
         text = json.dumps(rec, separators=(",", ":"), default=_plain) + "\n"
         with self._lock:

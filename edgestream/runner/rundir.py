@@ -110,6 +110,8 @@ def write_run(plan: Any, engine: str, build: Callable[[EventLog], InProcessEngin
 # ---------------------------------------------------------------- a real run's rank files
 
 RANK_FILE = re.compile(r"^(\d+)\.jsonl$")
+#: the parameter server's file (edgestream.ps.server): its eval lines join events.jsonl
+PS_FILE = "ps.jsonl"
 
 
 def rank_files(ranks_dir: Path) -> dict[int, Path]:
@@ -198,13 +200,16 @@ def rank_events(path: Path, starts: list[int] | None = None) -> list[dict]:
 
 
 def merged_events(ranks_dir: Path) -> list[dict]:
-    """Every rank's records (sessions stitched, see rank_events), sorted by time (ties: step lines
-    before eval lines, then by rank and file order)."""
+    """Every rank's records (sessions stitched, see rank_events) and the parameter server's eval lines,
+    sorted by time (ties: step lines before eval lines, then by rank and file order)."""
     sessions = read_sessions(ranks_dir)
     items = []
     for rank, path in rank_files(ranks_dir).items():
         for i, rec in enumerate(rank_events(path, sessions.get(rank))):
             items.append(((float(rec.get("time") or 0.0), rec.get("kind") == "eval", rank, i), rec))
+    for i, rec in enumerate(rank_events(ranks_dir / PS_FILE)):  # a PS run is scored at the PS
+        if rec.get("kind") == "eval":
+            items.append(((float(rec.get("time") or 0.0), True, -1, i), rec))
     items.sort(key=lambda x: x[0])
     return [rec for _, rec in items]
 

@@ -111,6 +111,32 @@ def _rendezvous(env: DistEnv, backend: str, timeout_s: float) -> None:
                            f"joined within {timeout_s:.0f} s ({detail})") from None
 
 
+def _join_ps(plan: Any, bootstrap: str, run: str, env: DistEnv, model: torch.nn.Module, device: torch.device,
+             stop_event: threading.Event, *, fresh: bool) -> Any:
+    """Connect worker `env.rank` to the run's parameter server through Kafka and wait until it answers
+    (a worker started before the PS waits here, logging what it waits for). A fresh worker starts from
+    the PS's current model; a resumed one keeps its checkpoint's."""
+    from confluent_kafka import KafkaException
+
+    from edgestream.kafka.admin import KafkaUnavailable
+    from edgestream.ps.client import PSClient, PSStopped
+
+    params = [p for p in model.parameters() if p.requires_grad]
+    try:
+        client = PSClient(bootstrap, run, env.rank, env.world, params, security=plan.security,
+                          stop=stop_event.is_set, device=device)
+        reply = client.join()
+    except (KafkaUnavailable, KafkaException) as exc:
+        raise TrainerError(f"device {env.rank}: the parameter server's topics on {bootstrap}: {exc}") from None
+    except PSStopped as exc:
+        raise TrainerError(f"device {env.rank}: {exc}") from None
+    if fresh:
+        with torch.no_grad():
+            for p, t in zip(params, reply.params, strict=True):
+                p.copy_(t.reshape(p.shape))
+    return client
+
+
 def train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: bool = False, digest: bool = True,
           environ: dict | None = None) -> dict:
     """Run this process's worker until the group stops; returns the rank's summary (see module doc)."""
@@ -124,6 +150,7 @@ def train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: boo
     from edgestream.runner.session import WorkerSession
     from edgestream.trainer.checkpoint import checkpoint_path, load_checkpoint, save_checkpoint
     from edgestream.trainer.collectives import DistCollectives
+    from edgestream.ps.client import PSStopped
     from edgestream.trainer.performer import Stopped, TrainerPerformer
 
     try:
@@ -167,28 +194,39 @@ def train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: boo
             dataset.load_state_dict(ckpt["stream"])
     except KafkaUnavailable as exc:
         raise TrainerError(str(exc)) from None
-    timeout_s = float(os.environ.get("EDGESTREAM_RENDEZVOUS_TIMEOUT_S", RENDEZVOUS_TIMEOUT_S))
-    try:
-        _rendezvous(env, backend, timeout_s)
-    except TrainerError:
-        dataset.close()
-        raise
+    ps_run = plan.algorithm.family == "ps"
+    ps_client = None
+    if ps_run:  # the workers meet only at the parameter server, through Kafka: no rendezvous
+        backend = "kafka-ps"
+        try:
+            ps_client = _join_ps(plan, bootstrap, run, env, model, device, stop_event, fresh=ckpt is None)
+        except TrainerError:
+            dataset.close()
+            raise
+    else:
+        timeout_s = float(os.environ.get("EDGESTREAM_RENDEZVOUS_TIMEOUT_S", RENDEZVOUS_TIMEOUT_S))
+        try:
+            _rendezvous(env, backend, timeout_s)
+        except TrainerError:
+            dataset.close()
+            raise
 
     (ranks / f"{env.rank}.ready").touch()  # rendezvous done, consumers open (the orchestrator waits for it)
     meters: dict[int, StepMeter] = {}
     every = plan.checkpoint_every
     compute = plan.compute
-    performer = TrainerPerformer(env.rank, model, optimizer, dataset, DistCollectives(env.rank, env.world), meters,
+    performer = TrainerPerformer(env.rank, model, optimizer, dataset,
+                                 None if ps_run else DistCollectives(env.rank, env.world), meters,
                                  device=device, static=compute.factor(env.rank), dynamic=compute.dynamic,
                                  seed=plan.seed, defer_acks=every is not None,
                                  time_offset=ckpt["elapsed_s"] if ckpt else 0.0, stop_event=stop_event,
-                                 due_time=None if ckpt else plan.due_time(env.rank))
+                                 due_time=None if ckpt else plan.due_time(env.rank), ps=ps_client)
     if ckpt is not None:
         performer.samples = int(ckpt.get("samples", 0))
     stop = plan.stop_rule()
     events = EventLog(ranks / f"{env.rank}.jsonl", append=resume, live=True)
     evaluation = None
-    if env.rank == 0:
+    if env.rank == 0 and not ps_run:  # a PS run is scored at the PS (its W)
         ds = plan.dataset
         x_test = ds.normalize(torch.from_numpy(ds.x_test)).to(device)
         y_test = torch.from_numpy(ds.y_test).long().to(device)
@@ -221,6 +259,8 @@ def train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: boo
 
     session = WorkerSession(plan, env.rank, performer, stop=stop, events=events, meters=meters,
                             param_names=param_names(model), signal=stop_event.is_set, on_log=[at_log])
+    performer.push_id = lambda: session.ctx.step  # a push's id: the worker's step (the PS drops repeats)
+    performer.stop_reason = lambda: session.stop.reason
     if ckpt is not None:
         session.resume(ckpt["step"], ckpt["state"])
     t_start = time.monotonic()
@@ -230,6 +270,9 @@ def train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: boo
     except Stopped:
         status = "stopped"
         raise TrainerError(f"device {env.rank}: stopped by a signal while waiting for stream data") from None
+    except PSStopped as exc:
+        status = "stopped"
+        raise TrainerError(f"device {env.rank}: {exc}") from None
     except (RuntimeError, dist.DistError) as exc:  # a peer died or the group broke: one line, details in the log
         status = "failed"
         text = " ".join(str(exc).split())
@@ -249,12 +292,15 @@ def train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: boo
             checkpoint(session)
         events.close()
         dataset.close()
+        if ps_client is not None:
+            ps_client.close()
         if dist.is_initialized():
             dist.destroy_process_group()
         logging.getLogger("edgestream").removeHandler(handler)
         handler.close()
     totals = dataset.totals
-    summary = {**session.summary(), "device": str(device), "backend": backend, "samples": performer.samples,
+    summary = {**session.summary(), **({"stop_reason": performer.ps_reason} if performer.ps_reason and
+                                         session.stop.reason is None else {}), "device": str(device), "backend": backend, "samples": performer.samples,
                "acked_samples": performer.acked_samples, "dropped": totals["dropped"], "dlq": totals["dlq"],
                "injected_in": totals["injected_in"], "injected_out": totals["injected_out"],
                "wall_s": round(time.monotonic() - t_start, 3), "resumed": resume}

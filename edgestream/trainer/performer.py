@@ -12,6 +12,11 @@
 * Inject: `KafkaStreamDataset.inject` (the `<run>.inj.<j>` topics). Ack: the batch's offsets are
   committed after the step is applied -- or, when checkpoints are on, with the next checkpoint (so a
   resumed run never trains an acknowledged sample twice).
+* Push / Pull (parameter-server algorithms): the run's PS through Kafka (`edgestream.ps.client.PSClient`):
+  a push returns once the broker acknowledged it (its id: the worker's step); a pull waits for the PS's
+  reply, which says how long the PS held it (`blocked_s`) and how stale the worker's pushes were when they
+  arrived (`staleness`, versions applied since the model the update was computed on). Every step line
+  of a PS worker carries the last known `staleness`.
 * Now: monotonic seconds since the trainer started (plus the resumed run's elapsed time). Sleep: sleeps.
 """
 
@@ -44,6 +49,9 @@ from edgestream.sync.requests import (
     Log,
     Now,
     Poll,
+    Pull,
+    Pulled,
+    Push,
     SetParams,
     Sleep,
     Start,
@@ -77,7 +85,8 @@ class TrainerPerformer:
                  collectives: DistCollectives, meters: dict[int, StepMeter], *, device: torch.device,
                  static: float = 1.0, dynamic: float = 0.0, seed: int = 0, defer_acks: bool = False,
                  time_offset: float = 0.0, stop_event: threading.Event | None = None,
-                 take_timeout_s: float = 1.0, due_time: Callable[[int], float] | None = None) -> None:
+                 take_timeout_s: float = 1.0, due_time: Callable[[int], float] | None = None,
+                 ps: Any = None, push_id: Callable[[], int] | None = None) -> None:
         self.rank, self.model, self.optimizer, self.dataset = rank, model, optimizer, dataset
         self.collectives, self.meters, self.device = collectives, meters, device
         self.params = [p for p in model.parameters() if p.requires_grad]
@@ -91,6 +100,11 @@ class TrainerPerformer:
         self.due_time = due_time
         self.stop_event = stop_event or threading.Event()
         self.take_timeout_s = take_timeout_s
+        self.ps = ps                      # PSClient of a parameter-server run
+        self.push_id = push_id            # the worker's step at a push (its id), set by the host
+        self.stop_reason: Callable[[], str | None] | None = None  # why the worker votes stop (set by the host)
+        self.staleness: int | None = None  # of the worker's latest pushes, from the PS's last reply
+        self.ps_reason: str | None = None  # why the PS said stop (its stop reason)
         self.handles: dict[int, Pending] = {}
         self._next_handle = 0
         self.samples = self.acked_samples = 0
@@ -213,8 +227,7 @@ class TrainerPerformer:
     # ------------------------------------------------------------------ collectives
     def _start(self, req: Start) -> Handle:
         if not isinstance(req.request, (AllReduce, AllGather)):
-            raise TypeError(f"the trainer starts collectives only, not {type(req.request).__name__} "
-                            f"(parameter-server algorithms run in the simulator)")
+            raise TypeError(f"the trainer starts collectives only, not {type(req.request).__name__}")
         handle = Handle(self._next_handle)
         self._next_handle += 1
         self.handles[handle.id] = self.collectives.start(req.request)
@@ -245,18 +258,45 @@ class TrainerPerformer:
         return self.now(self.rank)
 
     def _log(self, req: Log) -> None:
+        if self.staleness is not None:
+            self.meters[self.rank].gauge(staleness=self.staleness)
         return None  # the driver writes the step line
+
+    # ------------------------------------------------------------------ parameter server
+    def _ps(self) -> Any:
+        if self.ps is None:
+            raise TypeError("Push/Pull: this trainer has no parameter server (the run's algorithm is not a PS one)")
+        return self.ps
+
+    def _push(self, req: Push) -> None:
+        ps = self._ps()
+        reason = self.stop_reason() if req.stop and self.stop_reason is not None else None
+        meta = {"reason": reason, "n": int(req.n), "loss": req.loss, "lr": float(req.lr), "stop": bool(req.stop),
+                "commit": bool(req.commit), "losses": [list(x) for x in req.losses] if req.losses is not None else None,
+                "nbytes": req.wire_bytes(), "origin": time.time() - self.now(self.rank)}
+        step = int(self.push_id()) if self.push_id is not None else 0
+        sent = ps.push(req.update, step, version=req.version, meta=meta)
+        self.meters[self.rank].count(pushes=1, push_bytes=sent)
+
+    def _pull(self, req: Pull) -> Pulled:
+        reply = self._ps().pull()
+        blocked = float(reply.meta.get("blocked_s") or 0.0)
+        self.meters[self.rank].count(pulls=1, pull_bytes=reply.nbytes, blocked_s=blocked)
+        if reply.meta.get("staleness") is not None:
+            self.staleness = int(reply.meta["staleness"])
+        if reply.stop and reply.meta.get("reason"):
+            self.ps_reason = str(reply.meta["reason"])
+        return Pulled([t.to(self.device) for t in reply.params], reply.version, reply.stop, reply.info)
 
     def _sleep(self, req: Sleep) -> None:
         self.stop_event.wait(req.seconds)
 
 
 #: request kind -> the TrainerPerformer method that performs it. Its keys are the "local" engine's
-#: capabilities (runner/engines.py): the collective family; the parameter-server requests (Push, Pull)
-#: are not performed by trainers yet
+#: capabilities (runner/engines.py): the collective family and, through the Kafka PS, the parameter-server one
 HANDLERS: dict[type, str] = {
     TakeBatch: "_take", Compute: "_compute", AllReduce: "_collective", AllGather: "_collective", Start: "_start",
     Poll: "_poll", Wait: "_wait", Apply: "_apply", GetParams: "_get_params", SetParams: "_set_params", Ack: "_ack",
-    Inject: "_inject", Now: "_now", Sleep: "_sleep", Log: "_log",
+    Inject: "_inject", Now: "_now", Sleep: "_sleep", Log: "_log", Push: "_push", Pull: "_pull",
 }
 PERFORMS: frozenset[type] = frozenset(HANDLERS)

@@ -1,0 +1,1 @@
+"""The parameter server reached through Kafka: wire format, transport, server process."""

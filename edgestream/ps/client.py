@@ -1,0 +1,131 @@
+"""A worker's side of the Kafka parameter server (edgestream.ps.server): join, push, pull.
+
+* `join()`: sends "hello" and waits for the PS's answer (the current model, its version, the worker's
+  last applied push id and next request id). A worker started before the PS waits here and says every
+  `note_s` seconds what it waits for.
+* `push(update, push_id, ...)`: the update's chunks go to `<run>.ps.push`; returns once the broker
+  acknowledged them (then the push survives a PS crash: the restarted PS replays it). push_id is the
+  worker's step: ids only grow, so the PS drops a re-sent one.
+* `pull()`: sends a pull request (id `next_request`) after the worker's pushes (one partition: the PS
+  sees them in order) and waits for the reply with that id on `<run>.ps.pull.<i>`, ignoring replies to
+  earlier requests (re-sent by a restarted PS). The PS holds the reply as long as the algorithm says.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from torch import Tensor
+
+from edgestream.ps.transport import Receiver, Sender, chunk_bytes, ensure_ps_topics, pull_topic, push_topic
+from edgestream.ps.wire import Envelope, Reassembler, WireError, tensor_bytes
+
+log = logging.getLogger("edgestream.ps.client")
+
+
+class PSStopped(RuntimeError):
+    """The worker was asked to stop (signal) while it waited for the PS."""
+
+
+@dataclass
+class Reply:
+    """A PS reply: the model, its version, stop, the coordinator's info and the PS's facts
+    (blocked_s, staleness, ...) and the bytes it took on the wire."""
+
+    params: list[Tensor]
+    version: int
+    stop: bool
+    info: dict[str, Any] = field(default_factory=dict)
+    meta: dict[str, Any] = field(default_factory=dict)
+    nbytes: int = 0
+
+
+class PSClient:
+    """Worker `worker`'s connection to the PS of run `run` (module doc)."""
+
+    def __init__(self, bootstrap: str, run: str, worker: int, world: int, model: Sequence[Tensor], *,
+                 security: Mapping[str, str] | None = None, stop: Callable[[], bool] | None = None,
+                 note_s: float = 10.0, device: Any = "cpu") -> None:
+        self.run, self.worker = run, worker
+        self.model_bytes = tensor_bytes(list(model))
+        ensure_ps_topics(bootstrap, run, world, self.model_bytes, security)
+        self.topic = push_topic(run)
+        self.reply_topic = pull_topic(run, worker)
+        # read replies from the topic's current end: replies to an earlier session's requests are not ours
+        self.receiver = Receiver(bootstrap, self.reply_topic, f"{run}.ps.worker.{worker}", None, security)
+        self.sender = Sender(bootstrap, chunk_bytes(self.model_bytes), security)
+        self.reasm = Reassembler(run, device=device)
+        self.stop = stop or (lambda: False)
+        self.note_s = float(note_s)
+        self.next_request = 1
+        self.last_push_id = 0
+        self.rejected = 0
+
+    def _await(self, match: Callable[[Envelope], bool], what: str) -> tuple[Envelope, int]:
+        """The first reply `match` accepts (its envelope and the bytes of its chunks)."""
+        t0 = last_note = time.monotonic()
+        nbytes = 0
+        while True:
+            if self.stop():
+                raise PSStopped(f"stopped while waiting for {what}")
+            for raw in self.receiver.poll(0.05):
+                if raw.value is None:
+                    continue
+                nbytes += len(raw.value)
+                try:
+                    env = self.reasm.add(raw.value)
+                except WireError as exc:
+                    self.rejected += 1
+                    log.warning("worker %d: rejected a message on %s: %s", self.worker, self.reply_topic, exc)
+                    continue
+                if env is None:
+                    continue
+                if env.kind == "reply" and env.worker == self.worker and match(env):
+                    return env, nbytes
+                nbytes = 0  # a reply to an earlier request: not ours
+            t = time.monotonic()
+            if t - last_note >= self.note_s:
+                last_note = t
+                log.info("worker %d: still waiting for %s on %s (%.0f s; is `edgestream ps` running for run %s?)",
+                         self.worker, what, self.reply_topic, t - t0, self.run)
+
+    def join(self) -> Reply:
+        """Say hello and wait for the PS; the reply carries the current model."""
+        nonce = uuid.uuid4().hex[:12]
+        log.info("worker %d: joining the parameter server of run %s (hello on %s, waiting on %s)", self.worker,
+                 self.run, self.topic, self.reply_topic)
+        self.sender.send(self.topic, Envelope(self.run, "hello", self.worker, 0, 0, {"nonce": nonce}))
+        env, nbytes = self._await(lambda e: e.meta.get("hello") == nonce, "the parameter server to answer hello")
+        self.next_request = int(env.meta.get("next_request", 1))
+        self.last_push_id = int(env.meta.get("last_push", 0))
+        log.info("worker %d: joined at model version %d", self.worker, env.version)
+        return Reply(env.tensors, env.version, bool(env.meta.get("stop")), dict(env.meta.get("info") or {}),
+                     env.meta, nbytes)
+
+    def push(self, update: Sequence[Tensor], push_id: int, *, version: int, meta: dict[str, Any]) -> int:
+        """Send one update (id `push_id`, computed on model `version`); returns the bytes sent."""
+        if push_id <= self.last_push_id:
+            log.info("worker %d: push %d was applied before (last %d): the PS will drop it", self.worker, push_id,
+                     self.last_push_id)
+        return self.sender.send(self.topic, Envelope(self.run, "push", self.worker, int(push_id), int(version),
+                                                     meta, [t.detach() for t in update]))
+
+    def pull(self) -> Reply:
+        """Ask for the model and wait for the PS's reply to this request."""
+        seq = self.next_request
+        self.next_request += 1
+        self.sender.send(self.topic, Envelope(self.run, "pull", self.worker, seq, 0, {}))
+        env, nbytes = self._await(lambda e: e.seq == seq and "hello" not in e.meta,
+                                  f"the parameter server's reply to pull {seq}")
+        return Reply(env.tensors, env.version, bool(env.meta.get("stop")), dict(env.meta.get("info") or {}),
+                     env.meta, nbytes)
+
+    def close(self) -> None:
+        self.sender.close()
+        self.receiver.close()
+

@@ -1,0 +1,446 @@
+"""`edgestream ps`: the parameter server of a real run, reached only through Kafka.
+
+It hosts the run's coordinator (the algorithm's `sync/` object, the one the simulator hosts as a PS
+node) behind the run's PS topics (edgestream.ps.transport) and answers in real time:
+
+* push: an update from a worker (`Envelope` kind "push", seq = the worker's step: the push id). A push
+  whose id is not above the last one applied for that worker is a duplicate (a replay after a PS
+  restart, a resumed worker re-sending) and is dropped; otherwise `Coordinator.push(worker, Push, now)`.
+* pull: a pull request (seq = the worker's request id). It waits in `pending` until
+  `Coordinator.ready(worker, now)`; then the reply (`Coordinator.pull`: the model, version, stop, info)
+  goes to `<run>.ps.pull.<worker>`. Blocking semantics (SSP's bound, ElasticBSP's barrier, BSP's
+  round) are the PS delaying this reply; the reply says how long it was held (`blocked_s`) and the
+  staleness of the worker's pushes since its last reply (versions applied between the model the
+  update was computed on and its arrival).
+* hello: a worker joining (its first message, and again after a restart): answered at once with the
+  current model and version and the worker's last applied push id, outside the coordinator.
+* timers: `Coordinator.next_timer()` is honoured between messages (ADSP's checkpoints, barriers).
+
+A message that is malformed, truncated, fails its checksum or names another run is rejected with a
+reason into the run's DLQ and counted (`rejected`); it is never applied.
+
+Crash safety: every `checkpoint_s` seconds (and at a stop) the PS writes `checkpoints/ps.pt`: the
+coordinator's state (model, server optimizer, algorithm state), the push-topic offset to replay from,
+the per-worker last push and request ids, the pending pulls and the counters. A restarted PS loads it
+and reads the push topic from that offset: pushes after it are applied (none is lost: a worker's push
+returns only once the broker acknowledged it), those before it are dropped by id (none is applied
+twice). The offset never passes a message whose chunks are still being collected.
+
+Evaluation: the PS scores its W every `eval.every_s` seconds of stream time (time since the workers'
+streams began, as the workers' step lines count it) into `ranks/ps.jsonl`; reaching
+stop.target_accuracy stops the run (`Coordinator.stop()`: every pull then returns with stop). The PS
+exits once every worker received a reply that says stop. Files: `ranks/ps.jsonl` (eval lines,
+"ps" lines: one per reply, and a "ps_stats" line every second), `ranks/ps.log`,
+`ranks/ps.summary.json`, `checkpoints/ps.pt`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from edgestream.ps.transport import Receiver, Sender, chunk_bytes, ensure_ps_topics, pull_topic, push_topic
+from edgestream.ps.wire import Envelope, Reassembler, WireError, peek, tensor_bytes
+from edgestream.sync.requests import Push
+
+log = logging.getLogger("edgestream.ps")
+
+CHECKPOINT_FORMAT = 1
+#: seconds between the PS's checkpoints (and its stats lines)
+CHECKPOINT_S = float(os.environ.get("EDGESTREAM_PS_CHECKPOINT_S", "2.0"))
+STATS_S = 1.0
+
+
+class PSError(RuntimeError):
+    """A problem a user can fix; one line."""
+
+
+def ps_checkpoint_path(run_dir: Path) -> Path:
+    return Path(run_dir) / "checkpoints" / "ps.pt"
+
+
+class ParameterServer:
+    """The PS of run `run` for `plan` (module doc). `run()` serves until every worker was told to stop
+    (returns the summary) or `stop_event` is set (checkpoints, returns the summary with status stopped)."""
+
+    def __init__(self, plan: Any, run: str, bootstrap: str, run_dir: Path, *,
+                 stop_event: threading.Event | None = None, checkpoint_s: float = CHECKPOINT_S,
+                 evaluate: bool = True) -> None:
+        from edgestream.consumers.dlq import DeadLetters
+
+        if plan.algorithm.coordinator is None:
+            raise PSError(f"algorithm.name: {plan.algorithm.name!r} is not a parameter-server algorithm "
+                          "(it runs with --engine local without a PS)")
+        self.plan, self.run_name, self.bootstrap = plan, run, bootstrap
+        self.run_dir = Path(run_dir)
+        self.world = plan.world
+        self.stop_event = stop_event or threading.Event()
+        self.checkpoint_s = float(checkpoint_s)
+        self.model = plan.build_model()
+        initial = [p for p in self.model.parameters() if p.requires_grad]
+        self.params = initial
+        self.coord = plan.algorithm.coordinator(plan.server_context(), initial)
+        self.model_bytes = tensor_bytes(initial)
+        self.chunk = chunk_bytes(self.model_bytes)
+        # ids and bookkeeping (all in the checkpoint)
+        self.offset: int | str = "beginning"   # push-topic offset to replay from
+        self.last_push = [0] * self.world      # highest push id applied per worker
+        self.last_request = [0] * self.world   # highest pull request id registered per worker
+        self.pending: dict[int, tuple[int, float]] = {}  # worker -> (request id, when it arrived: PS time)
+        self.staleness_since = [0] * self.world  # largest staleness of the worker's pushes since its last reply
+        self.told_stop = [False] * self.world
+        self.counts = {"pushes_received": 0, "pushes_applied": 0, "duplicates_dropped": 0, "rejected": 0,
+                       "pulls_answered": 0, "hellos": 0, "commits": 0, "staleness_sum": 0, "staleness_max": 0,
+                       "blocked_s_total": 0.0, "replayed": 0}
+        self.blocked_s = [0.0] * self.world
+        self.starts = 1
+        self.elapsed0 = 0.0
+        self.origin_wall: float | None = None   # wall time of the streams' start (from the workers' pushes)
+        ckpt = ps_checkpoint_path(self.run_dir)
+        self.resumed = ckpt.exists()
+        if self.resumed:
+            self._load(ckpt)
+        self.t0 = time.monotonic() - self.elapsed0
+        self.partial_start: dict[tuple[str, int], int] = {}  # (kind, worker) -> offset of its first chunk
+        self.reasm = Reassembler(run)
+        self.dlq = DeadLetters(bootstrap, run, plan.security)
+        self.next_eval = 0.0
+        self._evaluate = evaluate
+        self.reason: str | None = None
+        self.replay_until: int | None = None
+
+    # ------------------------------------------------------------------ time
+    def now(self) -> float:
+        """PS time: monotonic seconds since the PS first started (continued across restarts)."""
+        return time.monotonic() - self.t0
+
+    def stream_now(self) -> float:
+        """Seconds since the workers' streams began (their engine time), once a push said when."""
+        return 0.0 if self.origin_wall is None else max(0.0, time.time() - self.origin_wall)
+
+    # ------------------------------------------------------------------ checkpoint
+    def state_dict(self) -> dict[str, Any]:
+        first_partial = min(self.partial_start.values(), default=None)
+        offset = self.offset if first_partial is None else first_partial
+        return {"format": CHECKPOINT_FORMAT, "run": self.run_name, "coordinator": self.coord.state_dict(),
+                "offset": offset, "last_push": list(self.last_push), "last_request": list(self.last_request),
+                "pending": {int(w): [int(s), float(t)] for w, (s, t) in self.pending.items()},
+                "staleness_since": list(self.staleness_since), "told_stop": list(self.told_stop),
+                "counts": dict(self.counts), "blocked_s": list(self.blocked_s), "starts": self.starts,
+                "elapsed_s": self.now(), "origin_wall": self.origin_wall, "reason": self.reason}
+
+    def checkpoint(self) -> None:
+        path = ps_checkpoint_path(self.run_dir)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        torch.save(self.state_dict(), tmp)
+        os.replace(tmp, path)
+
+    def _load(self, path: Path) -> None:
+        try:
+            st = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as exc:  # noqa: BLE001 - a damaged file: one line naming it
+            raise PSError(f"{path}: not a readable PS checkpoint ({type(exc).__name__}); delete it to start the "
+                          "PS from scratch") from None
+        if not isinstance(st, dict) or st.get("format") != CHECKPOINT_FORMAT:
+            raise PSError(f"{path}: PS checkpoint format {st.get('format') if isinstance(st, dict) else None!r}, "
+                          f"this edgestream reads {CHECKPOINT_FORMAT}")
+        if st.get("run") != self.run_name:
+            raise PSError(f"{path}: a checkpoint of run {st.get('run')!r}, not {self.run_name!r}")
+        self.coord.load_state_dict(st["coordinator"])
+        self.offset = st["offset"]
+        self.last_push = [int(x) for x in st["last_push"]]
+        self.last_request = [int(x) for x in st["last_request"]]
+        self.pending = {int(w): (int(v[0]), float(v[1])) for w, v in st["pending"].items()}
+        self.staleness_since = [int(x) for x in st["staleness_since"]]
+        self.told_stop = [bool(x) for x in st["told_stop"]]
+        self.counts.update(st["counts"])
+        self.blocked_s = [float(x) for x in st["blocked_s"]]
+        self.starts = int(st["starts"]) + 1
+        self.elapsed0 = float(st["elapsed_s"])
+        self.origin_wall = st.get("origin_wall")
+        self.reason = st.get("reason")
+
+    # ------------------------------------------------------------------ messages
+    def _reject(self, raw: Any, reason: str, *, keep_value: bool = True) -> None:
+        self.counts["rejected"] += 1
+        log.warning("rejected a message at %s offset %d: %s", push_topic(self.run_name), raw.offset, reason)
+        self.dlq.send(raw.value if keep_value else None, reason, source_topic=push_topic(self.run_name),
+                      offset=raw.offset, key=raw.key)
+
+    def handle_raw(self, raw: Any) -> None:
+        """One Kafka message of the push topic: reassemble, then act on a complete envelope."""
+        self.offset = raw.offset + 1
+        if raw.value is None:
+            self._reject(raw, "empty message")
+            return
+        try:
+            head = peek(raw.value)
+        except WireError as exc:
+            self._reject(raw, str(exc))
+            return
+        key = (head.kind, head.worker)
+        started = key not in self.partial_start
+        if started:  # the replay offset must not pass a message still being collected
+            self.partial_start[key] = raw.offset
+        try:
+            env = self.reasm.add(raw.value)
+        except WireError as exc:
+            if started:
+                self.partial_start.pop(key, None)
+            self._reject(raw, str(exc))
+            return
+        for reason in self.reasm.drain_lost():  # an older message lost chunks; this one began here
+            self.partial_start[key] = raw.offset
+            self._reject(raw, reason, keep_value=False)
+        if env is None:
+            return
+        self.partial_start.pop(key, None)
+        if not 0 <= env.worker < self.world:
+            self._reject(raw, f"worker {env.worker} is outside the run's devices 0-{self.world - 1}")
+            return
+        if self.replay_until is not None and raw.offset < self.replay_until:
+            self.counts["replayed"] += 1
+        try:
+            {"push": self._push, "pull": self._pull, "hello": self._hello}[env.kind](env)
+        except KeyError:
+            self._reject(raw, f"a {env.kind!r} message on the push topic")
+        except (ValueError, TypeError, RuntimeError) as exc:  # a push that does not fit the model
+            self._reject(raw, f"{env.kind} of worker {env.worker} seq {env.seq}: {exc}")
+
+    def _push(self, env: Envelope) -> None:
+        w = env.worker
+        self.counts["pushes_received"] += 1
+        if env.seq <= self.last_push[w]:
+            self.counts["duplicates_dropped"] += 1
+            log.info("dropped a duplicate push of worker %d (id %d, last applied %d)", w, env.seq, self.last_push[w])
+            return
+        m = env.meta
+        if len(env.tensors) != len(self.params) or any(t.shape != p.shape for t, p in zip(env.tensors, self.params)):
+            raise ValueError(f"{len(env.tensors)} tensors do not match the model's {len(self.params)} parameters")
+        if self.origin_wall is None and m.get("origin") is not None:
+            self.origin_wall = float(m["origin"])
+            if self._evaluate and self.next_eval == 0.0:
+                self._eval()
+        losses = m.get("losses")
+        push = Push([t.to(p.dtype) for t, p in zip(env.tensors, self.params, strict=True)], version=env.version,
+                    n=int(m.get("n", 0)), loss=m.get("loss"), lr=float(m.get("lr", 0.0)), stop=bool(m.get("stop")),
+                    commit=bool(m.get("commit")), losses=[tuple(x) for x in losses] if losses is not None else None,
+                    nbytes=m.get("nbytes"))
+        facts = self.coord.push(w, push, self.now())
+        lag = int(facts.get("staleness", 0))
+        self.last_push[w] = env.seq
+        self.counts["pushes_applied"] += 1
+        self.counts["commits"] += int(push.commit)
+        self.counts["staleness_sum"] += lag
+        self.counts["staleness_max"] = max(self.counts["staleness_max"], lag)
+        self.staleness_since[w] = max(self.staleness_since[w], lag)
+        self.events.record("ps_push", time=self.stream_now(), worker=w, id=env.seq, version=env.version,
+                           staleness=lag, applied_version=self.coord.version)
+        if push.stop and self.reason is None:
+            self.reason = str(m.get("reason") or "worker_stop")
+
+    def _pull(self, env: Envelope) -> None:
+        w = env.worker
+        if env.seq <= self.last_request[w]:
+            return  # replayed request, registered (and answered) before
+        self.last_request[w] = env.seq
+        self.pending[w] = (env.seq, self.now())
+
+    def _hello(self, env: Envelope) -> None:
+        w = env.worker
+        self.counts["hellos"] += 1
+        meta = {"hello": env.meta.get("nonce"), "last_push": self.last_push[w], "next_request": self.last_request[w] + 1,
+                "stop": self.coord.stopping, "info": {}}
+        self.sender.send(pull_topic(self.run_name, w), Envelope(self.run_name, "reply", w, env.seq, self.coord.version,
+                                                                meta, list(self.coord.model())))
+        log.info("worker %d joined (last push %d)", w, self.last_push[w])
+
+    def release(self) -> None:
+        """Answer every pending pull the coordinator lets return now."""
+        now = self.now()
+        for w in sorted(self.pending):
+            if not self.coord.ready(w, now):
+                continue
+            seq, since = self.pending.pop(w)
+            reply = self.coord.pull(w, now)
+            blocked = max(0.0, now - since)
+            self.blocked_s[w] += blocked
+            self.counts["blocked_s_total"] += blocked
+            self.counts["pulls_answered"] += 1
+            stale, self.staleness_since[w] = self.staleness_since[w], 0
+            meta = {"stop": bool(reply.stop), "info": _plain(reply.info), "blocked_s": blocked, "staleness": stale,
+                    "reason": self.reason}
+            self.sender.send(pull_topic(self.run_name, w), Envelope(self.run_name, "reply", w, seq, reply.version,
+                                                                    meta, reply.params))
+            if reply.stop:
+                self.told_stop[w] = True
+            self.events.record("ps", time=self.stream_now(), ps_time=round(now, 6), worker=w, request=seq,
+                               version=reply.version, stop=bool(reply.stop), blocked_s=round(blocked, 6),
+                               staleness=stale, pushes=list(self.coord.pushes), info=_plain(reply.info))
+
+    def timers(self) -> None:
+        at = self.coord.next_timer()
+        if at is not None and self.now() >= at:
+            self.coord.timer(self.now())
+
+    def _eval(self) -> None:
+        from edgestream.runner.evaluate import evaluate
+
+        with torch.no_grad():
+            for p, w in zip(self.params, self.coord.model(), strict=True):
+                p.copy_(w)
+        now = self.stream_now()
+        acc, loss = evaluate(self.model, self.x_test, self.y_test)
+        self.events.evaluation(now, self.coord.version, acc, loss)
+        log.info("eval t=%.1fs version %d accuracy %.4f", now, self.coord.version, acc)
+        self.next_eval = now + self.plan.eval_every_s
+        target = self.plan.target_accuracy
+        if target is not None and acc >= target and not self.coord.stopping:
+            self.reason = "target_accuracy"
+            self.coord.stop()
+
+    # ------------------------------------------------------------------ the loop
+    def run(self) -> dict[str, Any]:
+        from edgestream.metrics import EventLog
+
+        run_dir = self.run_dir
+        (run_dir / "ranks").mkdir(parents=True, exist_ok=True)
+        ensure_ps_topics(self.bootstrap, self.run_name, self.world, self.model_bytes, self.plan.security)
+        self.events = EventLog(run_dir / "ranks" / "ps.jsonl", append=True, live=True)
+        if self._evaluate:
+            ds = self.plan.dataset
+            self.x_test = ds.normalize(torch.from_numpy(ds.x_test))
+            self.y_test = torch.from_numpy(ds.y_test).long()
+        self.sender = Sender(self.bootstrap, self.chunk, self.plan.security)
+        receiver = Receiver(self.bootstrap, push_topic(self.run_name), f"{self.run_name}.ps", self.offset,
+                            self.plan.security)
+        if self.resumed:
+            try:
+                _, high = receiver.consumer.get_watermark_offsets(receiver.consumer.assignment()[0], timeout=10.0)
+                self.replay_until = int(high)
+            except Exception:  # noqa: BLE001 - only a counter depends on it
+                self.replay_until = None
+            log.info("restarted (start %d): replaying %s from offset %s", self.starts, push_topic(self.run_name),
+                     self.offset)
+        log.info("serving run %s (%s, %d workers, model %.2f MB, chunks of %.2f MB) on %s", self.run_name,
+                 self.plan.algorithm.name, self.world, self.model_bytes / 1e6, self.chunk / 1e6, self.bootstrap)
+        self.events.record("ps_start", time=self.stream_now(), start=self.starts, offset=self.offset,
+                           last_push=list(self.last_push), version=self.coord.version)
+        last_ckpt = last_stats = time.monotonic()
+        pushes_at_stats = self.counts["pushes_applied"]
+        status = "finished"
+        try:
+            while not all(self.told_stop):
+                if self.stop_event.is_set():
+                    status = "stopped"
+                    break
+                timeout = 0.05
+                at = self.coord.next_timer()
+                if at is not None:
+                    timeout = min(timeout, max(0.0, at - self.now()))
+                for raw in receiver.poll(timeout):
+                    self.handle_raw(raw)
+                    self.timers()
+                    self.release()
+                self.timers()
+                self.release()
+                if self._evaluate and self.origin_wall is not None and self.stream_now() >= self.next_eval:
+                    self._eval()
+                    self.release()
+                t = time.monotonic()
+                if t - last_stats >= STATS_S:
+                    applied = self.counts["pushes_applied"]
+                    self.events.record("ps_stats", time=self.stream_now(), version=self.coord.version,
+                                       pushes_per_s=round((applied - pushes_at_stats) / (t - last_stats), 3),
+                                       pending=sorted(self.pending), **{k: self.counts[k] for k in (
+                                           "pushes_applied", "duplicates_dropped", "rejected", "commits")})
+                    last_stats, pushes_at_stats = t, applied
+                if t - last_ckpt >= self.checkpoint_s:
+                    self.checkpoint()
+                    last_ckpt = t
+            if status == "finished" and self._evaluate and self.origin_wall is not None:
+                self._eval()
+        finally:
+            self.checkpoint()
+            receiver.close()
+            self.sender.close()
+            self.dlq.flush()
+            self.events.close()
+        summary = self.summary(status)
+        (run_dir / "ranks" / "ps.summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        return summary
+
+    def summary(self, status: str = "finished") -> dict[str, Any]:
+        c = self.counts
+        applied = c["pushes_applied"]
+        return {"status": status, "stop_reason": self.reason, "starts": self.starts,
+                "pushes_received": c["pushes_received"], "pushes_applied": applied,
+                "duplicates_dropped": c["duplicates_dropped"], "rejected": c["rejected"],
+                "replayed": c["replayed"], "pulls_answered": c["pulls_answered"], "hellos": c["hellos"],
+                "commits": c["commits"], "staleness_mean": round(c["staleness_sum"] / applied, 4) if applied else 0.0,
+                "staleness_max": c["staleness_max"], "blocked_s": [round(b, 6) for b in self.blocked_s],
+                "blocked_s_total": round(c["blocked_s_total"], 6), "last_push": list(self.last_push),
+                "model_bytes": self.model_bytes, "chunk_bytes": self.chunk, **self.coord.summary()}
+
+
+def _plain(v: Any) -> Any:
+    """JSON-able copy of coordinator info (tensors and numpy scalars to plain values)."""
+    if isinstance(v, Mapping):
+        return {str(k): _plain(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    if isinstance(v, torch.Tensor):
+        return v.tolist()
+    if hasattr(v, "item") and callable(v.item):
+        return v.item()
+    return v
+
+
+def new_nonce() -> str:
+    return uuid.uuid4().hex[:12]
+
+
+def serve(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path) -> dict[str, Any]:
+    """The `edgestream ps` process: serve run `<name>-<run id>` until it stops; returns the summary."""
+    import signal
+
+    from edgestream.kafka.admin import KafkaUnavailable, wait_for_broker
+    from edgestream.kafka.topics import run_name
+    from edgestream.runner.engines import EngineError
+    from edgestream.runner.plan import RunPlan
+
+    try:
+        plan = RunPlan.resolve(cfg)
+    except EngineError as exc:
+        raise PSError("; ".join(exc.problems)) from None
+    run = run_name(plan.name, run_id)
+    run_dir = Path(out) / run
+    (run_dir / "ranks").mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(run_dir / "ranks" / "ps.log")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+    root = logging.getLogger("edgestream")
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+    stop_event = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda signum, frame: stop_event.set())
+    try:
+        try:
+            wait_for_broker(bootstrap, plan.security, should_stop=stop_event.is_set)
+        except KafkaUnavailable as exc:
+            raise PSError(str(exc)) from None
+        server = ParameterServer(plan, run, bootstrap, run_dir, stop_event=stop_event)
+        return server.run()
+    finally:
+        root.removeHandler(handler)
+        handler.close()
