@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from edgestream.runner.rundir import merged_events, record_session
 
 from edgestream.launch.tail import JsonlTail
+from edgestream.runner.rundir import merged_events, record_session
 
 CLI = [sys.executable, "-m", "edgestream.cli"]
 HANG_S = 240  # a whole run, start-up of three Python processes with torch on a shared 2-core machine included

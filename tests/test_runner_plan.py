@@ -128,11 +128,22 @@ def test_engine_capabilities_decide_what_runs_where() -> None:
 
     for spec in ALGORITHMS.values():
         check_runs("sim", spec)  # the simulator performs every request kind
-        if spec.family == "collective":
-            check_runs("local", spec)
-        else:
-            with pytest.raises(EngineError, match=r"engine 'local' cannot run .* Pull, Push; engines that can: sim"):
-                check_runs("local", spec)
+        check_runs("local", spec)  # trainers perform collectives, and Push/Pull through the Kafka PS
+    from edgestream.sync.requests import COLLECTIVE_REQUESTS, PS_REQUESTS
+    from edgestream.trainer.performer import PERFORMS
+
+    engines.register_engine("collectives-only", lambda cfg, **kw: (Path("."), {}),
+                            performs=PERFORMS - PS_REQUESTS)
+    try:
+        for spec in ALGORITHMS.values():
+            if spec.family == "ps":
+                with pytest.raises(EngineError, match=r"cannot run .* Pull, Push; engines that can: local, sim"):
+                    check_runs("collectives-only", spec)
+            else:
+                assert not spec.requests & PS_REQUESTS and spec.requests & COLLECTIVE_REQUESTS or spec.name
+                check_runs("collectives-only", spec)
+    finally:
+        engines.unregister_engine("collectives-only")
     engines.register_engine("bare", lambda cfg, **kw: (Path("."), {}), performs=frozenset())
     try:
         with pytest.raises(EngineError, match="does not perform .*TakeBatch"):

@@ -225,7 +225,8 @@ class ParameterServer:
             log.info("dropped a duplicate push of worker %d (id %d, last applied %d)", w, env.seq, self.last_push[w])
             return
         m = env.meta
-        if len(env.tensors) != len(self.params) or any(t.shape != p.shape for t, p in zip(env.tensors, self.params)):
+        shapes = [tuple(t.shape) for t in env.tensors]
+        if shapes != [tuple(p.shape) for p in self.params]:
             raise ValueError(f"{len(env.tensors)} tensors do not match the model's {len(self.params)} parameters")
         if self.origin_wall is None and m.get("origin") is not None:
             self.origin_wall = float(m["origin"])
@@ -259,10 +260,10 @@ class ParameterServer:
     def _hello(self, env: Envelope) -> None:
         w = env.worker
         self.counts["hellos"] += 1
-        meta = {"hello": env.meta.get("nonce"), "last_push": self.last_push[w], "next_request": self.last_request[w] + 1,
-                "stop": self.coord.stopping, "info": {}}
-        self.sender.send(pull_topic(self.run_name, w), Envelope(self.run_name, "reply", w, env.seq, self.coord.version,
-                                                                meta, list(self.coord.model())))
+        meta = {"hello": env.meta.get("nonce"), "last_push": self.last_push[w],
+                "next_request": self.last_request[w] + 1, "stop": self.coord.stopping, "info": {}}
+        reply = Envelope(self.run_name, "reply", w, env.seq, self.coord.version, meta, list(self.coord.model()))
+        self.sender.send(pull_topic(self.run_name, w), reply)
         log.info("worker %d joined (last push %d)", w, self.last_push[w])
 
     def release(self) -> None:

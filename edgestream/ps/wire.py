@@ -5,9 +5,10 @@ one or more chunks, each a Kafka value of a fixed little-endian header and a sli
 
     header  "<4sBBBBIQqIIQIIIH" = magic b"ESPS", wire version (1), kind (index in KINDS), flags (bit 0:
             the body holds sparse tensors), reserved, worker u32, seq u64, model version i64, chunk
-            index u32, chunk count u32, body length u64 (the whole body), body CRC-32, this chunk's
-            CRC-32, this chunk's length u32, run name length u16; then the run name (utf-8), then the
-            chunk's slice of the body.
+            index u32, chunk count u32, body length u64 (the whole body), body CRC-32, the chunk's
+            CRC-32 (of the whole value with this field zeroed: header, run name and slice), this
+            chunk's length u32, run name length u16; then the run name (utf-8), then the chunk's slice
+            of the body.
     body    u32 meta length, meta JSON (utf-8: {"m": the caller's meta, "t": the tensor table}), then
             the tensors' raw little-endian bytes in order. Table entries: {"dtype", "shape", "layout":
             "dense" | "sparse", "nnz"}; a sparse tensor is its flat indices (int32, int64 from 2**31
@@ -36,6 +37,7 @@ KINDS = ("push", "pull", "hello", "reply")
 DEFAULT_CHUNK_BYTES = 8 * 1024 * 1024
 _HEAD = struct.Struct("<4sBBBBIQqIIQIIIH")
 _FLAG_SPARSE = 1
+_CRC_AT = struct.calcsize("<4sBBBBIQqIIQI")  # where the chunk's CRC-32 sits in the header
 _DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32, "float64": torch.float64, "float16": torch.float16, "bfloat16": torch.bfloat16,
     "int64": torch.int64, "int32": torch.int32, "int16": torch.int16, "int8": torch.int8, "uint8": torch.uint8,
@@ -140,10 +142,11 @@ def encode(env: Envelope, max_bytes: int = DEFAULT_CHUNK_BYTES, *, sparse: bool 
     out = []
     for i in range(n):
         piece = view[i * max_bytes:(i + 1) * max_bytes]
-        head = _HEAD.pack(MAGIC, WIRE_VERSION, KINDS.index(env.kind), _FLAG_SPARSE if any_sparse else 0, 0,
-                          env.worker, env.seq, int(env.version), i, n, len(body), body_crc, zlib.crc32(piece), len(piece),
-                          len(run))
-        out.append(b"".join([head, run, piece]))
+        fields = [MAGIC, WIRE_VERSION, KINDS.index(env.kind), _FLAG_SPARSE if any_sparse else 0, 0, env.worker,
+                  env.seq, int(env.version), i, n, len(body), body_crc, 0, len(piece), len(run)]
+        crc = zlib.crc32(piece, zlib.crc32(run, zlib.crc32(_HEAD.pack(*fields))))
+        fields[12] = crc
+        out.append(b"".join([_HEAD.pack(*fields), run, piece]))
     return out
 
 
@@ -265,7 +268,8 @@ class Reassembler:
         if len(piece) != h.chunk_len:
             raise WireError(f"truncated chunk: {len(piece)} of {h.chunk_len} bytes (chunk {h.chunk} of {h.nchunks}, "
                             f"worker {h.worker} seq {h.seq})")
-        if zlib.crc32(piece) != h.chunk_crc:
+        crc = zlib.crc32(memoryview(value)[_CRC_AT + 4:], zlib.crc32(b"\0\0\0\0", zlib.crc32(value[:_CRC_AT])))
+        if crc != h.chunk_crc:
             raise WireError(f"bad checksum: chunk {h.chunk} of {h.nchunks} (worker {h.worker} seq {h.seq})")
         key = (h.kind, h.worker)
         held = self._parts.get(key)

@@ -262,5 +262,13 @@ def collect_rundir(path: Path, plan: Any) -> dict:
     reason = (ranks.get(0) or {}).get("stop_reason") or ("incomplete" if len(ranks) < plan.world else "unknown")
     wall = max((float(s.get("wall_s") or 0.0) for s in ranks.values()), default=0.0)
     missing = [r for r in range(plan.world) if r not in ranks]
-    return write_local_rundir(path, plan, path.name, wall_s=wall, stop_reason=reason,
-                              extra={"collected": True, "ranks_without_summary": missing})
+    extra: dict[str, Any] = {"collected": True, "ranks_without_summary": missing}
+    ps = ranks_dir / "ps.summary.json"
+    if ps.is_file():  # a parameter-server run: the PS's figures, and its stop reason when it stopped the run
+        try:
+            extra["ps"] = json.loads(ps.read_text())
+        except (ValueError, OSError):
+            extra["ps"] = None
+        if reason in ("finished", "unknown") and extra["ps"] and extra["ps"].get("stop_reason"):
+            reason = extra["ps"]["stop_reason"]
+    return write_local_rundir(path, plan, path.name, wall_s=wall, stop_reason=reason, extra=extra)

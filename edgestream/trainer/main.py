@@ -144,13 +144,13 @@ def train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: boo
     from edgestream.kafka.topics import run_name
     from edgestream.metrics import EventLog
     from edgestream.models import param_names
+    from edgestream.ps.client import PSStopped
     from edgestream.runner.engines import EngineError, check_runs
     from edgestream.runner.evaluate import BackgroundEvaluation
     from edgestream.runner.plan import RunPlan
     from edgestream.runner.session import WorkerSession
     from edgestream.trainer.checkpoint import checkpoint_path, load_checkpoint, save_checkpoint
     from edgestream.trainer.collectives import DistCollectives
-    from edgestream.ps.client import PSStopped
     from edgestream.trainer.performer import Stopped, TrainerPerformer
 
     try:
@@ -299,8 +299,8 @@ def train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: boo
         logging.getLogger("edgestream").removeHandler(handler)
         handler.close()
     totals = dataset.totals
-    summary = {**session.summary(), **({"stop_reason": performer.ps_reason} if performer.ps_reason and
-                                         session.stop.reason is None else {}), "device": str(device), "backend": backend, "samples": performer.samples,
+    ps_stop = {"stop_reason": performer.ps_reason} if performer.ps_reason and session.stop.reason is None else {}
+    summary = {**session.summary(), **ps_stop, "device": str(device), "backend": backend, "samples": performer.samples,
                "acked_samples": performer.acked_samples, "dropped": totals["dropped"], "dlq": totals["dlq"],
                "injected_in": totals["injected_in"], "injected_out": totals["injected_out"],
                "wall_s": round(time.monotonic() - t_start, 3), "resumed": resume}
