@@ -451,7 +451,8 @@ def compare_cmd(config: Path = typer.Argument(..., help="experiment YAML file"),
                 set_: list[str] = typer.Option(None, "--set", help="override KEY.PATH=VALUE (repeatable)"),
                 out: Path = typer.Option(None, "--out", help="parent folder; default runtime.out"),
                 run_id: str = typer.Option(None, "--run-id", help="id of the compare folder; default new"),
-                engine: str = typer.Option("sim", "--engine", help="sim | local: the engine every variant runs on"),
+                engine: str = typer.Option("sim", "--engine", help="sim | local | sim,local: the engine(s) every "
+                                           "variant runs on (sim,local: simulated and real side by side)"),
                 quiet: bool = typer.Option(False, "--quiet", help="no progress bars")) -> None:
     """Run CONFIG once per algorithm (simulated unless --engine local); write compare.md and compare.png
     and print the table.
@@ -459,8 +460,8 @@ def compare_cmd(config: Path = typer.Argument(..., help="experiment YAML file"),
     Batch rule: the config's algorithm.batch is kept for an algorithm it suits (rate/available for
     scadles, fixed for the others); otherwise the algorithm's default (scadles rate 8..1024, fixed 64).
     """
-    if engine not in ("sim", "local"):
-        _bad_input(f"--engine: {engine!r} is not allowed; must be one of sim, local")
+    if not engine or any(e not in ("sim", "local") for e in engine.split(",")):
+        _bad_input(f"--engine: {engine!r} is not allowed; must be sim, local or a comma list of them (sim,local)")
     _check_out(out)
     _check_run_id(run_id)
     cfg = _load(config, set_)

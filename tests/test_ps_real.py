@@ -122,3 +122,18 @@ def test_ps_killed_mid_run_is_restarted_and_loses_or_repeats_no_push(bootstrap: 
         assert sorted(applied[r]) == sorted(pushed[r]), f"worker {r}: applied {len(applied[r])} of {len(pushed[r])}"
     assert ps["pushes"] == [ranks[r]["steps"] for r in range(3)]  # the coordinator's own count agrees
     assert ps["replayed"] >= 0 and summary["final_accuracy"] > 0.6
+
+
+def test_compare_puts_simulated_and_real_ps_runs_side_by_side(bootstrap: str, tmp_path: Path) -> None:
+    from edgestream.runner.compare import parse_variants, run_compare
+
+    cfg = _cfg("ps-cmp", "ssp", {"s": 2}, max_steps=20)
+    folder, summaries, table = run_compare(cfg, parse_variants("ssp"), out=tmp_path, engine="sim,local",
+                                           progress=False, bootstrap=bootstrap)
+    assert list(summaries) == ["ssp@sim", "ssp@local"]
+    assert [s["engine"] for s in summaries.values()] == ["sim", "local"]
+    for label, s in summaries.items():  # the first worker at max_steps stops the run; the others within s + 1
+        pushes = s["ps"]["pushes"]
+        assert max(pushes) == 20 and min(pushes) >= 20 - 3, (label, pushes)
+    text = (folder / "compare.md").read_text()
+    assert all(label in text for label in summaries) and "ssp@local" in table

@@ -1,7 +1,10 @@
 """`run_compare`: the same config run once per algorithm (or variant) on one engine, side by side.
 
 The engine is any registered one (edgestream.runner.engines): "sim" (virtual time) by default,
-"local" for real runs through Kafka when the local orchestrator is installed.
+"local" for real runs through Kafka when the local orchestrator is installed. A comma list
+(``sim,local``) runs every variant on each engine, labelled ``<variant>@<engine>``: simulated and real
+runs of the same configs side by side (the parameter-server family included: real PS runs go through
+the Kafka parameter server).
 
 Variants: ``ddl,scadles`` or, with per-variant config overrides, ``scadles[algorithm.buffer=persist]`` or
 ``scadles[compression.name=adaptive-topk,compression.ratio=0.1]`` (KEY.PATH=VALUE as with --set; the
@@ -115,6 +118,8 @@ def _time_words(engine: str) -> tuple[str, str]:
     """(what the engine's times are, a table title) for compare.md and the terminal table."""
     if engine == "sim":
         return "virtual seconds", "simulated, virtual time"
+    if "," in engine:
+        return "virtual seconds for sim, seconds of the engine for the others", f"engines {engine}"
     return f"seconds of the {engine} engine", f"engine {engine}"
 
 
@@ -127,26 +132,35 @@ def run_compare(cfg: Any, variants: list[Variant], out: str | Path | None = None
     the first run starts. options go to the engine's run function (see runner.engines).
     """
     configs = [(v, variant_config(cfg, v)) for v in variants]
-    run = get_engine(engine)
-    if base_dir is not None:
-        options["base_dir"] = base_dir
+    engines = [e.strip() for e in engine.split(",") if e.strip()]
+    if not engines or len(set(engines)) != len(engines):
+        raise ValueError(f"--engine: {engine!r}: give one engine or a comma list of different ones")
+    runners = {e: get_engine(e) for e in engines}
     parent = Path(out if out is not None else cfg.runtime.out)
     compare_id = run_id or new_run_id()
     folder = parent / f"{cfg.name}-compare-{compare_id}"
     folder.mkdir(parents=True, exist_ok=True)
     summaries: dict[str, dict] = {}
     curves: dict[str, list[tuple[float, float]]] = {}
+    labels = []
     for v, vcfg in configs:
-        # a real engine's run id names Kafka topics too: unique per compare, so compares can repeat on a broker
-        rid = _label_id(v.label) if engine == "sim" else _label_id(f"{compare_id}-{v.label}")
-        path, summary = run(vcfg, out=folder, run_id=rid, progress=progress, **options)
-        summary["run_dir"] = str(path)
-        summary["batch"] = vcfg.algorithm.batch.spec() if vcfg.algorithm.batch else None
-        summaries[v.label] = summary
-        curves[v.short if v.short not in curves else v.label] = [(float(e["time"]), float(e["accuracy"]))
-                           for e in read_events(path / "events.jsonl")
-                           if e.get("kind") == "eval" and e.get("accuracy") is not None]
-    baseline = variants[0].label
+        for eng, run in runners.items():
+            label = v.label if len(engines) == 1 else f"{v.label}@{eng}"
+            labels.append(label)
+            # a real engine's run id names Kafka topics too: unique per compare, so compares can repeat on a broker
+            rid = _label_id(label) if eng == "sim" else _label_id(f"{compare_id}-{label}")
+            # the simulator takes base_dir; the other engines their own options (bootstrap, ...)
+            opts = ({"base_dir": base_dir} if base_dir is not None else {}) if eng == "sim" else options
+            path, summary = run(vcfg, out=folder, run_id=rid, progress=progress, **opts)
+            summary["run_dir"] = str(path)
+            summary["batch"] = vcfg.algorithm.batch.spec() if vcfg.algorithm.batch else None
+            summaries[label] = summary
+            short = v.short if len(engines) == 1 else f"{v.short}@{eng}"
+            curves[short if short not in curves else label] = [(float(e["time"]), float(e["accuracy"]))
+                                                               for e in read_events(path / "events.jsonl")
+                                                               if e.get("kind") == "eval" and e.get("accuracy")
+                                                               is not None]
+    baseline = labels[0]
     table = markdown_table(summaries, baseline=baseline)
     unit, _ = _time_words(engine)
     lines = [f"# {cfg.name}: {', '.join(summaries)}", "",
