@@ -50,7 +50,7 @@ class PSClient:
 
     def __init__(self, bootstrap: str, run: str, worker: int, world: int, model: Sequence[Tensor], *,
                  security: Mapping[str, str] | None = None, stop: Callable[[], bool] | None = None,
-                 note_s: float = 10.0, device: Any = "cpu") -> None:
+                 note_s: float = 10.0, device: Any = "cpu", echo: Callable[[str], None] | None = None) -> None:
         self.run, self.worker = run, worker
         self.model_bytes = tensor_bytes(list(model))
         ensure_ps_topics(bootstrap, run, world, self.model_bytes, security)
@@ -62,6 +62,7 @@ class PSClient:
         self.reasm = Reassembler(run, device=device)
         self.stop = stop or (lambda: False)
         self.note_s = float(note_s)
+        self.echo = echo  # where "still waiting" notes also go (the trainer: its stderr)
         self.next_request = 1
         self.last_push_id = 0
         self.rejected = 0
@@ -91,8 +92,11 @@ class PSClient:
             t = time.monotonic()
             if t - last_note >= self.note_s:
                 last_note = t
-                log.info("worker %d: still waiting for %s on %s (%.0f s; is `edgestream ps` running for run %s?)",
-                         self.worker, what, self.reply_topic, t - t0, self.run)
+                note = (f"worker {self.worker}: still waiting for {what} on {self.reply_topic} ({t - t0:.0f} s; is "
+                        f"`edgestream ps` running for run {self.run}?)")
+                log.info("%s", note)
+                if self.echo is not None and what.startswith("the parameter server to answer hello"):
+                    self.echo(note)
 
     def join(self) -> Reply:
         """Say hello and wait for the PS; the reply carries the current model."""

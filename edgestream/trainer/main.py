@@ -23,6 +23,7 @@ import json
 import logging
 import os
 import signal
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -124,7 +125,8 @@ def _join_ps(plan: Any, bootstrap: str, run: str, env: DistEnv, model: torch.nn.
     params = [p for p in model.parameters() if p.requires_grad]
     try:
         client = PSClient(bootstrap, run, env.rank, env.world, params, security=plan.security,
-                          stop=stop_event.is_set, device=device)
+                          stop=stop_event.is_set, device=device,
+                          echo=lambda m: print(m, file=sys.stderr, flush=True))
         reply = client.join()
     except (KafkaUnavailable, KafkaException) as exc:
         raise TrainerError(f"device {env.rank}: the parameter server's topics on {bootstrap}: {exc}") from None
