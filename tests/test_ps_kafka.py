@@ -178,3 +178,19 @@ def test_restart_replays_pushes_after_the_checkpoint_exactly_once(bootstrap: str
     assert second["pushes_applied"] == 12 and second["duplicates_dropped"] == 1
     lines = [json.loads(x) for x in (tmp_path / "ranks" / "ps.jsonl").read_text().splitlines()]
     assert [x["start"] for x in lines if x["kind"] == "ps_start"] == [1, 2]
+
+
+def test_ps_command_refuses_a_collective_algorithm_in_one_line(tmp_path: Path) -> None:
+    import yaml
+    from typer.testing import CliRunner
+
+    from edgestream.cli import app
+
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump({"name": "c", "devices": {"count": 2}, "algorithm": {"name": "scadles"}}))
+    res = CliRunner().invoke(app, ["ps", str(path), "--run-id", "r1", "--bootstrap", "127.0.0.1:1",
+                                   "--out", str(tmp_path / "runs")])
+    assert res.exit_code == 2, res.output
+    lines = res.output.strip().splitlines()
+    assert len(lines) == 1 and "algorithm.name: 'scadles' is not a parameter-server algorithm" in lines[0]
+    assert not (tmp_path / "runs").exists()

@@ -424,6 +424,9 @@ def serve(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path) -> dict[str
         plan = RunPlan.resolve(cfg)
     except EngineError as exc:
         raise PSError("; ".join(exc.problems)) from None
+    if plan.algorithm.coordinator is None:
+        raise PSError(f"algorithm.name: {plan.algorithm.name!r} is not a parameter-server algorithm; it needs no "
+                      "PS (edgestream train runs it over torch.distributed)")
     run = run_name(plan.name, run_id)
     run_dir = Path(out) / run
     (run_dir / "ranks").mkdir(parents=True, exist_ok=True)

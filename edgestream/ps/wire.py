@@ -1,22 +1,44 @@
 """The parameter server's tensor wire format: envelopes of tensors chunked into Kafka message values.
 
-One logical message (`Envelope`: run, kind, worker, seq, model version, plain meta, tensors) becomes
-one or more chunks, each a Kafka value of a fixed little-endian header and a slice of the body:
+One logical message (`Envelope`: run, kind, worker, seq, model version, plain meta, tensors) becomes one or
+more chunks. Each chunk is one Kafka value: a fixed little-endian header, the run name, then the chunk's
+slice of the message body.
 
-    header  "<4sBBBBIQqIIQIIIH" = magic b"ESPS", wire version (1), kind (index in KINDS), flags (bit 0:
-            the body holds sparse tensors), reserved, worker u32, seq u64, model version i64, chunk
-            index u32, chunk count u32, body length u64 (the whole body), body CRC-32, the chunk's
-            CRC-32 (of the whole value with this field zeroed: header, run name and slice), this
-            chunk's length u32, run name length u16; then the run name (utf-8), then the chunk's slice
-            of the body.
-    body    u32 meta length, meta JSON (utf-8: {"m": the caller's meta, "t": the tensor table}), then
-            the tensors' raw little-endian bytes in order. Table entries: {"dtype", "shape", "layout":
-            "dense" | "sparse", "nnz"}; a sparse tensor is its flat indices (int32, int64 from 2**31
-            elements) then its nnz values.
+Header (`struct` format "<4sBBBBIQqIIQIIIH", 58 bytes):
 
-Never pickle: JSON and raw arrays only. A sparse layout is used for floating tensors at most a third
-non-zero (a Top-k update costs its compressed size on the wire). A chunk that is malformed, truncated,
-fails a checksum or names another run raises `WireError` with the reason; nothing of it is applied.
+    magic        4s   b"ESPS"
+    version      u8   WIRE_VERSION (1)
+    kind         u8   index in KINDS ("push", "pull", "hello", "reply")
+    flags        u8   bit 0: the body holds sparse tensors; other bits must be 0
+    reserved     u8   0
+    worker       u32  worker rank
+    seq          u64  push: the push id; pull/hello: the request id; reply: the id of the request it answers
+    model ver.   i64  push: the version it was computed on; reply: the version of the model sent
+    chunk        u32  this chunk's index, 0 .. nchunks-1
+    nchunks      u32  chunks of the message (1 .. max(1, body_len))
+    body_len     u64  length of the whole (reassembled) body
+    body_crc     u32  zlib.crc32 of the whole body
+    chunk_crc    u32  zlib.crc32 of this whole value (header with this field zeroed, run name, slice), so a
+                      damaged header or run name is caught as surely as a damaged slice
+    chunk_len    u32  length of this chunk's slice of the body
+    run_len      u16  length of the run name (1 .. 255)
+
+then the run name (utf-8, `run_len` bytes), then the slice (`chunk_len` bytes). A message of body length
+B cut at `max_bytes` has ceil(B / max_bytes) chunks (one when B is 0); chunk i holds body[i*max_bytes:
+(i+1)*max_bytes].
+
+Body: u32 meta length, meta JSON (utf-8, compact, `Infinity`/`NaN` allowed): {"m": the caller's meta,
+"t": the tensor table}, then the tensors' raw little-endian bytes in table order. A table entry is
+{"dtype": "float32" | "float64" | "float16" | "bfloat16" | "int64" | "int32" | "int16" | "int8" | "uint8" |
+"bool", "shape": [...], "layout": "dense" | "sparse", "nnz": k}. A dense tensor is its numel*itemsize bytes
+(row-major); a sparse one is k flat indices (int32; int64 when numel >= 2**31), ascending, then its k
+values in its dtype; decoding scatters them into zeros. The sparse layout is chosen (with `sparse=True`)
+for floating tensors at most a third non-zero whose sparse form is smaller; "zero" is bitwise (+0.0
+only), so -0.0 and NaN survive and every round trip is bit-exact. The table's sizes must add up to the
+body length exactly.
+
+Never pickle: JSON and raw arrays only. Whatever bytes arrive, decoding raises nothing but `WireError`
+(its str() is the one-line reason), and nothing of a rejected chunk is kept.
 """
 
 from __future__ import annotations
@@ -25,6 +47,7 @@ import json
 import struct
 import sys
 import zlib
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,17 +58,23 @@ WIRE_VERSION = 1
 MAGIC = b"ESPS"
 KINDS = ("push", "pull", "hello", "reply")
 DEFAULT_CHUNK_BYTES = 8 * 1024 * 1024
+
 _HEAD = struct.Struct("<4sBBBBIQqIIQIIIH")
+_CRC_AT = struct.calcsize("<4sBBBBIQqIIQI")  # offset of chunk_crc in the header
+_U32 = struct.Struct("<I")
 _FLAG_SPARSE = 1
-_CRC_AT = struct.calcsize("<4sBBBBIQqIIQI")  # where the chunk's CRC-32 sits in the header
+_MAX_RUN = 255
 _DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32, "float64": torch.float64, "float16": torch.float16, "bfloat16": torch.bfloat16,
     "int64": torch.int64, "int32": torch.int32, "int16": torch.int16, "int8": torch.int8, "uint8": torch.uint8,
     "bool": torch.bool,
 }
 _NAMES = {v: k for k, v in _DTYPES.items()}
+_SIZES = {k: torch.empty((), dtype=v).element_size() for k, v in _DTYPES.items()}
+_BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}  # same-size integer views of floats
+_LAYOUTS = ("dense", "sparse")
 if sys.byteorder != "little":  # pragma: no cover - every platform edgestream runs on is little-endian
-    raise ImportError("edgestream.ps.wire writes raw little-endian arrays; this platform is big-endian")
+    raise ImportError("edgestream.ps.wire moves raw little-endian arrays; this platform is big-endian")
 
 
 class WireError(ValueError):
@@ -67,7 +96,7 @@ class Envelope:
 
 @dataclass(frozen=True)
 class Header:
-    """One chunk's fixed header."""
+    """One chunk's fixed header (and run name), as `peek` read and checked it."""
 
     version: int
     kind: str
@@ -79,238 +108,344 @@ class Header:
     body_len: int
     body_crc: int
     chunk_crc: int
-    chunk_len: int
     run: str
     sparse: bool
-    offset: int  # where the chunk's body slice starts in the value
+    chunk_len: int = 0  # length of this chunk's slice of the body
+    offset: int = 0     # where the slice starts in the value
 
 
-def tensor_bytes(tensors: Any) -> int:
-    """Bytes of the tensors, dense."""
+def tensor_bytes(tensors: Iterable[Tensor]) -> int:
+    """Bytes the tensors take dense (numel * element size, summed)."""
     return sum(t.numel() * t.element_size() for t in tensors)
 
 
-def _raw(t: Tensor) -> bytes:
-    t = t.detach().contiguous().cpu()
-    if t.numel() == 0:
-        return b""
-    return t.reshape(-1).view(torch.uint8).numpy().tobytes()
+# ---------------------------------------------------------------------------------------------- encode
+def _bytes_of(t: Tensor) -> memoryview:
+    """The raw bytes of a contiguous CPU copy (or view) of `t`, without a further copy."""
+    flat = t.detach().cpu().contiguous().reshape(-1)
+    return memoryview(flat.view(torch.uint8).numpy()).cast("B")
 
 
-def _encode_tensor(t: Tensor, sparse: bool) -> tuple[dict, list[bytes]]:
+def _encode_tensor(t: Tensor, sparse: bool) -> tuple[dict[str, Any], list[memoryview]]:
     name = _NAMES.get(t.dtype)
     if name is None:
         raise ValueError(f"tensors: dtype {t.dtype} cannot go on the wire (allowed: {', '.join(_DTYPES)})")
-    entry = {"dtype": name, "shape": list(t.shape), "layout": "dense", "nnz": 0}
+    if t.layout != torch.strided:
+        t = t.to_dense()
+    entry: dict[str, Any] = {"dtype": name, "shape": list(t.shape), "layout": "dense", "nnz": 0}
     n = t.numel()
-    if sparse and t.is_floating_point() and n >= 8:
-        flat = t.detach().reshape(-1)
-        idx = torch.nonzero(flat, as_tuple=False).reshape(-1)
-        nnz = int(idx.numel())
-        if nnz * 3 <= n:
-            idx_dtype = torch.int64 if n >= 2**31 else torch.int32
+    if sparse and t.is_floating_point() and n:
+        size = _SIZES[name]
+        flat = t.detach().contiguous().reshape(-1)
+        bits = flat.view(_BITS[size])  # bitwise non-zero: -0.0 and NaN are kept as values
+        nnz = int(torch.count_nonzero(bits))
+        isz = 8 if n >= 2**31 else 4
+        if nnz * 3 <= n and nnz * (isz + size) < n * size:
+            idx = torch.nonzero(bits).reshape(-1)
             entry.update(layout="sparse", nnz=nnz)
-            return entry, [_raw(idx.to(idx_dtype)), _raw(flat[idx])]
-    return entry, [_raw(t)]
+            return entry, [_bytes_of(idx.to(torch.int64 if isz == 8 else torch.int32)), _bytes_of(flat[idx])]
+    return entry, [_bytes_of(t)]
+
+
+def _check(env: Envelope, max_bytes: int) -> bytes:
+    if not isinstance(env.kind, str) or env.kind not in KINDS:
+        raise ValueError(f"kind: {env.kind!r} is not one of {', '.join(KINDS)}")
+    if not isinstance(env.worker, int) or not 0 <= env.worker < 2**32:
+        raise ValueError(f"worker: must be an int in 0 .. 2**32-1, got {env.worker!r}")
+    if not isinstance(env.seq, int) or not 0 <= env.seq < 2**64:
+        raise ValueError(f"seq: must be an int in 0 .. 2**64-1, got {env.seq!r}")
+    if not isinstance(env.version, int) or not -(2**63) <= env.version < 2**63:
+        raise ValueError(f"version: must be a 64-bit int, got {env.version!r}")
+    if not isinstance(max_bytes, int) or max_bytes < 1:
+        raise ValueError(f"max_bytes: must be an int >= 1, got {max_bytes!r}")
+    if not isinstance(env.run, str):
+        raise ValueError(f"run: must be a str, got {type(env.run).__name__}")
+    run = env.run.encode()
+    if not 1 <= len(run) <= _MAX_RUN:
+        raise ValueError(f"run: must be 1-{_MAX_RUN} utf-8 bytes, got {len(run)}")
+    if not isinstance(env.meta, dict):
+        raise ValueError(f"meta: must be a dict, got {type(env.meta).__name__}")
+    if not all(isinstance(t, Tensor) for t in env.tensors):
+        raise ValueError("tensors: must all be torch tensors")
+    return run
 
 
 def encode(env: Envelope, max_bytes: int = DEFAULT_CHUNK_BYTES, *, sparse: bool = True) -> list[bytes]:
-    """The Kafka values of `env`: chunks whose body slices are at most `max_bytes` each."""
-    if env.kind not in KINDS:
-        raise ValueError(f"kind: {env.kind!r} is not one of {', '.join(KINDS)}")
-    if env.worker < 0:
-        raise ValueError(f"worker: must be >= 0, got {env.worker}")
-    if env.seq < 0:
-        raise ValueError(f"seq: must be >= 0, got {env.seq}")
-    if max_bytes < 1:
-        raise ValueError(f"max_bytes: must be >= 1, got {max_bytes}")
-    run = env.run.encode()
-    if not run or len(run) > 255:
-        raise ValueError(f"run: must be 1-255 utf-8 bytes, got {len(run)}")
+    """The Kafka values of `env`: one chunk, or n chunks whose bodies are at most `max_bytes` each (header
+    excluded). ValueError (naming the field) for an envelope that cannot be sent."""
+    run = _check(env, max_bytes)
     table, parts = [], []
-    any_sparse = False
     for t in env.tensors:
         entry, raw = _encode_tensor(t, sparse)
-        any_sparse |= entry["layout"] == "sparse"
         table.append(entry)
         parts += raw
-    meta = json.dumps({"m": env.meta, "t": table}, separators=(",", ":"), allow_nan=True).encode()
-    body = b"".join([struct.pack("<I", len(meta)), meta, *parts])
-    body_crc = zlib.crc32(body)
-    n = max(1, -(-len(body) // max_bytes))
-    view = memoryview(body)
+    try:
+        meta = json.dumps({"m": env.meta, "t": table}, separators=(",", ":"), allow_nan=True).encode()
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise ValueError(f"meta: not plain JSON ({exc})") from None
+    flags = _FLAG_SPARSE if any(e["layout"] == "sparse" for e in table) else 0
+    return _frame(KINDS.index(env.kind), flags, env.worker, env.seq, env.version, run,
+                  [memoryview(_U32.pack(len(meta))), memoryview(meta), *parts], max_bytes)
+
+
+def _frame(kind: int, flags: int, worker: int, seq: int, version: int, run: bytes, parts: Sequence[memoryview],
+           max_bytes: int) -> list[bytes]:
+    """The chunks of the body that is `parts` concatenated; every body byte is copied once, into its chunk."""
+    body_len = sum(len(p) for p in parts)
+    body_crc = 0
+    for p in parts:
+        body_crc = zlib.crc32(p, body_crc)
+    n = max(1, -(-body_len // max_bytes))
     out = []
+    it = iter(p for p in parts if len(p))
+    cur, pos = memoryview(b""), 0
     for i in range(n):
-        piece = view[i * max_bytes:(i + 1) * max_bytes]
-        fields = [MAGIC, WIRE_VERSION, KINDS.index(env.kind), _FLAG_SPARSE if any_sparse else 0, 0, env.worker,
-                  env.seq, int(env.version), i, n, len(body), body_crc, 0, len(piece), len(run)]
-        crc = zlib.crc32(piece, zlib.crc32(run, zlib.crc32(_HEAD.pack(*fields))))
-        fields[12] = crc
-        out.append(b"".join([_HEAD.pack(*fields), run, piece]))
+        want = min(max_bytes, body_len - i * max_bytes)
+        pieces = []
+        while want:
+            if pos == len(cur):
+                cur, pos = next(it), 0
+            take = min(want, len(cur) - pos)
+            pieces.append(cur[pos:pos + take])
+            pos += take
+            want -= take
+        out.append(_pack_chunk([MAGIC, WIRE_VERSION, kind, flags, 0, worker, seq, version, i, n, body_len, body_crc,
+                                0, sum(len(p) for p in pieces), len(run)], run, pieces))
     return out
 
 
+def _pack_chunk(fields: list[Any], run: bytes, pieces: Sequence[Any]) -> bytes:
+    """One chunk: the header of `fields` with its chunk CRC-32 filled in, the run name, the body pieces."""
+    crc = zlib.crc32(run, zlib.crc32(_HEAD.pack(*fields[:12], 0, *fields[13:])))
+    for p in pieces:
+        crc = zlib.crc32(p, crc)
+    return b"".join([_HEAD.pack(*fields[:12], crc, *fields[13:]), run, *pieces])
+
+
+# ---------------------------------------------------------------------------------------------- decode
 def peek(value: bytes) -> Header:
-    """The chunk's header, checked (magic, version, kind, sizes, run name); WireError otherwise."""
+    """The chunk's fixed header and run name, checked (magic, version, kind, flags, sizes, run name utf-8);
+    WireError with the reason otherwise. The slice and the checksums are checked by `Reassembler.add`."""
     if not isinstance(value, (bytes, bytearray, memoryview)):
         raise WireError(f"not bytes: {type(value).__name__}")
+    value = memoryview(value).cast("B") if isinstance(value, memoryview) else value
+    if len(value) < 5:
+        raise WireError(f"truncated header: {len(value)} of at least {_HEAD.size} bytes")
+    if bytes(value[:4]) != MAGIC:
+        raise WireError("bad magic: not a parameter-server message")
+    if value[4] != WIRE_VERSION:
+        raise WireError(f"unknown wire version {value[4]} (this edgestream reads {WIRE_VERSION})")
     if len(value) < _HEAD.size:
         raise WireError(f"truncated header: {len(value)} of at least {_HEAD.size} bytes")
-    (magic, version, kind, flags, _res, worker, seq, mver, chunk, nchunks, body_len, body_crc, chunk_crc,
+    (_magic, version, kind, flags, _res, worker, seq, mver, chunk, nchunks, body_len, body_crc, chunk_crc,
      chunk_len, run_len) = _HEAD.unpack_from(value)
-    if magic != MAGIC:
-        raise WireError("bad magic: not a parameter-server message")
-    if version != WIRE_VERSION:
-        raise WireError(f"unknown wire version {version} (this edgestream reads {WIRE_VERSION})")
     if kind >= len(KINDS):
         raise WireError(f"unknown kind {kind}")
-    if nchunks < 1 or chunk >= nchunks:
-        raise WireError(f"chunk {chunk} of {nchunks}: out of range")
+    if flags & ~_FLAG_SPARSE:
+        raise WireError(f"unknown flags 0x{flags:02x}")
+    if not 1 <= nchunks <= max(1, body_len) or chunk >= nchunks:
+        raise WireError(f"chunk {chunk} of {nchunks}: out of range for a body of {body_len} bytes")
+    if chunk_len > body_len:
+        raise WireError(f"chunk size mismatch: a chunk of {chunk_len} bytes in a body of {body_len}")
+    if not 1 <= run_len <= _MAX_RUN:
+        raise WireError(f"bad run name length {run_len}")
     end = _HEAD.size + run_len
     if len(value) < end:
-        raise WireError(f"truncated header: run name of {run_len} bytes cut short")
+        raise WireError(f"truncated header: run name of {run_len} bytes cut short at {len(value) - _HEAD.size}")
     try:
         run = bytes(value[_HEAD.size:end]).decode()
     except UnicodeDecodeError:
         raise WireError("run name is not utf-8") from None
-    if chunk_len > body_len:
-        raise WireError(f"chunk of {chunk_len} bytes in a body of {body_len}")
-    return Header(version, KINDS[kind], worker, seq, mver, chunk, nchunks, body_len, body_crc, chunk_crc,
-                  chunk_len, run, bool(flags & _FLAG_SPARSE), end)
+    return Header(version, KINDS[kind], worker, seq, mver, chunk, nchunks, body_len, body_crc, chunk_crc, run,
+                  bool(flags & _FLAG_SPARSE), chunk_len, end)
 
 
-def _decode_body(body: bytes, h: Header, device: Any) -> Envelope:
+def _take(body: memoryview, pos: int, n: int, dtype: torch.dtype) -> Tensor:
+    """n elements of `dtype` at body[pos:], copied into a writable tensor of their own."""
+    if n == 0:
+        return torch.empty(0, dtype=dtype)
+    raw = bytearray(body[pos:pos + n * _SIZES[_NAMES[dtype]]])
+    return torch.frombuffer(raw, dtype=torch.uint8).view(dtype)
+
+
+def _entry(i: int, e: Any) -> tuple[torch.dtype, list[int], str, int, int]:
+    bad = WireError(f"bad tensor table entry {i}: {e!r}"[:200])
+    if not isinstance(e, dict):
+        raise bad
+    dtype, shape, layout, nnz = e.get("dtype"), e.get("shape"), e.get("layout"), e.get("nnz", 0)
+    if not isinstance(dtype, str) or dtype not in _DTYPES:
+        raise WireError(f"tensor {i}: unknown dtype {dtype!r}"[:200])
+    if not isinstance(layout, str) or layout not in _LAYOUTS:
+        raise WireError(f"tensor {i}: unknown layout {layout!r}"[:200])
+    if not isinstance(shape, list) or len(shape) > 64 \
+            or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in shape):
+        raise bad
+    if not isinstance(nnz, int) or isinstance(nnz, bool) or nnz < 0:
+        raise bad
+    numel = 1
+    for x in shape:
+        numel *= x
+    return _DTYPES[dtype], shape, layout, nnz, numel
+
+
+def _decode_body(body: memoryview, h: Header, device: torch.device) -> Envelope:
     if len(body) < 4:
-        raise WireError("body size mismatch: no meta length")
-    (mlen,) = struct.unpack_from("<I", body)
+        raise WireError(f"body size mismatch: {len(body)} bytes, no room for the meta length")
+    (mlen,) = _U32.unpack_from(body)
     if 4 + mlen > len(body):
         raise WireError(f"body size mismatch: meta of {mlen} bytes in a body of {len(body)}")
     try:
         meta = json.loads(bytes(body[4:4 + mlen]).decode())
-        user, table = meta["m"], meta["t"]
-        if not isinstance(user, dict) or not isinstance(table, list):
-            raise TypeError("meta must hold an object 'm' and a list 't'")
-    except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
-        raise WireError(f"bad meta: {exc}") from None
+        if not isinstance(meta, dict) or not isinstance(meta.get("m"), dict) or not isinstance(meta.get("t"), list):
+            raise TypeError("meta must be an object holding an object 'm' and a list 't'")
+    except (ValueError, TypeError, RecursionError) as exc:  # UnicodeDecodeError and JSONDecodeError included
+        raise WireError(f"bad meta: {exc}"[:300]) from None
     pos = 4 + mlen
     tensors = []
-    for i, e in enumerate(table):
-        try:
-            dtype = _DTYPES[e["dtype"]]
-            shape = [int(x) for x in e["shape"]]
-            layout, nnz = e["layout"], int(e.get("nnz", 0))
-        except (KeyError, TypeError, ValueError):
-            raise WireError(f"bad tensor table entry {i}: {e!r}"[:200]) from None
-        if any(x < 0 for x in shape) or layout not in ("dense", "sparse"):
-            raise WireError(f"bad tensor table entry {i}: {e!r}"[:200])
-        numel = 1
-        for x in shape:
-            numel *= x
-        size = torch.empty((), dtype=dtype).element_size()
+    for i, e in enumerate(meta["t"]):
+        dtype, shape, layout, nnz, numel = _entry(i, e)
+        size = _SIZES[_NAMES[dtype]]
         if layout == "dense":
             need = numel * size
-            if pos + need > len(body):
+            if need > len(body) - pos:
                 raise WireError(f"body size mismatch: tensor {i} needs {need} bytes, {len(body) - pos} left")
-            t = _from(body, pos, numel, dtype).reshape(shape)
-            pos += need
+            t = _take(body, pos, numel, dtype)
+            if dtype == torch.bool and numel and int(t.view(torch.uint8).max()) > 1:
+                raise WireError(f"tensor {i}: bool bytes other than 0 and 1")
         else:
-            if not 0 <= nnz <= numel or not dtype.is_floating_point:
-                raise WireError(f"bad tensor table entry {i}: sparse nnz {nnz} of {numel}")
-            idx_dtype = torch.int64 if numel >= 2**31 else torch.int32
-            isz = 8 if idx_dtype == torch.int64 else 4
+            if not dtype.is_floating_point or nnz > numel:
+                raise WireError(f"tensor {i}: sparse {_NAMES[dtype]} with nnz {nnz} of {numel}")
+            isz = 8 if numel >= 2**31 else 4
             need = nnz * (isz + size)
-            if pos + need > len(body):
+            if need > len(body) - pos:
                 raise WireError(f"body size mismatch: tensor {i} needs {need} bytes, {len(body) - pos} left")
-            idx = _from(body, pos, nnz, idx_dtype).long()
-            vals = _from(body, pos + nnz * isz, nnz, dtype)
-            pos += need
+            idx = _take(body, pos, nnz, torch.int64 if isz == 8 else torch.int32).long()
             if nnz and (int(idx.min()) < 0 or int(idx.max()) >= numel):
-                raise WireError(f"tensor {i}: sparse index out of range")
-            t = torch.zeros(numel, dtype=dtype)
-            t[idx] = vals
-            t = t.reshape(shape)
-        tensors.append(t.to(device) if str(device) != "cpu" else t)
+                raise WireError(f"tensor {i}: sparse index out of range 0 .. {numel - 1}")
+            try:
+                t = torch.zeros(numel, dtype=dtype)
+            except (RuntimeError, MemoryError):
+                raise WireError(f"tensor {i}: cannot allocate a sparse tensor of {numel} elements") from None
+            t[idx] = _take(body, pos + nnz * isz, nnz, dtype)
+        pos += need
+        t = t.reshape(shape)
+        tensors.append(t if device.type == "cpu" else t.to(device))
     if pos != len(body):
         raise WireError(f"body size mismatch: {len(body) - pos} bytes left after the tensors")
-    return Envelope(h.run, h.kind, h.worker, h.seq, h.model_version, user, tensors)
+    return Envelope(h.run, h.kind, h.worker, h.seq, h.model_version, meta["m"], tensors)
 
 
-def _from(body: bytes, pos: int, n: int, dtype: torch.dtype) -> Tensor:
-    size = torch.empty((), dtype=dtype).element_size()
-    if n == 0:
-        return torch.empty(0, dtype=dtype)
-    raw = bytearray(body[pos:pos + n * size])  # a writable copy the tensor owns
-    return torch.frombuffer(raw, dtype=torch.uint8).view(dtype)
+@dataclass
+class _Partial:
+    head: Header
+    pieces: dict[int, memoryview]
+    size: int = 0
+
+
+def _missing(p: _Partial) -> str:
+    gone = [i for i in range(p.head.nchunks) if i not in p.pieces]
+    shown = ", ".join(map(str, gone[:8])) + (f", ... (+{len(gone) - 8})" if len(gone) > 8 else "")
+    return f"[{shown}]"
 
 
 class Reassembler:
-    """Collects the chunks of one run's messages (see the module doc and `add`)."""
+    """Collects chunks for ONE run; `add` returns the complete Envelope when the last chunk of a message
+    arrives, else None.
+
+    `add` raises WireError (the reason) for a chunk that is malformed, truncated, fails its checksum (the
+    chunk's, or after reassembly the body's), belongs to another run, is of an unknown version or kind, or
+    disagrees with the chunks of its message collected so far (chunk count, body length or CRC, model
+    version); nothing of such a chunk is kept. A repeated chunk is ignored (None).
+
+    A message whose chunks stop arriving is dropped when a chunk of a newer message (same kind and worker,
+    different seq) arrives: `add` stores the new chunk, then raises WireError('incomplete: message <kind>
+    worker <w> seq <s> lost chunk(s) [<list>] of <n>'); the caller counts a rejection and goes on, and the
+    newer message completes as usual. When that new chunk itself completes its message (a single-chunk
+    one), `add` returns the message instead of raising, and the reason goes to `lost` (see `drain_lost`).
+    An incomplete copy of the message completed last (a chunk delivered twice) is dropped silently.
+    Memory is bounded: at most one partial message per (kind, worker).
+    """
 
     def __init__(self, run: str, *, device: str | torch.device = "cpu") -> None:
         self.run = run
-        self.device = device
-        self._parts: dict[tuple[str, int], tuple[Header, dict[int, bytes], int]] = {}
+        self.device = torch.device(device)
         self.lost: list[str] = []
+        self._parts: dict[tuple[str, int], _Partial] = {}
+        self._done: dict[tuple[str, int], tuple[int, int]] = {}  # (seq, body_crc) completed last
 
     def pending(self) -> int:
         """Partial messages held."""
         return len(self._parts)
 
-    def add(self, value: bytes) -> Envelope | None:
-        """The complete Envelope once its last chunk arrived, else None (a repeated chunk is ignored).
-        WireError for a bad chunk (module doc); nothing of it is kept. A chunk of a newer message of the
-        same kind and worker drops an incomplete older one; the reason goes to `lost` (callers drain it)
-        and the newer message is collected as usual. At most one partial message per (kind, worker)."""
-        h = peek(value)
-        if h.run != self.run:
-            raise WireError(f"foreign run: header says {h.run}, this is {self.run}")
-        piece = memoryview(value)[h.offset:]
-        if len(piece) != h.chunk_len:
-            raise WireError(f"truncated chunk: {len(piece)} of {h.chunk_len} bytes (chunk {h.chunk} of {h.nchunks}, "
-                            f"worker {h.worker} seq {h.seq})")
-        crc = zlib.crc32(memoryview(value)[_CRC_AT + 4:], zlib.crc32(b"\0\0\0\0", zlib.crc32(value[:_CRC_AT])))
-        if crc != h.chunk_crc:
-            raise WireError(f"bad checksum: chunk {h.chunk} of {h.nchunks} (worker {h.worker} seq {h.seq})")
-        key = (h.kind, h.worker)
-        held = self._parts.get(key)
-        if held is not None:
-            first, chunks, size = held
-            if first.seq != h.seq:
-                missing = [i for i in range(first.nchunks) if i not in chunks]
-                self.lost.append(f"incomplete: message {first.kind} worker {first.worker} seq {first.seq} lost "
-                                 f"chunk(s) {missing[:8]} of {first.nchunks}")
-                del self._parts[key]
-                held = None
-            elif (first.nchunks, first.body_len, first.body_crc) != (h.nchunks, h.body_len, h.body_crc):
-                raise WireError(f"inconsistent chunk {h.chunk}: {h.nchunks} chunks / {h.body_len} bytes, earlier "
-                                f"chunks said {first.nchunks} / {first.body_len}")
-        first, chunks, size = held if held is not None else (h, {}, 0)
-        if h.chunk in chunks:
-            return None
-        if size + len(piece) > h.body_len:
-            raise WireError(f"size mismatch: chunks would hold {size + len(piece)} bytes of a {h.body_len}-byte body")
-        chunks[h.chunk] = bytes(piece)
-        size += len(piece)
-        if len(chunks) < h.nchunks:
-            self._parts[key] = (first, chunks, size)
-            return None
-        self._parts.pop(key, None)
-        body = b"".join(chunks[i] for i in range(h.nchunks))
-        if len(body) != h.body_len:
-            raise WireError(f"truncated message: the chunks hold {len(body)} of {h.body_len} bytes")
-        if zlib.crc32(body) != h.body_crc:
-            raise WireError(f"bad checksum: body of worker {h.worker} seq {h.seq}")
-        return _decode_body(body, h, self.device)
-
     def drain_lost(self) -> list[str]:
-        """Reasons of the messages dropped incomplete since the last call."""
+        """Reasons of the incomplete messages dropped without an exception (the chunk that dropped one
+        completed a newer message, which `add` returned) since the last call."""
         out, self.lost = self.lost, []
         return out
 
+    def add(self, value: bytes) -> Envelope | None:
+        """The complete Envelope once its last chunk arrived, else None; WireError for a bad chunk (class doc)."""
+        h = peek(value)
+        if h.run != self.run:
+            raise WireError(f"foreign run: header says {h.run}, this is {self.run}")
+        view = memoryview(value if isinstance(value, bytes) else bytes(value))  # a view of bytes stays valid
+        piece = view[h.offset:]
+        where = f"chunk {h.chunk} of {h.nchunks}, {h.kind} worker {h.worker} seq {h.seq}"
+        if len(piece) < h.chunk_len:
+            raise WireError(f"truncated chunk: {len(piece)} of {h.chunk_len} bytes ({where})")
+        if len(piece) > h.chunk_len:
+            raise WireError(f"chunk size mismatch: {len(piece)} bytes, the header says {h.chunk_len} ({where})")
+        crc = zlib.crc32(view[_CRC_AT + 4:], zlib.crc32(b"\0\0\0\0", zlib.crc32(view[:_CRC_AT])))
+        if crc != h.chunk_crc:
+            raise WireError(f"bad checksum: {where}")
+        if h.nchunks == 1 and h.chunk_len != h.body_len:
+            raise WireError(f"body size mismatch: a single chunk of {h.chunk_len} bytes, body of {h.body_len}")
+        key = (h.kind, h.worker)
+        lost = None
+        held = self._parts.get(key)
+        if held is not None and held.head.seq != h.seq:
+            del self._parts[key]
+            if self._done.get(key) != (held.head.seq, held.head.body_crc):
+                lost = (f"incomplete: message {held.head.kind} worker {held.head.worker} seq {held.head.seq} lost "
+                        f"chunk(s) {_missing(held)} of {held.head.nchunks}")
+            held = None
+        if held is None:
+            held = _Partial(h, {})
+        else:
+            first = held.head
+            if (first.nchunks, first.body_len, first.body_crc, first.model_version, first.sparse) != \
+                    (h.nchunks, h.body_len, h.body_crc, h.model_version, h.sparse):
+                raise WireError(f"inconsistent chunk: {where} says {h.nchunks} chunks / {h.body_len} bytes / crc "
+                                f"{h.body_crc:08x} / model version {h.model_version}, earlier chunks said "
+                                f"{first.nchunks} / {first.body_len} / {first.body_crc:08x} / {first.model_version}")
+            if h.chunk in held.pieces:
+                return None
+            if held.size + len(piece) > h.body_len:
+                raise WireError(f"body size mismatch: the chunks would hold {held.size + len(piece)} bytes of a "
+                                f"{h.body_len}-byte body ({where})")
+        held.pieces[h.chunk] = piece
+        held.size += len(piece)
+        if len(held.pieces) < h.nchunks:
+            self._parts[key] = held
+            if lost is not None:
+                raise WireError(lost)
+            return None
+        self._parts.pop(key, None)
+        if lost is not None:
+            self.lost.append(lost)
+        if held.size != h.body_len:
+            raise WireError(f"body size mismatch: the chunks hold {held.size} of {h.body_len} bytes ({where})")
+        body = piece if h.nchunks == 1 else memoryview(b"".join(held.pieces[i] for i in range(h.nchunks)))
+        if zlib.crc32(body) != h.body_crc:
+            raise WireError(f"bad checksum: body of {h.kind} worker {h.worker} seq {h.seq}")
+        self._done[key] = (h.seq, h.body_crc)
+        return _decode_body(body, h, self.device)
+
 
 def decode_one(value: bytes, run: str) -> Envelope:
-    """A single-chunk message decoded (WireError when it is not complete)."""
+    """A single-chunk message decoded: `Reassembler(run).add(value)`, WireError when it is not complete."""
     env = Reassembler(run).add(value)
     if env is None:
-        raise WireError("incomplete: a chunk of a multi-chunk message")
+        h = peek(value)
+        raise WireError(f"incomplete: chunk {h.chunk} of {h.nchunks} of a multi-chunk message")
     return env
