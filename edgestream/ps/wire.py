@@ -228,7 +228,11 @@ def peek(value: bytes) -> Header:
     WireError with the reason otherwise. The slice and the checksums are checked by `Reassembler.add`."""
     if not isinstance(value, (bytes, bytearray, memoryview)):
         raise WireError(f"not bytes: {type(value).__name__}")
-    value = memoryview(value).cast("B") if isinstance(value, memoryview) else value
+    if isinstance(value, memoryview):
+        try:
+            value = value.cast("B")
+        except TypeError as exc:
+            raise WireError(f"not a flat byte buffer: {exc}") from None
     if len(value) < 5:
         raise WireError(f"truncated header: {len(value)} of at least {_HEAD.size} bytes")
     if bytes(value[:4]) != MAGIC:
