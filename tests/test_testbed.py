@@ -9,12 +9,16 @@ Behaviour: the compose file's own services run as processes, each in its own Lin
 environment taken from docker-compose.yml and the service names resolved to those hosts: the broker
 on one host, the producer on another, trainer-0 and trainer-1 on two more. The run must train and the
 collect step must write the run directory, so advertised listeners, bootstrap addresses and the
-torch.distributed rendezvous really work across hosts. Needs root (CI runs as root): without it the
-test fails, saying so.
+torch.distributed rendezvous really work across hosts. The parameter server (`ps` service) runs an
+SSP job the same way on a fifth host, the PS and both trainers routed to the broker's host and to no
+other, so they provably meet only through Kafka. Needs root (CI runs as root): without it the tests
+fail, saying so.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
 import re
@@ -30,6 +34,7 @@ import yaml
 
 from edgestream.config import load_config
 from edgestream.kafka.broker import MAX_MESSAGE_BYTES, LocalBroker
+from edgestream.sync.registry import get_algorithm
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE = ROOT / "docker-compose.yml"
@@ -97,8 +102,8 @@ def _edgestream_services(doc: dict) -> dict[str, dict]:
 def test_compose_services_health_and_profiles():
     doc = _load(COMPOSE)
     svcs = doc["services"]
-    assert {"broker", "producer", "trainer-0", "trainer-1", "gpu-trainer-0", "gpu-trainer-1", "collect"} <= set(svcs)
-    assert not any("ps" in n.split("-") or "parameter" in n for n in svcs), "the parameter server joins later"
+    assert {"broker", "producer", "ps", "trainer-0", "trainer-1", "gpu-trainer-0", "gpu-trainer-1",
+            "collect"} <= set(svcs)
 
     broker = svcs["broker"]
     image, _, tag = broker["image"].partition(":")
@@ -152,6 +157,27 @@ def test_compose_services_health_and_profiles():
     for prof in ("cpu", "gpu"):
         assert sum(prof in s["profiles"] for s in trainers.values()) == int(_env_example()["TRAINERS"])
 
+    # the parameter server: its own profile, the trainers' image and volumes, reached only through Kafka
+    ps = svcs["ps"]
+    assert ps["profiles"] == ["ps"] and not any("ps" in s.get("profiles", []) for n, s in svcs.items() if n != "ps")
+    assert ps["command"][0] == "ps" and ps["command"][1].startswith("/config/${EXPERIMENT")
+    cmd = " ".join(ps["command"])
+    assert "--run-id ${RUN_ID" in cmd and "--bootstrap ${KAFKA_BOOTSTRAP:-broker:9092}" in cmd and "--out /runs" in cmd
+    assert "--set devices.count=${TRAINERS" in cmd  # the PS's world = the trainers'
+    assert ps["restart"].split(":")[0] == "on-failure"  # a crashed PS restarts from checkpoints/ps.pt
+    assert ps["depends_on"] == {"broker": {"condition": "service_healthy"}}
+    assert (ps["image"], ps["build"]) == (svcs["producer"]["image"], svcs["producer"]["build"]) \
+        == (svcs["trainer-0"]["image"], svcs["trainer-0"]["build"])
+    assert ps["volumes"] == svcs["trainer-0"]["volumes"]  # the same runs volume: ranks/ps.* next to the ranks
+    assert not {"ports", "expose", "network_mode", "hostname"} & set(ps), "nothing connects to the PS"
+    assert not any(k.startswith(("MASTER_", "GLOO_", "NCCL_")) for k in ps.get("environment") or {})
+    # no service waits for the PS (it is optional; a trainer started first waits for it on Kafka)
+    assert not any("ps" in (s.get("depends_on") or {}) for s in svcs.values())
+    # the documented PS experiment is one (the default experiment is not)
+    ssp = load_config(ROOT / "examples" / "testbed-ssp.yaml")
+    assert get_algorithm(ssp.algorithm.name).family == "ps" and ssp.optim.momentum == 0
+    assert get_algorithm(load_config(ROOT / "examples" / "testbed.yaml").algorithm.name).family != "ps"
+
 
 @pytest.mark.parametrize("path", [COMPOSE, *SPLIT], ids=lambda p: p.name)
 def test_compose_commands_are_real_edgestream_commands(path):
@@ -161,7 +187,7 @@ def test_compose_commands_are_real_edgestream_commands(path):
     for name, s in _edgestream_services(doc).items():
         cmd = [_interpolate(x, env) for x in s["command"]]
         sub = cmd[0]
-        assert sub in {"produce", "train", "collect"}, f"{name}: {sub}"
+        assert sub in {"produce", "train", "ps", "collect"}, f"{name}: {sub}"
         text = _help(sub)
         flags = [x for x in cmd if x.startswith("--")]
         assert flags, name
@@ -173,10 +199,12 @@ def test_compose_commands_are_real_edgestream_commands(path):
         sets = [cmd[i + 1] for i, x in enumerate(cmd) if x == "--set"]
         cfg = load_config(ROOT / "examples" / config.removeprefix("/config/"), sets)
         assert cfg.devices.count == int(env["TRAINERS"])
-        if sub in ("produce", "train"):
+        if sub in ("produce", "train", "ps"):
             assert "--run-id" in cmd and "--bootstrap" in cmd
             boot = cmd[cmd.index("--bootstrap") + 1]
             assert not re.match(r"(localhost|127\.)", boot), f"{name}: bootstrap {boot} inside a container"
+        if sub in ("train", "ps"):
+            assert cmd[cmd.index("--out") + 1] == "/runs", f"{name}: outputs off the runs volume"
         for v in (s.get("environment") or {}).values():
             assert "localhost" not in str(v) and "127.0.0.1" not in str(v), f"{name}: {v}"
     if shutil.which("docker-compose"):  # Debian's docker-compose, when installed
@@ -208,11 +236,24 @@ def test_compose_every_variable_is_defined(path):
 
 
 def test_split_deployment_files():
-    broker = _load(SPLIT[0])["services"]
+    broker_doc = _load(SPLIT[0])
+    broker = broker_doc["services"]
     adv = broker["broker"]["environment"]["KAFKA_ADVERTISED_LISTENERS"]
     assert "OUTSIDE://${KAFKA_ADVERTISED_HOST:?" in adv  # must be said: the address other hosts use
     assert broker["producer"]["depends_on"]["broker"]["condition"] == "service_healthy"
+    # the parameter server lives on the broker host, under its own profile, reached only through Kafka
+    ps = broker["ps"]
+    assert ps["profiles"] == ["ps"] and "profiles" not in broker["broker"] and "profiles" not in broker["producer"]
+    assert ps["command"][0] == "ps" and ps["restart"].split(":")[0] == "on-failure"
+    assert ps["depends_on"] == {"broker": {"condition": "service_healthy"}}
+    cmd = " ".join(ps["command"])
+    assert "--bootstrap ${KAFKA_BOOTSTRAP:-broker:9092}" in cmd  # the inside listener, as the producer's
+    assert "--out /runs" in cmd and "runs:/runs" in ps["volumes"] and "runs" in broker_doc["volumes"]
+    assert (ps["image"], ps["build"]) == (broker["producer"]["image"], broker["producer"]["build"])
+    assert any(v.endswith(":/certs:ro") for v in ps["volumes"])  # TLS material for runtime.kafka_client
+    assert not {"ports", "expose", "network_mode"} & set(ps), "nothing connects to the PS"
     trainers = _load(SPLIT[1])["services"]
+    assert not any(s["command"][0] == "ps" for s in trainers.values()), "the PS belongs to the broker host"
     assert {"trainer", "trainer-gpu", "trainer-jetson"} <= set(trainers)
     for name in ("trainer", "trainer-gpu", "trainer-jetson"):
         s = trainers[name]
@@ -330,6 +371,14 @@ class Hosts:
             _sh("ip", "netns", "exec", ns, "ip", "link", "set", "eth0", "up")
             _sh("ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up")
 
+    def route_only_to(self, host: str, peers: list[str]) -> None:
+        """`host` keeps a route to `peers` and to no other host: its on-link /24 route goes, a /32 per peer
+        comes (a connection anywhere else fails with ENETUNREACH before a packet leaves)."""
+        ns = self.ns[host]
+        _sh("ip", "netns", "exec", ns, "ip", "route", "del", f"10.213.{self.k}.0/24", "dev", "eth0")
+        for peer in peers:
+            _sh("ip", "netns", "exec", ns, "ip", "route", "add", f"{self.ip[peer]}/32", "dev", "eth0")
+
     def popen(self, host: str, cmd: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
         out = open(log, "wb")  # noqa: SIM115 - closed with the process
         p = subprocess.Popen(["ip", "netns", "exec", self.ns[host], *cmd], env=env, stdout=out,
@@ -365,14 +414,15 @@ class Hosts:
         return problems
 
 
-@pytest.fixture
-def hosts():
+@contextlib.contextmanager
+def _network(names: list[str]):
+    """Hosts `names`, up; torn down (processes killed, namespaces, veths and bridge deleted) on any exit."""
     if os.geteuid() != 0:
         pytest.fail("the testbed behaviour test builds network namespaces and needs root (CI runs as root): "
                     "run it as root, e.g. `sudo .venv/bin/pytest tests/test_testbed.py`")
     if shutil.which("ip") is None:
         pytest.fail("the testbed behaviour test needs iproute2's `ip` (apt-get install iproute2)")
-    h = Hosts(["broker", "producer", "trainer-0", "trainer-1"])
+    h = Hosts(names)
     try:
         h.up()
         yield h
@@ -380,6 +430,18 @@ def hosts():
         problems = h.down()
         left = [ns for ns in h.ns.values() if ns in _sh("ip", "netns", "list").stdout]
         assert not left and not problems, f"left behind: {left} {problems}"
+
+
+@pytest.fixture
+def hosts():
+    with _network(["broker", "producer", "trainer-0", "trainer-1"]) as h:
+        yield h
+
+
+@pytest.fixture
+def ps_hosts():
+    with _network(["broker", "producer", "ps", "trainer-0", "trainer-1"]) as h:
+        yield h
 
 
 def _resolve(value: str, env: dict[str, str], names: dict[str, str], paths: dict[str, str]) -> str:
@@ -395,74 +457,119 @@ def _resolve(value: str, env: dict[str, str], names: dict[str, str], paths: dict
     return v
 
 
+class Testbed:
+    """docker-compose.yml's services as processes on `hosts`: commands and environment from the compose
+    file, ${VAR}s interpolated with `cenv` (compose's defaults otherwise), service names resolved to the
+    hosts' addresses, /config and /runs mapped to folders under `tmp`; the broker is the managed one,
+    bound to and advertised as the broker host's address on compose's INSIDE listener port."""
+
+    __test__ = False
+
+    def __init__(self, hosts: Hosts, tmp: Path, cenv: dict[str, str]) -> None:
+        self.hosts, self.tmp, self.cenv = hosts, tmp, cenv
+        self.svcs = _load(COMPOSE)["services"]
+        self.cfg_dir, self.runs = tmp / "config", tmp / "runs"
+        self.cfg_dir.mkdir()
+        self.runs.mkdir()
+        self.paths = {"/config": str(self.cfg_dir), "/runs": str(self.runs)}
+        base = {k: os.environ[k] for k in ("PATH", "HOME", "LANG", "EDGESTREAM_CACHE") if k in os.environ}
+        base["PATH"] = f"{Path(sys.executable).parent}:{base.get('PATH', '/usr/bin:/bin')}"
+        self.base = base
+        inside = dict(x.split("://", 1) for x in
+                      self.svcs["broker"]["environment"]["KAFKA_ADVERTISED_LISTENERS"].split(","))
+        bhost, self.bport = inside["INSIDE"].split(":")
+        assert bhost == "broker"
+        self.bootstrap = f"{hosts.ip['broker']}:{self.bport}"
+        self.bdir = tmp / "broker"
+
+    def command(self, service: str) -> list[str]:
+        sub, *args = self.svcs[service]["command"]  # the subcommand stays a word (`ps` is also a host)
+        return [EDGESTREAM, sub, *(_resolve(x, self.cenv, self.hosts.ip, self.paths) for x in args)]
+
+    def environment(self, service: str) -> dict[str, str]:
+        env = self.svcs[service].get("environment") or {}
+        return self.base | {k: _resolve(str(v), self.cenv, self.hosts.ip, self.paths) for k, v in env.items()}
+
+    def popen(self, service: str, env: dict[str, str] | None = None) -> subprocess.Popen:
+        """Service `service` on the host of the same name; its stdout and stderr in tmp/<service>.out."""
+        return self.hosts.popen(service, self.command(service), self.environment(service) if env is None else env,
+                                self.tmp / f"{service}.out")
+
+    def out(self, service: str) -> str:
+        return (self.tmp / f"{service}.out").read_text(errors="replace")
+
+    def start_broker(self) -> None:
+        start = self.hosts.run("broker", [EDGESTREAM, "broker", "start", "--host", self.hosts.ip["broker"], "--port",
+                                          self.bport, "--data-dir", str(self.bdir)], self.base, timeout=150)
+        assert start.returncode == 0, start.stderr[-2000:]
+        assert start.stdout.strip() == self.bootstrap
+
+    def stop_broker(self) -> None:
+        stop = self.hosts.run("broker", [EDGESTREAM, "broker", "stop", "--data-dir", str(self.bdir)], self.base,
+                              timeout=60)
+        assert stop.returncode == 0, stop.stderr
+
+    @staticmethod
+    def wait(p: subprocess.Popen, timeout: float) -> int | None:
+        try:
+            return p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def stop_producer(self, producer: subprocess.Popen) -> dict:
+        """SIGTERM the producer (compose stop); its JSON summary (last line), checked."""
+        assert producer.poll() is None, self.out("producer")[-2000:]
+        os.killpg(producer.pid, signal.SIGTERM)
+        assert self.wait(producer, 60) == 0, self.out("producer")[-2000:]
+        summary = json.loads(self.out("producer").strip().splitlines()[-1])
+        assert summary["delivered"] > 0 and summary["failed"] == 0
+        return summary
+
+
+_PROBE = ("import socket, sys\n"
+          "try:\n    socket.create_connection((sys.argv[1], int(sys.argv[2])), 3).close()\n"
+          "except OSError as e:\n    print(e.errno)\nelse:\n    print(0)\n")
+
+
+def _connect_errno(tb: Testbed, src: str, addr: str, port: int | str) -> int:
+    """errno of a TCP connection from host `src` to addr:port (0: it connected)."""
+    r = tb.hosts.run(src, [sys.executable, "-c", _PROBE, addr, str(port)], tb.base, timeout=20)
+    assert r.returncode == 0, r.stderr
+    return int(r.stdout.strip())
+
+
 @pytest.mark.timeout(420)
 def test_compose_services_train_across_network_hosts(hosts, tmp_path):
     t0 = time.monotonic()
-    doc = _load(COMPOSE)
-    svcs = doc["services"]
     run_id = f"tb{os.getpid()}{int(time.time()) % 100000}"
-    cfg_dir, runs = tmp_path / "config", tmp_path / "runs"
-    cfg_dir.mkdir()
-    runs.mkdir()
+    # compose's interpolation environment: defaults, except the run id (a fresh run on a fresh broker)
+    tb = Testbed(hosts, tmp_path, {"RUN_ID": run_id})
     cfg = yaml.safe_load((ROOT / "examples" / "testbed.yaml").read_text())
     cfg.update(model={"name": "mlp"}, stop={"max_steps": 5, "max_time_s": 120, "target_accuracy": 0.99},
                eval={"every_s": 30})
     cfg["devices"]["rates"] = {"distribution": "constant", "rate": 200}
-    (cfg_dir / "testbed.yaml").write_text(yaml.safe_dump(cfg))
+    (tb.cfg_dir / "testbed.yaml").write_text(yaml.safe_dump(cfg))
 
-    # compose's interpolation environment: defaults, except the run id (a fresh run on a fresh broker)
-    cenv = {"RUN_ID": run_id}
-    names = dict(hosts.ip)
-    paths = {"/config": str(cfg_dir), "/runs": str(runs)}
-    base = {k: os.environ[k] for k in ("PATH", "HOME", "LANG", "EDGESTREAM_CACHE") if k in os.environ}
-    base["PATH"] = f"{Path(sys.executable).parent}:{base.get('PATH', '/usr/bin:/bin')}"
-
-    def command(service: str) -> list[str]:
-        cmd = [_resolve(x, cenv, names, paths) for x in svcs[service]["command"]]
-        return [EDGESTREAM, *cmd]
-
-    def environment(service: str) -> dict[str, str]:
-        return base | {k: _resolve(str(v), cenv, names, paths) for k, v in (svcs[service].get("environment") or {}).items()}
-
-    # the broker host: compose's INSIDE listener, bound to and advertised as the broker host's address
-    inside = dict(x.split("://", 1) for x in svcs["broker"]["environment"]["KAFKA_ADVERTISED_LISTENERS"].split(","))
-    bhost, bport = inside["INSIDE"].split(":")
-    assert bhost == "broker"
-    bdir = tmp_path / "broker"
-    start = hosts.run("broker", [EDGESTREAM, "broker", "start", "--host", hosts.ip["broker"], "--port", bport,
-                                 "--data-dir", str(bdir)], base, timeout=150)
-    assert start.returncode == 0, start.stderr[-2000:]
-    assert start.stdout.strip() == f"{hosts.ip['broker']}:{bport}"
+    tb.start_broker()
     t_broker = time.monotonic() - t0
     try:
         # another host cannot use its own loopback for the broker: the address really is the broker host's
-        probe = hosts.run("producer", [sys.executable, "-c", f"import socket; socket.create_connection(('127.0.0.1', {bport}), 2)"],
-                          base, timeout=20)
-        assert probe.returncode != 0
+        assert _connect_errno(tb, "producer", "127.0.0.1", tb.bport) != 0
 
-        producer = hosts.popen("producer", command("producer"), environment("producer"), tmp_path / "producer.out")
-        trainers = {r: hosts.popen(f"trainer-{r}", command(f"trainer-{r}"), environment(f"trainer-{r}"),
-                                   tmp_path / f"trainer-{r}.out") for r in (0, 1)}
+        producer = tb.popen("producer")
+        trainers = {r: tb.popen(f"trainer-{r}") for r in (0, 1)}
         for r, p in trainers.items():
-            try:
-                rc = p.wait(timeout=240)
-            except subprocess.TimeoutExpired:
-                rc = None
-            assert rc == 0, f"trainer-{r} exit {rc}:\n{(tmp_path / f'trainer-{r}.out').read_text()[-3000:]}"
+            rc = tb.wait(p, 240)
+            assert rc == 0, f"trainer-{r} exit {rc}:\n{tb.out(f'trainer-{r}')[-3000:]}"
         t_train = time.monotonic() - t0
-        assert producer.poll() is None, (tmp_path / "producer.out").read_text()[-2000:]
-        os.killpg(producer.pid, signal.SIGTERM)
-        assert producer.wait(timeout=60) == 0, (tmp_path / "producer.out").read_text()[-2000:]
-        summary = json.loads((tmp_path / "producer.out").read_text().strip().splitlines()[-1])
-        assert summary["delivered"] > 0 and summary["failed"] == 0
+        tb.stop_producer(producer)
 
         # the collect step of the compose file writes the run directory from the rank files
-        col = hosts.run("trainer-0", command("collect"), environment("collect"), timeout=120)
+        col = hosts.run("trainer-0", tb.command("collect"), tb.environment("collect"), timeout=120)
         assert col.returncode == 0, col.stderr[-2000:]
     finally:
-        stop = hosts.run("broker", [EDGESTREAM, "broker", "stop", "--data-dir", str(bdir)], base, timeout=60)
-        assert stop.returncode == 0, stop.stderr
-    run_dir = runs / f"testbed-{run_id}"
+        tb.stop_broker()
+    run_dir = tb.runs / f"testbed-{run_id}"
     assert {"config.yaml", "events.jsonl", "summary.json", "accuracy.png", "ranks"} <= {p.name for p in run_dir.iterdir()}
     s = json.loads((run_dir / "summary.json").read_text())
     assert s["devices"] == 2 and s["stop_reason"] == "max_steps" and s["device_steps"] == {"0": 5, "1": 5}
@@ -476,8 +583,110 @@ def test_compose_services_train_across_network_hosts(hosts, tmp_path):
     assert digests and all(len(d) == 1 for d in digests.values()), "replicas diverged across hosts"
     for r in (0, 1):
         log = (run_dir / "ranks" / f"{r}.log").read_text()
-        assert f"bootstrap {hosts.ip['broker']}:{bport}" in log
+        assert f"bootstrap {tb.bootstrap}" in log
     print(f"\nnetns testbed: broker up {t_broker:.1f} s, trained at {t_train:.1f} s, "
+          f"total {time.monotonic() - t0:.1f} s", file=sys.stderr)
+
+
+@pytest.mark.timeout(420)
+def test_compose_ps_service_runs_ssp_across_network_hosts(ps_hosts, tmp_path):
+    """The `ps` profile: broker, producer, ps, trainer-0 and trainer-1 on five hosts run an SSP job
+    (examples/testbed-ssp.yaml, s = 2, momentum 0) to its stop. The PS and the trainers have a route to
+    the broker's host and to no other, and the trainers get no MASTER_ADDR: they meet only through Kafka.
+    The trainers start first and wait for the PS, as compose starts them (nothing waits for the PS)."""
+    hosts = ps_hosts
+    t0 = time.monotonic()
+    run_id = f"tbps{os.getpid()}{int(time.time()) % 100000}"
+    tb = Testbed(hosts, tmp_path, {"RUN_ID": run_id, "EXPERIMENT": "testbed-ssp.yaml"})
+    cfg = yaml.safe_load((ROOT / "examples" / "testbed-ssp.yaml").read_text())
+    assert cfg["algorithm"]["name"] == "ssp" and cfg["algorithm"]["params"] == {"s": 2}
+    assert cfg["optim"]["momentum"] == 0
+    s_bound, max_steps = 2, 30
+    cfg.update(stop={"max_steps": max_steps, "max_time_s": 150, "target_accuracy": None}, eval={"every_s": 2})
+    cfg["devices"]["rates"] = {"distribution": "constant", "rate": 200}
+    (tb.cfg_dir / "testbed-ssp.yaml").write_text(yaml.safe_dump(cfg))
+    run_dir = tb.runs / f"testbed-ssp-{run_id}"
+    workers = ("ps", "trainer-0", "trainer-1")
+
+    # the PS and the trainers: a route to the broker's host only
+    for h in workers:
+        hosts.route_only_to(h, ["broker"])
+    env = {n: tb.environment(n) for n in workers}
+    for r in (0, 1):  # a PS algorithm's trainers do no rendezvous: no MASTER_ADDR, no MASTER_PORT
+        for k in ("MASTER_ADDR", "MASTER_PORT"):
+            env[f"trainer-{r}"].pop(k, None)
+    for n in workers:
+        assert "MASTER_ADDR" not in env[n] and "MASTER_PORT" not in env[n], n
+    tb.start_broker()
+    t_broker = time.monotonic() - t0
+    try:
+        for src in workers:
+            assert _connect_errno(tb, src, hosts.ip["broker"], tb.bport) == 0, f"{src} cannot reach the broker"
+            for dst in hosts.ip:
+                if dst not in (src, "broker"):
+                    e = _connect_errno(tb, src, hosts.ip[dst], 29500)
+                    assert e == errno.ENETUNREACH, f"{src} -> {dst}: errno {e}, not unreachable"
+
+        producer = tb.popen("producer")
+        trainers = {r: tb.popen(f"trainer-{r}", env[f"trainer-{r}"]) for r in (0, 1)}
+        # both trainers reach the join before the PS exists, and wait there
+        deadline = time.monotonic() + 120
+        joining: set[int] = set()
+        while joining != {0, 1}:
+            for r, p in trainers.items():
+                assert p.poll() is None, f"trainer-{r} exit {p.returncode} before the PS:\n{tb.out(f'trainer-{r}')[-3000:]}"
+                log = run_dir / "ranks" / f"{r}.log"
+                if log.is_file() and "joining the parameter server" in log.read_text():
+                    joining.add(r)
+            assert time.monotonic() < deadline, f"trainers {sorted({0, 1} - joining)} never asked for the PS"
+            time.sleep(0.2)
+        time.sleep(1.0)
+        assert all(p.poll() is None for p in trainers.values()), "a trainer did not wait for the PS"
+        ps = tb.popen("ps", env["ps"])
+
+        deadline = time.monotonic() + 240
+        while any(p.poll() is None for p in trainers.values()) and time.monotonic() < deadline:
+            assert ps.poll() in (None, 0), f"ps exit {ps.returncode} while the trainers ran:\n{tb.out('ps')[-3000:]}"
+            time.sleep(0.2)
+        for r, p in trainers.items():
+            rc = p.poll()
+            assert rc == 0, f"trainer-{r} exit {rc}:\n{tb.out(f'trainer-{r}')[-3000:]}\nps:\n{tb.out('ps')[-2000:]}"
+        t_train = time.monotonic() - t0
+        rc = tb.wait(ps, 60)
+        assert rc == 0, f"ps exit {rc}:\n{tb.out('ps')[-3000:]}"
+        tb.stop_producer(producer)
+
+        col = hosts.run("trainer-0", tb.command("collect"), tb.environment("collect"), timeout=120)
+        assert col.returncode == 0, col.stderr[-2000:]
+    finally:
+        tb.stop_broker()
+
+    ranks = [json.loads((run_dir / "ranks" / f"{r}.summary.json").read_text()) for r in (0, 1)]
+    steps = [x["steps"] for x in ranks]
+    assert all(x["algorithm"] == "ssp" and x["backend"] == "kafka-ps" for x in ranks), ranks
+    assert max(steps) == max_steps and max(steps) - min(steps) <= s_bound + 1, steps
+    ps_summary = json.loads((run_dir / "ranks" / "ps.summary.json").read_text())
+    assert json.loads(tb.out("ps").strip().splitlines()[-1]) == ps_summary  # `edgestream ps` prints it too
+    assert ps_summary["status"] == "finished" and ps_summary["starts"] == 1 and ps_summary["stop_reason"] == "max_steps"
+    # every SSP step pushes once, and the PS applied each push once
+    assert ps_summary["pushes_applied"] == sum(steps) == ps_summary["pushes_received"], (ps_summary, steps)
+    assert ps_summary["pushes"] == steps and ps_summary["rejected"] == 0 and ps_summary["duplicates_dropped"] == 0
+    # the SSP bound at the real PS: when it answered worker w's pull, w was at most s pushes ahead
+    replies = [json.loads(x) for x in (run_dir / "ranks" / "ps.jsonl").read_text().splitlines()]
+    replies = [x for x in replies if x.get("kind") == "ps" and not x["stop"]]
+    assert replies and all(x["pushes"][x["worker"]] - min(x["pushes"]) <= s_bound for x in replies)
+    # everyone used the broker's address, and only it
+    assert f"on {tb.bootstrap}" in (run_dir / "ranks" / "ps.log").read_text()
+    for r in (0, 1):
+        log = (run_dir / "ranks" / f"{r}.log").read_text()
+        assert f"bootstrap {tb.bootstrap}" in log and "joined at model version" in log
+    # collect merged the PS: its eval lines and its figures
+    s = json.loads((run_dir / "summary.json").read_text())
+    assert s["device_steps"] == {"0": steps[0], "1": steps[1]} and s["ps"]["pushes_applied"] == sum(steps)
+    assert s["algorithm"] == "ssp" and s["stop_reason"] == "max_steps"
+    events = [json.loads(x) for x in (run_dir / "events.jsonl").read_text().splitlines()]
+    assert any(e.get("kind") == "eval" for e in events) and s["final_accuracy"] is not None
+    print(f"\nnetns ps testbed: broker up {t_broker:.1f} s, trained at {t_train:.1f} s ({steps} steps), "
           f"total {time.monotonic() - t0:.1f} s", file=sys.stderr)
 
 
