@@ -19,11 +19,6 @@ Passes alternate PS and raw blocks (which goes first alternates too), so both se
 Throughput = round trips / summed round-trip time; ratio = PS / raw (target >= 0.7 at 11M).
 
     python benchmarks/bench_ps_roundtrip.py [--sizes 0.1M,1M,11M] [--trips 300,120,24] [--passes 4]
-                                            [--first-message-poll]
-
---first-message-poll is a diagnostic: it replaces the PS transport's `Receiver.poll` (which asks
-consume() for up to 256 messages and so waits out its whole timeout, 50 ms, when fewer come) by one
-that returns as soon as a message is there, to show what that wait costs a round trip.
 
 Figures land in bench-out/ps_roundtrip.json.
 """
@@ -206,27 +201,6 @@ class RawPath:
             raise self.echo_error[0]
 
 
-def first_message_poll() -> None:
-    """The diagnostic of --first-message-poll (module doc): Receiver.poll returns at the first message."""
-    from confluent_kafka import KafkaError, KafkaException
-
-    from edgestream.ps import transport
-
-    def poll(self, timeout_s: float, max_messages: int = 256):
-        msgs = self.consumer.consume(1, timeout=max(0.0, timeout_s))
-        if msgs:
-            msgs += self.consumer.consume(max_messages - 1, timeout=0)
-        for msg in msgs:
-            err = msg.error()
-            if err is not None:
-                if err.code() == KafkaError._PARTITION_EOF:
-                    continue
-                raise KafkaException(err)
-            yield transport.Raw(int(msg.offset()), msg.value(), msg.key())
-
-    transport.Receiver.poll = poll
-
-
 # ------------------------------------------------------------------------------------------- measure
 def stats(trips: list[tuple[float, float]]) -> dict[str, Any]:
     rt = [a + b for a, b in trips]
@@ -304,10 +278,7 @@ def main() -> None:
     ap.add_argument("--trips", default="300,120,24", help="round trips per path, per size")
     ap.add_argument("--passes", type=int, default=4, help="alternating PS / raw blocks")
     ap.add_argument("--checkpoint-s", type=float, default=CHECKPOINT_S, help="the PS's checkpoint period")
-    ap.add_argument("--first-message-poll", action="store_true", help="diagnostic (module doc)")
     args = ap.parse_args()
-    if args.first_message_poll:
-        first_message_poll()
     sizes = args.sizes.split(",")
     trips = [int(x) for x in args.trips.split(",")]
     torch.set_num_threads(1)
@@ -315,8 +286,8 @@ def main() -> None:
     with bench_broker() as (bootstrap, _):
         rows = [measure(s, bootstrap, n, args.passes, args.checkpoint_s) for s, n in zip(sizes, trips, strict=True)]
     print(table(rows), file=sys.stderr)
-    name = "ps_roundtrip" + ("_first_message_poll" if args.first_message_poll else "")
-    record(name, {"algorithm": "asp", "first_message_poll": args.first_message_poll, "workers": 1, "passes": args.passes, "checkpoint_s": args.checkpoint_s,
+    name = "ps_roundtrip"
+    record(name, {"algorithm": "asp", "workers": 1, "passes": args.passes, "checkpoint_s": args.checkpoint_s,
                             "cpus": os.cpu_count(), "wall_s": round(time.perf_counter() - t0, 1),
                             "target": ">= 0.7 PS / raw round trips per second at 11M", "by_size": rows,
                             "table": table(rows)})

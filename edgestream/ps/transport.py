@@ -149,8 +149,13 @@ class Receiver:
                 time.sleep(0.2)
 
     def poll(self, timeout_s: float, max_messages: int = 256) -> Iterator[Raw]:
-        """Messages that arrived within `timeout_s` (transport errors other than end-of-partition raise)."""
-        for msg in self.consumer.consume(max_messages, timeout=max(0.0, timeout_s)):
+        """Messages that arrived within `timeout_s`: returns at the first one (with whatever else is already
+        fetched), so a reply is handled the moment it lands; transport errors other than end-of-partition raise."""
+        first = self.consumer.poll(max(0.0, timeout_s))
+        if first is None:
+            return
+        batch = [first, *self.consumer.consume(max_messages - 1, timeout=0)] if max_messages > 1 else [first]
+        for msg in batch:
             err = msg.error()
             if err is not None:
                 if err.code() == KafkaError._PARTITION_EOF:

@@ -265,10 +265,13 @@ def peek(value: bytes) -> Header:
 
 
 def _take(body: memoryview, pos: int, n: int, dtype: torch.dtype) -> Tensor:
-    """n elements of `dtype` at body[pos:], copied into a writable tensor of their own."""
+    """n elements of `dtype` at body[pos:]: a writable view of the body (a private bytearray the decoder
+    made; the tensors of one message never overlap), so a decoded model costs one copy of its bytes."""
     if n == 0:
         return torch.empty(0, dtype=dtype)
-    raw = bytearray(body[pos:pos + n * _SIZES[_NAMES[dtype]]])
+    if isinstance(body.obj, bytearray) and body.nbytes == len(body.obj):
+        return torch.frombuffer(body.obj, dtype=dtype, count=n, offset=pos)
+    raw = bytearray(body[pos:pos + n * _SIZES[_NAMES[dtype]]])  # not the decoder's own buffer: copy
     return torch.frombuffer(raw, dtype=torch.uint8).view(dtype)
 
 
@@ -439,7 +442,9 @@ class Reassembler:
             self.lost.append(lost)
         if held.size != h.body_len:
             raise WireError(f"body size mismatch: the chunks hold {held.size} of {h.body_len} bytes ({where})")
-        body = piece if h.nchunks == 1 else memoryview(b"".join(held.pieces[i] for i in range(h.nchunks)))
+        # one writable copy of the body, which the decoded tensors view (see `_take`)
+        body = memoryview(bytearray(piece) if h.nchunks == 1 else
+                          bytearray().join(held.pieces[i] for i in range(h.nchunks)))
         if zlib.crc32(body) != h.body_crc:
             raise WireError(f"bad checksum: body of {h.kind} worker {h.worker} seq {h.seq}")
         self._done[key] = (h.seq, h.body_crc)
