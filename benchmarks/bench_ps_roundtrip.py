@@ -44,7 +44,7 @@ from common import bench_broker, record  # noqa: E402
 
 from edgestream.config import validate_dict  # noqa: E402
 from edgestream.kafka.admin import create_topics  # noqa: E402
-from edgestream.kafka.clients import consumer_config, producer_config  # noqa: E402
+from edgestream.kafka.clients import consumer_config, produce, producer_config  # noqa: E402
 from edgestream.ps.client import PSClient  # noqa: E402
 from edgestream.ps.server import CHECKPOINT_S, ParameterServer  # noqa: E402
 from edgestream.ps.transport import chunk_bytes, topic_bytes  # noqa: E402
@@ -110,12 +110,7 @@ class PSPath:
 # ------------------------------------------------------------------------------------------- raw
 def _produce(producer: Producer, topic: str, values: list[bytes]) -> None:
     for v in values:
-        while True:
-            try:
-                producer.produce(topic, value=v, key=b"0")
-                break
-            except BufferError:
-                producer.poll(0.05)
+        produce(producer, topic, v, key=b"0")
     left = producer.flush(60)
     if left:
         raise RuntimeError(f"{left} raw message(s) not acknowledged")

@@ -245,6 +245,21 @@ def produce(config: Path = typer.Argument(..., help="experiment YAML file"),
         _produce_fail("; ".join(parts), 1)
 
 
+def _broker_and_run(cfg, bootstrap: str | None, run_id: str, what: str) -> str:
+    """The broker address of a process that joins a run (trainer, parameter server): --bootstrap or
+    runtime.bootstrap; a missing address or a bad --run-id exits 2 with one line."""
+    from edgestream.runid import check_run_id
+
+    bootstrap = bootstrap or cfg.runtime.bootstrap
+    if bootstrap is None:
+        _bad_input(f"error: --bootstrap: required (or set runtime.bootstrap): {what}")
+    try:
+        check_run_id(run_id)
+    except ValueError as exc:
+        _bad_input(f"error: --run-id: {exc}")
+    return bootstrap
+
+
 # ---------------------------------------------------------------- train (one real trainer process)
 @app.command("train")
 def train_cmd(config: Path = typer.Argument(..., help="experiment YAML file"),
@@ -257,20 +272,10 @@ def train_cmd(config: Path = typer.Argument(..., help="experiment YAML file"),
               set_: list[str] = typer.Option(None, "--set", help="override KEY.PATH=VALUE (repeatable)")) -> None:
     """Train device RANK of CONFIG for real (torchrun environment: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT,
     LOCAL_RANK). Writes ranks/<rank>.jsonl, .log, .summary.json and checkpoints under the run directory."""
-    from edgestream.kafka.topics import check_run_id
     from edgestream.trainer import TrainerError, train
 
     cfg = _load(config, set_)
-    bootstrap = bootstrap or cfg.runtime.bootstrap
-    if bootstrap is None:
-        typer.echo("error: --bootstrap: required (or set runtime.bootstrap): the broker the producer streams to",
-                   err=True)
-        raise typer.Exit(2)
-    try:
-        check_run_id(run_id)
-    except ValueError as exc:
-        typer.echo(f"error: --run-id: {exc}", err=True)
-        raise typer.Exit(2) from None
+    bootstrap = _broker_and_run(cfg, bootstrap, run_id, "the broker the producer streams to")
     try:
         summary = train(cfg, run_id=run_id, bootstrap=bootstrap, out=out if out is not None else cfg.runtime.out,
                         resume=resume, digest=digest)
@@ -290,19 +295,10 @@ def ps_cmd(config: Path = typer.Argument(..., help="experiment YAML file (a para
     """Serve the parameter server of run <name>-RUN_ID through Kafka (workers push to <run>.ps.push, replies
     go to <run>.ps.pull.<i>) until every worker was told to stop. Restarted, it continues from
     checkpoints/ps.pt and replays the pushes after it. Writes ranks/ps.jsonl, ps.log, ps.summary.json."""
-    from edgestream.kafka.topics import check_run_id
     from edgestream.ps.server import PSError, serve
 
     cfg = _load(config, set_)
-    bootstrap = bootstrap or cfg.runtime.bootstrap
-    if bootstrap is None:
-        typer.echo("error: --bootstrap: required (or set runtime.bootstrap): the broker the workers reach", err=True)
-        raise typer.Exit(2)
-    try:
-        check_run_id(run_id)
-    except ValueError as exc:
-        typer.echo(f"error: --run-id: {exc}", err=True)
-        raise typer.Exit(2) from None
+    bootstrap = _broker_and_run(cfg, bootstrap, run_id, "the broker the workers reach")
     try:
         summary = serve(cfg, run_id=run_id, bootstrap=bootstrap, out=out if out is not None else cfg.runtime.out)
     except PSError as exc:

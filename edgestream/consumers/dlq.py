@@ -10,7 +10,7 @@ from __future__ import annotations
 from confluent_kafka import Producer
 
 from edgestream.data.serde import SampleSerde, WireError
-from edgestream.kafka.clients import producer_config
+from edgestream.kafka.clients import produce, producer_config
 from edgestream.kafka.topics import dlq_topic
 
 
@@ -34,12 +34,7 @@ class DeadLetters:
             pass
         else:
             headers += [("seq", str(head.seq).encode()), ("device", str(head.device).encode())]
-        while True:
-            try:
-                self._producer.produce(self.topic, value=value, key=key, headers=headers)
-                break
-            except BufferError:
-                self._producer.poll(0.05)
+        produce(self._producer, self.topic, value, key=key, headers=headers)
         self._producer.poll(0)
         self.count += 1
 

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from confluent_kafka import Message, Producer
 
 from edgestream.consumers.device_stream import BROKER_TIMEOUT_S, PartitionReader, trainer_group
-from edgestream.kafka.clients import producer_config
+from edgestream.kafka.clients import produce, producer_config
 from edgestream.kafka.topics import injection_topic
 
 
@@ -35,12 +35,7 @@ class InjectionChannel:
         for target in targets:
             topic = injection_topic(self.run, target)
             for value in values:
-                while True:
-                    try:
-                        self._producer.produce(topic, value=value, key=key)
-                        break
-                    except BufferError:
-                        self._producer.poll(0.05)
+                produce(self._producer, topic, value, key=key)
                 nbytes += len(value)
         self._producer.poll(0)
         self.sent_samples += len(values) * len(targets)

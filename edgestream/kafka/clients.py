@@ -71,3 +71,19 @@ def admin_config(bootstrap: str, security: Mapping[str, str] | None = None, **ov
     conf = client_config(bootstrap, security)
     conf.update(overrides)
     return conf
+
+
+def produce(producer, topic: str, value, *, key=None, headers=None, on_delivery=None, wait_s: float = 0.05) -> None:
+    """`producer.produce(...)`, waiting while librdkafka's local queue is full (serving delivery reports
+    meanwhile) instead of dropping the message."""
+    kwargs = {"value": value, "key": key}
+    if headers is not None:
+        kwargs["headers"] = headers
+    if on_delivery is not None:
+        kwargs["on_delivery"] = on_delivery
+    while True:
+        try:
+            producer.produce(topic, **kwargs)
+            return
+        except BufferError:
+            producer.poll(wait_s)

@@ -41,7 +41,6 @@ import logging
 import os
 import threading
 import time
-import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -113,7 +112,6 @@ class ParameterServer:
         self.partial_start: dict[tuple[str, int], int] = {}  # (kind, worker) -> offset of its first chunk
         self.reasm = Reassembler(run)
         self.dlq = DeadLetters(bootstrap, run, plan.security)
-        self.next_eval = 0.0
         self._evaluate = evaluate
         self.reason: str | None = None
         self.replay_until: int | None = None
@@ -230,8 +228,8 @@ class ParameterServer:
             raise ValueError(f"{len(env.tensors)} tensors do not match the model's {len(self.params)} parameters")
         if self.origin_wall is None and m.get("origin") is not None:
             self.origin_wall = float(m["origin"])
-            if self._evaluate and self.next_eval == 0.0:
-                self._eval()
+            if self._evaluate and self.evaluation.last_time is None:
+                self._eval()  # W0 at t = 0, as every engine scores it
         losses = m.get("losses")
         push = Push([t.to(p.dtype) for t, p in zip(env.tensors, self.params, strict=True)], version=env.version,
                     n=int(m.get("n", 0)), loss=m.get("loss"), lr=float(m.get("lr", 0.0)), stop=bool(m.get("stop")),
@@ -279,7 +277,8 @@ class ParameterServer:
             self.counts["blocked_s_total"] += blocked
             self.counts["pulls_answered"] += 1
             stale, self.staleness_since[w] = self.staleness_since[w], 0
-            meta = {"stop": bool(reply.stop), "info": _plain(reply.info), "blocked_s": blocked, "staleness": stale,
+            info = _plain(reply.info)
+            meta = {"stop": bool(reply.stop), "info": info, "blocked_s": blocked, "staleness": stale,
                     "reason": self.reason}
             self.sender.send(pull_topic(self.run_name, w), Envelope(self.run_name, "reply", w, seq, reply.version,
                                                                     meta, reply.params))
@@ -287,26 +286,35 @@ class ParameterServer:
                 self.told_stop[w] = True
             self.events.record("ps", time=self.stream_now(), ps_time=round(now, 6), worker=w, request=seq,
                                version=reply.version, stop=bool(reply.stop), blocked_s=round(blocked, 6),
-                               staleness=stale, pushes=list(self.coord.pushes), info=_plain(reply.info))
+                               staleness=stale, pushes=list(self.coord.pushes), info=info)
 
     def timers(self) -> None:
         at = self.coord.next_timer()
         if at is not None and self.now() >= at:
             self.coord.timer(self.now())
 
-    def _eval(self) -> None:
+    def _score(self) -> tuple[float, float]:
+        """(accuracy, loss) of W on the test split (the run's one `evaluate`)."""
         from edgestream.runner.evaluate import evaluate
 
         with torch.no_grad():
             for p, w in zip(self.params, self.coord.model(), strict=True):
                 p.copy_(w)
-        now = self.stream_now()
-        acc, loss = evaluate(self.model, self.x_test, self.y_test)
-        self.events.evaluation(now, self.coord.version, acc, loss)
-        log.info("eval t=%.1fs version %d accuracy %.4f", now, self.coord.version, acc)
-        self.next_eval = now + self.plan.eval_every_s
-        target = self.plan.target_accuracy
-        if target is not None and acc >= target and not self.coord.stopping:
+        return evaluate(self.model, self.x_test, self.y_test)
+
+    def _eval_due(self) -> bool:
+        last = self.evaluation.last_time
+        return last is None or self.stream_now() >= last + self.evaluation.every_s
+
+    def _eval(self, final: bool = False) -> None:
+        """An evaluation of W (the shared `Evaluation`: eval line, the run's StopRule); the stop rule firing
+        on target accuracy stops the run at the coordinator."""
+        now, version = self.stream_now(), self.coord.version
+        if final:
+            self.evaluation.final(now, version)
+        else:
+            self.evaluation.run(now, version)
+        if self.stop_rule.reason == "target_accuracy" and not self.coord.stopping:
             self.reason = "target_accuracy"
             self.coord.stop()
 
@@ -319,9 +327,15 @@ class ParameterServer:
         ensure_ps_topics(self.bootstrap, self.run_name, self.world, self.model_bytes, self.plan.security)
         self.events = EventLog(run_dir / "ranks" / "ps.jsonl", append=True, live=True)
         if self._evaluate:
+            from edgestream.runner.evaluate import Evaluation
+
             ds = self.plan.dataset
             self.x_test = ds.normalize(torch.from_numpy(ds.x_test))
             self.y_test = torch.from_numpy(ds.y_test).long()
+            self.stop_rule = self.plan.stop_rule()
+            self.evaluation = Evaluation(self._score, self.events, self.stop_rule, self.plan.eval_every_s,
+                                         on_eval=lambda t, v, acc: log.info("eval t=%.1fs version %d accuracy %.4f",
+                                                                            t, v, acc))
         self.sender = Sender(self.bootstrap, self.chunk, self.plan.security)
         receiver = Receiver(self.bootstrap, push_topic(self.run_name), f"{self.run_name}.ps", self.offset,
                             self.plan.security)
@@ -355,7 +369,7 @@ class ParameterServer:
                     self.release()
                 self.timers()
                 self.release()
-                if self._evaluate and self.origin_wall is not None and self.stream_now() >= self.next_eval:
+                if self._evaluate and self.origin_wall is not None and self._eval_due():
                     self._eval()
                     self.release()
                 t = time.monotonic()
@@ -370,7 +384,7 @@ class ParameterServer:
                     self.checkpoint()
                     last_ckpt = t
             if status == "finished" and self._evaluate and self.origin_wall is not None:
-                self._eval()
+                self._eval(final=True)
         finally:
             self.checkpoint()
             receiver.close()
@@ -405,10 +419,6 @@ def _plain(v: Any) -> Any:
     if hasattr(v, "item") and callable(v.item):
         return v.item()
     return v
-
-
-def new_nonce() -> str:
-    return uuid.uuid4().hex[:12]
 
 
 def serve(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 
 from edgestream.kafka.admin import create_topics
 from edgestream.kafka.broker import MAX_MESSAGE_BYTES
-from edgestream.kafka.clients import consumer_config, producer_config
+from edgestream.kafka.clients import consumer_config, produce, producer_config
 from edgestream.kafka.topics import dlq_topic, ps_topic
 from edgestream.ps.wire import DEFAULT_CHUNK_BYTES, Envelope, encode
 
@@ -85,12 +85,7 @@ class Sender:
         key = str(env.worker).encode()
         sent = 0
         for value in values:
-            while True:
-                try:
-                    self._producer.produce(topic, value=value, key=key, on_delivery=self._on_delivery)
-                    break
-                except BufferError:
-                    self._producer.poll(0.05)
+            produce(self._producer, topic, value, key=key, on_delivery=self._on_delivery)
             sent += len(value)
         self._producer.poll(0)
         if wait:

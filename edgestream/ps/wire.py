@@ -47,12 +47,14 @@ import json
 import struct
 import sys
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import Tensor
+
+from edgestream.sync.ps_worker import nbytes as tensor_bytes  # noqa: F401 (the one dense-bytes count)
 
 WIRE_VERSION = 1
 MAGIC = b"ESPS"
@@ -112,11 +114,6 @@ class Header:
     sparse: bool
     chunk_len: int = 0  # length of this chunk's slice of the body
     offset: int = 0     # where the slice starts in the value
-
-
-def tensor_bytes(tensors: Iterable[Tensor]) -> int:
-    """Bytes the tensors take dense (numel * element size, summed)."""
-    return sum(t.numel() * t.element_size() for t in tensors)
 
 
 # ---------------------------------------------------------------------------------------------- encode
