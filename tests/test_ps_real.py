@@ -18,9 +18,10 @@ from edgestream.config import validate_dict
 from edgestream.runner import run_config
 
 
-def _cfg(name: str, algorithm: str, params: dict, *, max_steps: int = 60, seed: int = 1) -> object:
+def _cfg(name: str, algorithm: str, params: dict, *, max_steps: int = 60, seed: int = 1,
+         data: dict | None = None) -> object:
     return validate_dict({
-        "name": name, "seed": seed, "data": {"dataset": "digits"},
+        "name": name, "seed": seed, "data": data or {"dataset": "digits"},
         # 1:1:3 compute (worker 2 three times slower), streams fast enough never to starve a worker
         "devices": {"count": 3, "rates": {"distribution": "constant", "rate": 400},
                     "compute": {"static": [1.0, 1.0, 3.0]}},
@@ -127,7 +128,9 @@ def test_ps_killed_mid_run_is_restarted_and_loses_or_repeats_no_push(bootstrap: 
 def test_compare_puts_simulated_and_real_ps_runs_side_by_side(bootstrap: str, tmp_path: Path) -> None:
     from edgestream.runner.compare import parse_variants, run_compare
 
-    cfg = _cfg("ps-cmp", "ssp", {"s": 2}, max_steps=20)
+    # not the defaults: 12 classes, a [2, 6, 6] input (the PS topics and wire sized for that model)
+    cfg = _cfg("ps-cmp", "ssp", {"s": 2}, max_steps=20,
+               data={"dataset": "synthetic", "shape": [2, 6, 6], "num_classes": 12, "n_train": 1500, "n_test": 300})
     folder, summaries, table = run_compare(cfg, parse_variants("ssp"), out=tmp_path, engine="sim,local",
                                            progress=False, bootstrap=bootstrap)
     assert list(summaries) == ["ssp@sim", "ssp@local"]
