@@ -7,10 +7,10 @@ from __future__ import annotations
 import json
 import random
 import struct
-import zlib
 
 import pytest
 import torch
+import xxhash
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -32,7 +32,7 @@ from edgestream.ps.wire import (
 FLOATS = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 INTS = [torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool]
 FIELDS = ["magic", "version", "kind", "flags", "reserved", "worker", "seq", "model_version", "chunk", "nchunks",
-          "body_len", "body_crc", "chunk_crc", "chunk_len", "run_len"]
+          "body_len", "body_sum", "chunk_sum", "chunk_len", "run_len"]
 
 
 def _fast(n: int) -> settings:
@@ -178,16 +178,22 @@ def test_zero_dim_empty_noncontiguous_grad_and_coo_tensors() -> None:
 
 
 def test_header_layout_is_the_documented_one() -> None:
-    v = encode(Envelope("run-a", "reply", 7, 2**40 + 3, -2, {"k": 1}, [torch.arange(6.0)]), 50)[1]
-    (magic, version, kind, flags, reserved, worker, seq, mver, chunk, nchunks, body_len, body_crc, chunk_crc, chunk_len,
-     run_len) = struct.unpack_from("<4sBBBBIQqIIQIIIH", v)
-    assert (magic, version, kind, flags, reserved) == (MAGIC, WIRE_VERSION, KINDS.index("reply"), 0, 0)
+    values = encode(Envelope("run-a", "reply", 7, 2**40 + 3, -2, {"k": 1}, [torch.arange(6.0)]), 50)
+    v = values[1]
+    (magic, version, kind, flags, reserved, worker, seq, mver, chunk, nchunks, body_len, body_sum, chunk_sum, chunk_len,
+     run_len) = struct.unpack_from("<4sBBBBIQqIIQQQIH", v)
+    assert (magic, version, kind, flags, reserved) == (MAGIC, WIRE_VERSION, KINDS.index("reply"), 0, 0) == \
+        (b"ESPS", 2, 3, 0, 0)
     assert (worker, seq, mver, chunk, chunk_len, run_len) == (7, 2**40 + 3, -2, 1, 50, 5)
-    assert v[58:63] == b"run-a" and len(v) == 58 + 5 + 50 and nchunks == -(-body_len // 50)
-    assert chunk_crc == zlib.crc32(v[:wire._CRC_AT] + b"\0\0\0\0" + v[wire._CRC_AT + 4:])
+    assert v[66:71] == b"run-a" and len(v) == 66 + 5 + 50 and nchunks == -(-body_len // 50) == len(values)
+    # the documented checksums, recomputed here from their definitions
+    slice_sums = [xxhash.xxh3_64_intdigest(x[71:]) for x in values]
+    assert chunk_sum == xxhash.xxh3_64_intdigest(v[:wire._SUM_AT] + bytes(8) + v[wire._SUM_AT + 8:71], seed=slice_sums[1])
+    assert body_sum == xxhash.xxh3_64_intdigest(b"".join(struct.pack("<Q", x) for x in slice_sums))
+    assert b"".join(x[71:] for x in values)[4:].startswith(b'{"m":{"k":1},"t":[')
     h = peek(v)
-    assert (h.version, h.kind, h.worker, h.seq, h.model_version, h.chunk, h.nchunks, h.body_len, h.body_crc,
-            h.chunk_crc, h.run, h.sparse) == (1, "reply", 7, 2**40 + 3, -2, 1, nchunks, body_len, body_crc, chunk_crc,
+    assert (h.version, h.kind, h.worker, h.seq, h.model_version, h.chunk, h.nchunks, h.body_len, h.body_sum,
+            h.chunk_sum, h.run, h.sparse) == (2, "reply", 7, 2**40 + 3, -2, 1, nchunks, body_len, body_sum, chunk_sum,
                                               "run-a", False)
 
 
@@ -242,8 +248,8 @@ def test_tensor_bytes_counts_dense_bytes() -> None:
 # ------------------------------------------------------------------------------------------------ rejections
 @pytest.mark.parametrize(("damage", "reason"), [
     (lambda v: v[: len(v) - 3], r"^truncated chunk: 57 of 60 bytes \(chunk 1 of \d+, push worker 0 seq 1\)$"),
-    (lambda v: v[:30], r"^truncated header: 30 of at least 58 bytes$"),
-    (lambda v: v[:58], r"^truncated header: run name of 1 bytes cut short"),
+    (lambda v: v[:30], r"^truncated header: 30 of at least 66 bytes$"),
+    (lambda v: v[:66], r"^truncated header: run name of 1 bytes cut short"),
     (lambda v: v[:3], r"^truncated header"),
     (lambda v: v + b"x", r"^chunk size mismatch: 61 bytes, the header says 60"),
     (lambda v: v[:-1] + bytes([v[-1] ^ 0x40]), r"^bad checksum: chunk 1 of \d+"),
@@ -477,3 +483,17 @@ def test_encode_wants_a_positive_chunk_size(max_bytes: int) -> None:
     with pytest.raises(ValueError, match="^max_bytes"):
         encode(Envelope("r", "push", 0, 0), max_bytes)
     assert len(encode(Envelope("r", "push", 0, 0, 0, {}, []), 1)) == peek(encode(Envelope("r", "push", 0, 0))[0]).body_len
+
+
+@pytest.mark.parametrize(("sizes", "max_bytes"), [([5], 7), ([300, 2, 41], 64), ([1000], 4096), ([0, 3], 1)])
+def test_chunks_are_built_one_at_a_time_and_equal_encode(sizes: list[int], max_bytes: int) -> None:
+    from edgestream.ps.wire import chunks
+
+    ts = [torch.randn(n) for n in sizes]
+    env = Envelope("r", "push", 1, 3, 2, {"lr": 0.5}, ts)
+    it = chunks(env, max_bytes)
+    assert not isinstance(it, list)
+    first = next(it)
+    assert peek(first).chunk == 0 and [first, *it] == encode(env, max_bytes)
+    with pytest.raises(ValueError, match=r"^kind: 'nope'"):  # checked before the first chunk is asked for
+        chunks(Envelope("r", "nope", 0, 1), max_bytes)

@@ -22,6 +22,7 @@ from typing import Any
 
 from torch import Tensor
 
+from edgestream.ps.memory import keep_large_buffers
 from edgestream.ps.transport import Receiver, Sender, chunk_bytes, ensure_ps_topics, pull_topic, push_topic
 from edgestream.ps.wire import Envelope, Reassembler, WireError, tensor_bytes
 
@@ -53,6 +54,7 @@ class PSClient:
                  note_s: float = 10.0, device: Any = "cpu", echo: Callable[[str], None] | None = None) -> None:
         self.run, self.worker = run, worker
         self.model_bytes = tensor_bytes(list(model))
+        keep_large_buffers(self.model_bytes)
         ensure_ps_topics(bootstrap, run, world, self.model_bytes, security)
         self.topic = push_topic(run)
         self.reply_topic = pull_topic(run, worker)

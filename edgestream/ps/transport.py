@@ -25,7 +25,7 @@ from edgestream.kafka.admin import create_topics
 from edgestream.kafka.broker import MAX_MESSAGE_BYTES
 from edgestream.kafka.clients import consumer_config, produce, producer_config
 from edgestream.kafka.topics import dlq_topic, ps_topic
-from edgestream.ps.wire import DEFAULT_CHUNK_BYTES, Envelope, encode
+from edgestream.ps.wire import DEFAULT_CHUNK_BYTES, Envelope, chunks
 
 #: room for a chunk's header (run name included) and Kafka's record overhead
 HEADER_ROOM = 64 * 1024
@@ -81,7 +81,7 @@ class Sender:
 
     def send(self, topic: str, env: Envelope, timeout_s: float = 60.0, *, wait: bool = True) -> int:
         """Produce `env` to `topic` (key: the worker); returns the bytes sent (chunk values)."""
-        values = encode(env, self.max_bytes)
+        values = chunks(env, self.max_bytes)
         key = str(env.worker).encode()
         sent = 0
         for value in values:

@@ -131,12 +131,14 @@ class Coordinator:
         self._check(worker)
         return self.stopping or bool(self.may_pull(worker, now))
 
-    def pull(self, worker: int, now: float) -> Pulled:
-        """Answer `worker`'s pull (call when `ready`): a copy of W, the version, stop, info."""
+    def pull(self, worker: int, now: float, *, copy: bool = True) -> Pulled:
+        """Answer `worker`'s pull (call when `ready`): a copy of W, the version, stop, info. `copy=False`
+        hands out W itself, for a host that serialises it before W changes again (the Kafka PS)."""
         self._check(worker)
         self.pulls[worker] += 1
         self.pulled_version[worker] = self.version
-        return Pulled([t.clone() for t in self.w], self.version, self.stopping, self.on_pull_info(worker, now))
+        params = [t.clone() for t in self.w] if copy else list(self.w)
+        return Pulled(params, self.version, self.stopping, self.on_pull_info(worker, now))
 
     def timer(self, now: float) -> None:
         """The engine's call at (or after) `next_timer()`."""
