@@ -204,19 +204,74 @@ def test_dssp_hand_computed_k_star():
     facts = coord.push(0, push(z), 6.0)
     assert facts["dssp_k"] == 1 and facts["dssp_threshold"] == 3
     assert coord.ready(0, 6.0)                      # plain SSP(2) would block here
-    # t = 7.5: lead 4 > 3, re-evaluated: |7.5 + 1.5k - 8| = 0.5, 1.0 -> k* = 0, the threshold stays 3
+    # t = 7.5: lead 4, re-evaluated: |7.5 + 1.5k - 8| = 0.5, 1.0 -> k* = 0: the threshold FALLS to
+    # s_low + 0 = 2 (it is re-picked at every push past s_low, not floored at the lead reached)
     facts = coord.push(0, push(z), 7.5)
-    assert facts["dssp_k"] == 0 and facts["dssp_threshold"] == 3
+    assert facts["dssp_k"] == 0 and facts["dssp_threshold"] == 2 and coord.bound(0) == 2
     assert not coord.ready(0, 7.5)
-    coord.push(1, push(z), 8.0)                     # the slow worker's push releases it (lead 3)
-    assert coord.ready(0, 8.0)
-    assert coord.pull(0, 8.0).info["threshold"] == 3
-    # back within s_low: the threshold returns to s_low
-    coord.push(1, push(z), 9.0)
-    assert coord.bound(0) == 2
+    coord.push(1, push(z), 8.0)                     # lead 3 > 2: a worker ahead of a lowered threshold waits
+    assert not coord.ready(0, 8.0)
+    coord.push(1, push(z), 9.0)                     # lead 2: released
+    assert coord.ready(0, 9.0)
+    assert coord.pull(0, 9.0).info["threshold"] == 2
     resumed = DSSPCoordinator(ctx_of("dssp", 2, s_low=2, r=6), [torch.zeros(2)])
     resumed.load_state_dict(roundtrip(coord.state_dict()))
-    assert resumed.last == coord.last and resumed.prev == coord.prev and resumed.extra == coord.extra
+    assert (resumed.last, resumed.released, resumed.step, resumed.extra) == \
+        (coord.last, coord.released, coord.step, coord.extra)
+    assert resumed.released[0] == 9.0 and resumed.step == [1.5, 1.0]
+
+
+def test_dssp_predicts_from_unblocked_step_times():
+    """s_low 2, r 12: the fast worker (1 s steps) is blocked from t = 3 to t = 4; its push-to-push
+    interval 3 -> 5 is 2 s, its step time (reply at 4 -> push at 5) 1 s. The slow worker (4 s steps) is
+    released at 4 too: next push predicted at 8. |5 + 1 k - 8| -> k* = 3 (with the 2 s interval k*
+    would be 1: DSSP collapsing towards SSP(s_low + 1))."""
+    coord = DSSPCoordinator(ctx_of("dssp", 2, s_low=2, r=12), [torch.zeros(1)])
+    z = [torch.zeros(1)]
+    coord.push(1, push(z), 0.0)
+    coord.pull(1, 0.0)
+    for t in (0.0, 1.0, 2.0):
+        coord.push(0, push(z), t)
+        coord.pull(0, t)
+    coord.push(0, push(z), 3.0)                      # lead 4 - 1 = 3 > 2
+    assert not coord.ready(0, 3.0)                   # no step time for the slow worker yet: k* = 0
+    coord.push(1, push(z), 4.0)
+    coord.pull(1, 4.0)
+    assert coord.step[1] == 4.0 and coord.ready(0, 4.0)
+    coord.pull(0, 4.0)                               # blocked 3.0 -> 4.0
+    facts = coord.push(0, push(z), 5.0)
+    assert coord.step[0] == 1.0 and coord.last[0] == 5.0
+    assert facts["dssp_k"] == 3 and facts["dssp_threshold"] == 5 and coord.ready(0, 5.0)
+
+
+@pytest.mark.parametrize(("s_low", "r", "speeds"), [(2, 12, [1.0, 4.0]), (3, 12, [0.5, 0.5, 2.5]),
+                                                    (1, 8, [1.0, 3.0, 3.0, 3.0])])
+def test_dssp_step_times_are_the_workers_compute_times(s_low, r, speeds):
+    """Driven like an engine (a blocked pull returns at a later push), each worker's step time is its
+    compute time, however long it waited; the threshold stays within [s_low, s_low + r]."""
+    coord = DSSPCoordinator(ctx_of("dssp", len(speeds), s_low=s_low, r=r), [torch.zeros(3)])
+    ks: list[int] = []
+    drive(coord, lambda i, rng: speeds[i], 400,
+          on_push=lambda w, t, f: ks.append(f["dssp_k"]) if f and "dssp_k" in f else None)
+    assert coord.step == pytest.approx(speeds)
+    assert len(ks) > 20 and max(ks) >= 2 and all(0 <= k <= r for k in ks)
+
+
+def test_dssp_evaluates_only_the_fastest_worker():
+    coord = DSSPCoordinator(ctx_of("dssp", 3, s_low=1, r=6), [torch.zeros(1)])
+    z = [torch.zeros(1)]
+    for t in (0.0, 1.0, 2.0):
+        coord.push(0, push(z), t)
+        coord.push(1, push(z), t + 0.5)
+    # worker 1 is 2 ahead of worker 2 (lead > s_low) but worker 0 is level with it and pushes next:
+    facts = coord.push(1, push(z), 3.0)              # worker 1 is now the fastest: evaluated
+    assert "dssp_k" in facts
+    assert coord.push(0, push(z), 3.2).get("dssp_k") is not None  # level with 1: also a fastest
+    coord.push(1, push(z), 4.0)
+    assert coord.push(0, push(z), 4.1).get("dssp_k") is not None
+    coord.push(0, push(z), 4.2)
+    coord.push(0, push(z), 4.25)                     # 0 leads alone now (7 pushes to 1's 5)
+    assert coord.push(1, push(z), 4.3).get("dssp_k") is None      # 1 is past s_low but not the fastest
 
 
 @pytest.mark.parametrize("speeds", [[1.0, 3.0], [1.0, 1.0, 3.0]])
