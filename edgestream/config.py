@@ -262,12 +262,23 @@ class ModelConfig(_Model):
     name: Literal["mlp", "cnn-small", "resnet18", "resnet20", "vgg-small"] = "cnn-small"
 
 
+class ServerOptimConfig(_Model):
+    """The parameter server's optimizer (PS algorithms): SGD on W, plain by default as in the papers."""
+
+    momentum: Float = Field(0.0, ge=0, lt=1)
+    weight_decay: Float = Field(0.0, ge=0)
+
+
 class OptimConfig(_Model):
+    """lr and its schedule for every algorithm; momentum / weight_decay: the workers' local SGD;
+    server: the parameter server's SGD (PS algorithms only)."""
+
     lr: Float = Field(0.1, gt=0)
     momentum: Float = Field(0.9, ge=0, lt=1)
     weight_decay: Float = Field(1e-4, ge=0)
     milestones: list[Float] = Field(default_factory=list)
     gamma: Float = Field(0.2, gt=0, le=1)
+    server: ServerOptimConfig = Field(default_factory=ServerOptimConfig)
 
 
 class BatchConfig(_Model):

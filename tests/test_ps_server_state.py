@@ -25,7 +25,7 @@ def _plan(algorithm: str, world: int, shape: list[int], classes: int, momentum: 
         "name": "pss", "seed": 5, "data": {"dataset": "synthetic", "shape": shape, "num_classes": classes,
                                           "n_train": 40, "n_test": 20},
         "devices": {"count": world}, "model": {"name": "mlp"},
-        "optim": {"lr": 0.3, "momentum": momentum, "weight_decay": 0.0},
+        "optim": {"lr": 0.3, "momentum": 0.0, "weight_decay": 0.0, "server": {"momentum": momentum}},
         "algorithm": {"name": algorithm}, "stop": {"max_steps": 100, "target_accuracy": None}}))
 
 

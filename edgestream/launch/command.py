@@ -33,13 +33,17 @@ def load_for_run(config: Path | None, overrides: list[str] | None, resume: Path 
 def load_or_exit(config: Path, overrides: list[str] | None = None):
     """load_config, or exit 2 with one line per problem (what `config validate` prints)."""
     from edgestream.config import ConfigError, load_config
+    from edgestream.runner.plan import optimizer_notes
 
     try:
-        return load_config(config, overrides or [])
+        cfg = load_config(config, overrides or [])
     except ConfigError as exc:
         for line in exc.problems:
             typer.echo(line, err=True)
         raise typer.Exit(2) from None
+    for line in optimizer_notes(cfg):
+        typer.echo(f"warning: {line}", err=True)
+    return cfg
 
 
 def run_local_command(cfg, *, out: Path | None, run_id: str | None, bootstrap: str | None,

@@ -238,7 +238,8 @@ class RunPlan:
         """The coordinator's context (parameter-server algorithms)."""
         o = self.cfg.optim
         return ServerContext(world_size=self.world, params=dict(self.params), lr=o.lr, milestones=tuple(o.milestones),
-                             gamma=o.gamma, momentum=o.momentum, weight_decay=o.weight_decay, seed=self.seed)
+                             gamma=o.gamma, momentum=o.server.momentum, weight_decay=o.server.weight_decay,
+                             seed=self.seed)
 
     # ------------------------------------------------------------------ model
     @property
@@ -317,3 +318,40 @@ class RunPlan:
         return KafkaStreamDataset(bootstrap, run, device, num_devices=self.world, serde=self.serde, batch=self.batch,
                                   buffer=self.buffer, injection=self.injection, seed=self.seed,
                                   security=self.security, **kw)
+
+
+def optimizer_notes(cfg: Any) -> list[str]:
+    """One line per optimizer setting of `cfg` that its algorithm will not use (printed as warnings by the
+    CLI): the workers' optim.momentum / weight_decay under a PS algorithm whose workers push gradients
+    (the PS applies them with optim.server), optim.server settings an algorithm fixes itself or has no
+    parameter server for. Unknown algorithm names: none (the config check names them)."""
+    from edgestream.sync.ps_worker import gradient_worker
+
+    try:
+        spec = get_algorithm(cfg.algorithm.name)
+    except ValueError:
+        return []
+    o, name, out = cfg.optim, spec.name, []
+    server = {"momentum": float(o.server.momentum), "weight_decay": float(o.server.weight_decay)}
+    if spec.coordinator is None:
+        used = [k for k, v in server.items() if v]
+        if used:
+            out.append(f"optim.server.{used[0]}: {server[used[0]]:g} is not used by {name} (a collective "
+                       "algorithm: there is no parameter server)")
+        return out
+    if spec.worker is gradient_worker:
+        here = ", ".join(f"{k} {v:g}" for k, v in server.items())
+        for key in ("momentum", "weight_decay"):
+            value = float(getattr(o, key))
+            if value:
+                out.append(f"optim.{key}: {value:g} is not used by {name}: its workers push gradients and the "
+                           f"parameter server applies them with optim.server ({here}; plain SGD by default, as "
+                           f"in the papers); set optim.server.{key} for {key.replace('_', ' ')} at the server, "
+                           f"or optim.{key}: 0")
+    for key in ("momentum", "weight_decay"):
+        fixed = getattr(spec.coordinator, f"server_{key}", None)
+        if fixed is not None and server[key]:
+            out.append(f"optim.server.{key}: {server[key]:g} is not used by {name}: its parameter server "
+                       f"uses {key.replace('_', ' ')} {fixed:g} (the workers' optim.{key} acts in their local "
+                       "steps)")
+    return out

@@ -37,7 +37,8 @@ Worker (Alg. 2), choices where the paper is silent:
   commits at once with the stop vote and leaves after that pull; the others leave at their next pull.
 
 PS (Alg. 2): W <- W - eta_g U_i on every commit, eta_g = global_lr (null: 1/M, the paper's), through a
-server SGD with momentum ps_momentum (default 0) and no weight decay (the local optimizers apply it).
+server SGD with momentum optim.server.momentum (default 0) and no weight decay (the local optimizers
+apply it; optim.server.weight_decay is not used).
 
 Scheduler (Alg. 1), driven by checkpoint timers and the losses of the commits:
 
@@ -79,7 +80,7 @@ import numpy as np
 from torch import Tensor
 
 from edgestream.sync.context import WorkerContext
-from edgestream.sync.coordinator import Coordinator, ServerContext, ServerSGD
+from edgestream.sync.coordinator import Coordinator, ServerContext
 from edgestream.sync.exchange import Codec
 from edgestream.sync.params import Param, coerce
 from edgestream.sync.ps_worker import BATCH, encode
@@ -107,7 +108,6 @@ PARAMS = (
     Param("local_lr", None, "float", gt=0, optional=True, doc="eta_local at t = 0; null = the run's optim.lr"),
     Param("lr_decay", 0.99, "float", gt=0, le=1, doc="eta_local factor per check period of elapsed time"),
     Param("global_lr", None, "float", gt=0, optional=True, doc="eta_g of the PS; null = 1/M"),
-    Param("ps_momentum", 0.0, "float", ge=0, le=0.999, doc="momentum mu of the PS update"),
     BATCH,
 )
 
@@ -248,6 +248,8 @@ class ADSPCoordinator(Coordinator):
     """W -= eta_g U_i per commit; checkpoints every Gamma set C_target = max_i c_i + D, with D from
     `CommitRateSearch` (module doc). `checkpoints` holds (time, commit counts) of every checkpoint."""
 
+    server_weight_decay = 0.0  # the local optimizers apply it; the server momentum is optim.server's
+
     def __init__(self, ctx: ServerContext, model: Sequence[Tensor]) -> None:
         super().__init__(ctx, model)
         p = coerce(PARAMS, ctx.params)
@@ -256,7 +258,6 @@ class ADSPCoordinator(Coordinator):
         self.window_periods = max(1, math.ceil(float(p["eval_s"]) / self.gamma_s - 1e-9))
         self.target_param: float | None = p["target_loss"]
         self.global_lr = float(p["global_lr"]) if p["global_lr"] is not None else 1.0 / self.world
-        self.opt = ServerSGD(self.w, float(p["ps_momentum"]), 0.0)
         self.search = CommitRateSearch()
         self.d = self.search.start()
         self.period = 0                      # the current check period [k Gamma, (k+1) Gamma)

@@ -13,7 +13,8 @@ unit-testable without any engine:
 After every push and timer the engine re-asks `ready` for the workers whose pulls are pending.
 
 The optimizer of a PS algorithm runs here: the coordinator owns the global model W (`model()`) and a
-`ServerSGD` (the run's momentum and weight decay unless the algorithm says otherwise). Stopping reaches
+`ServerSGD` (the run's optim.server momentum and weight decay, plain SGD by default, unless the algorithm
+says otherwise). Stopping reaches
 workers through pull replies: once any worker's push carries a stop vote (or the engine calls
 `stop()`), every pending and later pull may return and says `stop=True`.
 
@@ -95,7 +96,8 @@ class Coordinator:
     and pull counts and the versions each worker last pulled, the stop flag. By default it applies
     every push on arrival at the push's lr (ASP) and lets every pull return at once."""
 
-    #: the momentum / weight decay of the server optimizer; None = the run's (ctx.momentum, weight_decay)
+    #: the momentum / weight decay of the server optimizer; None = the run's optim.server (ctx.momentum,
+    #: ctx.weight_decay); a number = the algorithm's own (then optim.server's value is not used)
     server_momentum: float | None = None
     server_weight_decay: float | None = None
 

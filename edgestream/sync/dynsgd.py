@@ -24,7 +24,7 @@ Choices where ALGORITHMS.md is silent (following the paper):
   milestone falls inside it; then the version is averaged in gradient units at the newest lr.
 * Weight decay is folded into each gradient (g + wd * w at arrival) before averaging and the server
   optimizer's own weight decay is off, so it is averaged with the updates (applied once per version,
-  not once per push). Server momentum (the run's optim.momentum) acts on the applied deltas, i.e. per
+  not once per push). Server momentum (optim.server.momentum) acts on the applied deltas, i.e. per
   push; PS configs normally use momentum 0 (see the context notes on async momentum).
 """
 
