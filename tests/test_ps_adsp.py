@@ -19,6 +19,8 @@ from edgestream.sync.adsp import (
     fit_loss_curve,
     next_commit_at,
     reward,
+    smooth,
+    window_reward,
 )
 from edgestream.sync.coordinator import ServerContext
 from edgestream.sync.requests import Push
@@ -109,7 +111,9 @@ def test_coordinator_searches_the_commit_rate_and_sets_targets_at_checkpoints():
         assert cp_time == k + 1.0 and counts == [k + 1] * 3
         assert d == [2, 3, 4, 3][k] and target == max(counts) + d
     assert [d for d, _ in coord.search.trace] == [1, 2, 3, 4]
-    assert [round(r * 9, 6) for _, r in coord.search.trace] == [1.0, 2.0, 3.0, 2.5]
+    # 1/t* = a_sq / 9 (smoothed points: to 1e-3); the fourth window's curve reaches l* at t* = 3.6, before
+    # the window ends at 4: its reward is bounded by 1 / 4 (9 / 4 = 2.25), not 2.5 / 9
+    assert [r * 9 for _, r in coord.search.trace] == pytest.approx([1.0, 2.0, 3.0, 2.25], rel=1e-3)
     info = coord.pull(1, 4.25).info
     assert info["c_target"] == 7 and info["d"] == 3 and info["period_left"] == pytest.approx(0.75)
     # settled until the epoch ends: then C_target = max_i c_i + 1 (worker 2 is one commit ahead)
@@ -204,3 +208,53 @@ def test_simulated_run_learns_and_keeps_commit_counts_within_one():
     fast, slow = sum(per_commit[0]) / len(per_commit[0]), sum(per_commit[2]) / len(per_commit[2])
     assert fast > 2 * slow                             # fast workers do more local steps per commit
     assert abs(len(per_commit[0]) - len(per_commit[2])) <= 1
+
+
+# ---------------------------------------------------------------- the reward of a window (issue 20.4)
+def _known_best_search(seed: int, noise: float, scale: float) -> int:
+    """The coordinator's search over windows of a loss curve whose best commit rate is known: the loss
+    follows l = 1/(1/(l0 - 0.1) + k(D) t) + 0.1 continued from window to window, k(D) peaks at D = 3; each
+    window gives 60 mini-batch losses at random times with multiplicative noise. Returns the D settled on."""
+    import random
+
+    k_of = {1: 1.0, 2: 1.6, 3: 2.0, 4: 1.5, 5: 1.0, 6: 0.8, 7: 0.6, 8: 0.5}
+    rng = random.Random(seed)
+    coord = _coord(gamma_s=60.0, eval_s=60.0, epoch_s=1e6, target_loss=0.3)
+    inv, t0 = 1 / (2.3 - 0.1), 0.0
+    while coord.search.searching and t0 < 600:
+        k = 1e-3 * scale * k_of[coord.d]
+        ts = sorted(t0 + 60 * rng.random() for _ in range(60))
+        coord.samples = [[t, (1 / (inv + k * (t - t0)) + 0.1) * math.exp(rng.gauss(0, noise))] for t in ts]
+        coord._window_done(t0 + 60)
+        inv, t0 = inv + k * 60, t0 + 60
+    return coord.d
+
+
+@pytest.mark.parametrize(("noise", "scale", "at_least"), [(0.05, 3.0, 26), (0.05, 1.0, 22), (0.15, 6.0, 15)])
+def test_the_search_finds_the_known_best_commit_rate(noise: float, scale: float, at_least: int) -> None:
+    picked = [_known_best_search(seed, noise, scale) for seed in range(30)]
+    assert sum(d == 3 for d in picked) >= at_least, picked
+    assert all(1 <= d <= 5 for d in picked), picked
+
+
+@pytest.mark.parametrize("points", [3, 5, 8])
+def test_smooth_gives_equal_time_bin_means(points: int) -> None:
+    ts = [float(x) for x in range(40)]
+    ls = [2.0 + (x % 2) for x in range(40)]                # alternating 2, 3: every bin's mean is 2.5
+    t, l = smooth(ts, ls, points)
+    assert len(t) == points and l == pytest.approx([2.5] * points, abs=0.11)
+    assert t == sorted(t) and t[0] < 40 / points and t[-1] > 39 - 40 / points
+    assert smooth([], [], points) == ([], [])
+    assert smooth([5.0, 5.0], [1.0, 3.0], points) == ([5.0], [2.0])
+
+
+@pytest.mark.parametrize("t_end", [10.0, 60.0, 300.0])
+def test_window_reward_is_bounded_once_the_curve_passed_the_target(t_end: float) -> None:
+    ts = [t_end * j / 20 for j in range(20)]
+    below = [0.2 / (1 + 0.01 * t) for t in ts]              # already below l* = 0.3 everywhere
+    assert window_reward(ts, below, 0.3, t_end) == pytest.approx(1 / t_end)
+    falling = [1 / (0.5 + 0.001 * t) for t in ts]            # far above l*: 1/t* < 1/t_end
+    r = window_reward(ts, falling, 0.3, t_end)
+    assert 0 < r < 1 / t_end and r == pytest.approx(0.001 / (1 / 0.3 - 0.5), rel=0.02)
+    assert window_reward(ts[:2], falling[:2], 0.3, t_end) == -math.inf
+    assert window_reward(ts, [1.0 + 0.001 * t for t in ts], 0.3, t_end) == 0.0   # rising: never

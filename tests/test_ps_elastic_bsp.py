@@ -245,3 +245,38 @@ def test_simulated_run_at_speed_ratio_1_1_3_learns_and_passes_barriers():
     assert ps["pushes"][2] < 0.6 * min(ps["pushes"][:2])
     # the coordinator's barrier waits are exactly the node's blocked pull time (pulls wait only there)
     assert ps["barrier_wait_s"] == pytest.approx(ps["blocked_s_total"], abs=1e-5)
+
+
+@pytest.mark.parametrize("intervals", [[0.7, 1.1, 2.3], [1.0, 0.45, 0.8, 3.1]])
+def test_the_barrier_synchronises_without_averaging(intervals):
+    """The reading in docs/ps.md (paper 003: ASP-like within a superstep, a weight synchronisation at the
+    barrier): every push is applied on arrival, W -= lr g_p, and a barrier only holds the replies, so
+    every worker leaves it with the same W, which is W0 minus the sum of every gradient applied so far
+    (averaging the superstep's gradients instead would give a different W)."""
+    n = len(intervals)
+    c = make(n)
+    grads = {p: [torch.full((3,), float(p + 1))] for p in range(n)}
+    applied = torch.zeros(3)
+    nxt, blocked, released = list(intervals), set(), 0
+    while min(nxt) < 60.0:
+        p = min((q for q in range(n) if q not in blocked), key=lambda q: (nxt[q], q))
+        t = nxt[p]
+        c.push(p, Push([g.clone() for g in grads[p]], version=c.version, lr=0.1), t)
+        applied -= 0.1 * grads[p][0]
+        assert torch.allclose(c.model()[0], applied, atol=1e-5)       # applied on arrival
+        waiting = sorted(blocked | {p})
+        ready = [q for q in waiting if c.ready(q, t)]
+        replies = {q: c.pull(q, t) for q in ready}
+        if len(replies) > 1:                                          # a barrier released them together
+            released += 1
+            first = next(iter(replies.values()))
+            for r in replies.values():
+                assert r.version == first.version and torch.equal(r.params[0], first.params[0])
+                assert torch.allclose(r.params[0], applied, atol=1e-5)
+        for q in ready:
+            blocked.discard(q)
+            nxt[q] = t + intervals[q]
+        if p not in ready:
+            blocked.add(p)
+            nxt[p] = math.inf
+    assert released >= 3 and c.barriers >= 3
