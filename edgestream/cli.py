@@ -309,6 +309,64 @@ def ps_cmd(config: Path = typer.Argument(..., help="experiment YAML file (a para
         raise typer.Exit(143)
 
 
+@app.command("profile")
+def profile_cmd(config: Path = typer.Argument(..., help="experiment YAML file (its model and input shape)"),
+                device: str = typer.Option("cpu", "--device", help="cpu, cuda or cuda:N"),
+                batches: str = typer.Option("8,16,32,64,128", "--batches", help="batch sizes, comma-separated"),
+                repeats: int = typer.Option(5, "--repeats", min=1, help="timed steps per batch size (best kept)"),
+                out: Path = typer.Option(None, "--out", help="profile file to write; default <model>-<device>.yaml"),
+                name: str = typer.Option(None, "--name", help="the profile's name; default the file's stem"),
+                plot: Path = typer.Option(None, "--plot", help="also draw t(b) and per-sample time (PNG)"),
+                set_: list[str] = typer.Option(None, "--set", help="override KEY.PATH=VALUE (repeatable)")) -> None:
+    """Measure the config's model: forward+backward seconds per batch size on this machine's DEVICE, and
+    write a compute profile (edgestream.profiles) that `devices.compute.profile: FILE` makes the simulator
+    and the trainers' slowdown emulation use. Prints the table."""
+    from edgestream.profiles import dump_profile, parse_profile
+    from edgestream.profiles.measure import measure_profile
+    from edgestream.runner.plan import PlanError, RunPlan
+
+    try:
+        sizes = sorted({int(x) for x in batches.split(",") if x.strip()})
+    except ValueError:
+        sizes = []
+    if len(sizes) < 2 or sizes[0] < 1:
+        typer.echo(f"error: --batches: {batches!r}: give at least two batch sizes >= 1, e.g. 8,32,128", err=True)
+        raise typer.Exit(2)
+    if device != "cpu" and not device.startswith("cuda"):
+        typer.echo(f"error: --device: {device!r}: allowed cpu, cuda, cuda:N", err=True)
+        raise typer.Exit(2)
+    import torch
+
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        typer.echo(f"error: --device: {device}: no CUDA device here (torch.cuda.is_available() is False)", err=True)
+        raise typer.Exit(2)
+    cfg = _load(config, set_)
+    try:
+        plan = RunPlan.resolve(cfg)
+    except PlanError as exc:
+        for line in exc.problems:
+            typer.echo(line, err=True)
+        raise typer.Exit(2) from None
+    dev_tag = device.replace(":", "")
+    path = out or Path(f"{plan.model_name}-{dev_tag}.yaml")
+    command = f"edgestream profile {config} --device {device} --batches {','.join(map(str, sizes))}"
+    typer.echo(f"timing {plan.model_name} {list(plan.dataset.shape)} on {device}: batches {sizes}", err=True)
+    doc = measure_profile(plan, device=device, batches=sizes, repeats=repeats, name=name or path.stem,
+                          command=command)
+    prof = parse_profile(doc, str(path))  # the file written is one `load_profile` accepts
+    path.write_text(dump_profile(doc))
+    curve = prof.curve(plan.model_name)
+    typer.echo("| batch | seconds / step | ms / sample |\n|---|---|---|")
+    for b, sec, per in zip(curve.batches, curve.seconds, curve.per_sample(), strict=True):
+        typer.echo(f"| {b} | {sec:.6f} | {1e3 * per:.4f} |")
+    if plot is not None:
+        from edgestream.profiles.plot import plot_profiles
+
+        plot_profiles([prof], plot)
+        typer.echo(f"plot: {plot}", err=True)
+    typer.echo(f"profile: {path}", err=True)
+
+
 @app.command("collect")
 def collect_cmd(run_dir: Path = typer.Argument(..., help="run directory <out>/<name>-<run id> holding ranks/ "
                                                      "(with --run-id: its parent <out>)"),

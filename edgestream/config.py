@@ -63,7 +63,9 @@ SECRET_MASK = "***"
 #: the highest per-device stream rate a config may ask for, in samples/s.
 MAX_RATE = 1e6
 #: config fields that hold file-system paths (resolved against the config file's folder).
-PATH_FIELDS = (("data", "root"), ("devices", "rates", "path"))
+PATH_FIELDS = (("data", "root"), ("devices", "rates", "path"), ("devices", "compute", "profile"))
+#: path fields that may also hold a bare name (a shipped compute profile): resolved only when path-like
+NAME_OR_PATH = {("devices", "compute", "profile")}
 NAME_REQUIRED = "name: required (the run name; topics are <name>-<run id>.dev.<i>)"
 
 
@@ -230,12 +232,24 @@ class VariationConfig(_Model):
 
 
 class ComputeConfig(_Model):
-    """Step time t_i(b) = (base_s + per_sample_s * b) * static_i * (1 + U(0, dynamic))."""
+    """Step time t_i(b) = t(b) * static_i * (1 + U(0, dynamic)), t(b) = base_s + per_sample_s * b, or the
+    measured curve of a compute profile (`profile`: a shipped NAME or a FILE, edgestream.profiles;
+    `profile_model`: its entry, default the profile's only one); neither: timed on this machine."""
 
     static: list[Float] = Field(default_factory=lambda: [1.0], min_length=1)
     dynamic: Float = Field(0.0, ge=0)
     base_s: Float | None = Field(None, ge=0)
     per_sample_s: Float | None = Field(None, ge=0)
+    profile: str | None = Field(None, min_length=1)
+    profile_model: str | None = Field(None, min_length=1)
+
+    @model_validator(mode="after")
+    def _one_step_model(self) -> ComputeConfig:
+        if self.profile is not None and (self.base_s is not None or self.per_sample_s is not None):
+            raise ValueError("profile: give either a compute profile or base_s / per_sample_s, not both")
+        if self.profile_model is not None and self.profile is None:
+            raise ValueError("profile_model: names an entry of a compute profile; set profile too")
+        return self
 
     @field_validator("static")
     @classmethod
@@ -603,6 +617,8 @@ def _resolve_path(raw: dict, field: tuple[str, ...], base: Path) -> None:
     value = cur.get(field[-1])
     if not isinstance(value, str) or not value.strip():
         return
+    if field in NAME_OR_PATH and "/" not in value and not value.endswith((".yaml", ".yml")):
+        return  # a name, not a path
     path = Path(value).expanduser()
     cur[field[-1]] = os.path.normpath(path if path.is_absolute() else base / path)
 

@@ -47,6 +47,16 @@ class ComputeSpec:
     dynamic: float
     base_s: float | None
     per_sample_s: float | None
+    curve: Any = None  # a compute profile's Curve (edgestream.profiles): t(b) seconds, instead of base/per
+
+    def step_seconds(self, b: int) -> float | None:
+        """t(b) before the device factors: the profile's curve, base_s + per_sample_s b, or None (time the
+        real model)."""
+        if self.curve is not None:
+            return float(self.curve(b))
+        if self.base_s is not None and self.per_sample_s is not None:
+            return float(self.base_s) + float(self.per_sample_s) * b
+        return None
 
     def factor(self, device: int) -> float:
         """static_i: device i's fixed slowdown (the factors cycle over devices)."""
@@ -273,7 +283,17 @@ class RunPlan:
     @property
     def compute(self) -> ComputeSpec:
         c = self.cfg.devices.compute
-        return ComputeSpec(tuple(float(s) for s in c.static), float(c.dynamic), c.base_s, c.per_sample_s)
+        curve = None
+        if c.profile is not None:
+            if "profile" not in self._cache:
+                from edgestream.profiles import ProfileError, load_profile
+
+                try:
+                    self._cache["profile"] = load_profile(c.profile, self.base_dir).curve(c.profile_model)
+                except ProfileError as exc:
+                    raise PlanError([f"devices.compute.profile: {exc}"]) from None
+            curve = self._cache["profile"]
+        return ComputeSpec(tuple(float(s) for s in c.static), float(c.dynamic), c.base_s, c.per_sample_s, curve)
 
     @property
     def network(self) -> NetworkSpec:

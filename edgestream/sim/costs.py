@@ -11,8 +11,7 @@ moves the other workers' payloads.
 from __future__ import annotations
 
 import math
-import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,13 +22,15 @@ _TAG_COMPUTE = 7_300_001
 
 @dataclass
 class ComputeModel:
-    """Virtual step time of each device: t_i(b) = (a + c b) static_i (1 + U(0, dynamic))."""
+    """Virtual step time of each device: t_i(b) = t(b) static_i (1 + U(0, dynamic)), t(b) = a + c b or a
+    compute profile's measured curve (`curve`, edgestream.profiles)."""
 
     a: float                    # seconds per step, fixed part
     c: float                    # seconds per sample
     static: Sequence[float]     # per-device slowdown factors (cycled)
     dynamic: float = 0.0        # up to this fraction of extra time, uniformly random per step
     seed: int = 0
+    curve: Callable[[float], float] | None = None  # t(b) of a compute profile; replaces a + c b
     _rngs: dict[int, np.random.Generator] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -49,7 +50,8 @@ class ComputeModel:
             if rng is None:
                 rng = self._rngs[device] = np.random.default_rng([self.seed % 2**64, device, _TAG_COMPUTE])
             jitter += float(rng.uniform(0.0, self.dynamic))
-        return (self.a + self.c * b) * self.factor(device) * jitter
+        base = self.curve(b) if self.curve is not None else self.a + self.c * b
+        return base * self.factor(device) * jitter
 
 
 @dataclass
@@ -86,22 +88,10 @@ def calibrate(model: Any, in_shape: tuple[int, ...], num_classes: int, sizes: tu
     Wall-clock timing: a run whose compute model is calibrated is not bit-for-bit repeatable in virtual
     time (set devices.compute.base_s and per_sample_s for that).
     """
-    import torch
-    import torch.nn.functional as F
+    from edgestream.profiles.measure import time_steps
 
-    times = []
-    for b in sizes:
-        x = torch.randn(b, *in_shape)
-        y = torch.randint(0, num_classes, (b,))
-        best = float("inf")
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            model.zero_grad(set_to_none=True)
-            F.cross_entropy(model(x), y).backward()
-            best = min(best, time.perf_counter() - t0)
-        times.append(best)
+    times = time_steps(model, in_shape, num_classes, sizes, repeats=repeats, warmup=0)
     (b1, b2), (t1, t2) = sizes, times
     c = max((t2 - t1) / (b2 - b1), 1e-7)
     a = max(t1 - c * b1, 1e-5)
-    model.zero_grad(set_to_none=True)
     return a, c

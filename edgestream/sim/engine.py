@@ -187,6 +187,8 @@ class SimEngine:
     # ------------------------------------------------------------------ setup helpers
     def _compute_model(self) -> tuple[ComputeModel, bool]:
         c = self.plan.compute
+        if c.curve is not None:  # a compute profile: its measured t(b), repeatable
+            return ComputeModel(0.0, 0.0, list(c.static), float(c.dynamic), self.plan.seed, curve=c.curve), False
         a, per = c.base_s, c.per_sample_s
         calibrated = a is None or per is None
         if calibrated:

@@ -220,6 +220,7 @@ def train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: boo
     performer = TrainerPerformer(env.rank, model, optimizer, dataset,
                                  None if ps_run else DistCollectives(env.rank, env.world), meters,
                                  device=device, static=compute.factor(env.rank), dynamic=compute.dynamic,
+                                 curve=compute.curve,
                                  seed=plan.seed, defer_acks=every is not None,
                                  time_offset=ckpt["elapsed_s"] if ckpt else 0.0, stop_event=stop_event,
                                  due_time=None if ckpt else plan.due_time(env.rank), ps=ps_client)

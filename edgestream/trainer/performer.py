@@ -6,7 +6,8 @@
 * Compute: torch forward/backward of the mean cross-entropy on this process's model (CUDA when the
   trainer runs there). Heterogeneity emulation as papers 000 and 001 did it: with
   devices.compute.static / dynamic, the device sleeps (static_i (1 + U(0, dynamic)) - 1) times its
-  measured compute time after each step.
+  measured compute time after each step; with a compute profile (devices.compute.profile) it sleeps
+  until the step has lasted the profile's t(b) x that factor (`emulated_sleep`).
 * AllReduce / AllGather / Start / Poll / Wait: `DistCollectives` (torch.distributed).
 * Apply / GetParams / SetParams: the model and its SGD optimizer (the run's momentum, weight decay).
 * Inject: `KafkaStreamDataset.inject` (the `<run>.inj.<j>` topics). Ack: the batch's offsets are
@@ -78,12 +79,22 @@ class TrainerBatch:
     stream: StreamBatch
 
 
+
+def emulated_sleep(dt: float, b: int, factor: float, curve: Any = None) -> float:
+    """Seconds a trainer sleeps after a step that took `dt` on its real device, so the step lasts what the
+    emulated device takes: with a compute profile, its t(b) x factor (nothing when the real device is
+    already slower); without one, dt x factor (the device's static x dynamic slowdown of its own speed)."""
+    if curve is not None:
+        return max(0.0, float(curve(b)) * factor - dt)
+    return dt * (factor - 1.0) if factor > 1.0 else 0.0
+
 class TrainerPerformer:
     """Performs the requests of worker `rank` (see module doc)."""
 
     def __init__(self, rank: int, model: nn.Module, optimizer: torch.optim.Optimizer, dataset: Any,
                  collectives: DistCollectives, meters: dict[int, StepMeter], *, device: torch.device,
                  static: float = 1.0, dynamic: float = 0.0, seed: int = 0, defer_acks: bool = False,
+                 curve: Any = None,
                  time_offset: float = 0.0, stop_event: threading.Event | None = None,
                  take_timeout_s: float = 1.0, due_time: Callable[[int], float] | None = None,
                  ps: Any = None, push_id: Callable[[], int] | None = None) -> None:
@@ -91,6 +102,7 @@ class TrainerPerformer:
         self.collectives, self.meters, self.device = collectives, meters, device
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.static, self.dynamic = float(static), float(dynamic)
+        self.curve = curve  # a compute profile's t(b): the device emulated (emulated_sleep)
         self._rng = np.random.default_rng([seed % 2**64, rank, _TAG_SLOWDOWN])
         self.defer_acks = defer_acks
         self.pending_ack: StreamBatch | None = None  # newest acknowledged batch not yet committed
@@ -198,8 +210,9 @@ class TrainerPerformer:
             loss_value = float(loss.detach())  # synchronises with the device: the step's compute is done
         dt = time.perf_counter() - t0
         factor = self.static * (1.0 + (float(self._rng.uniform(0.0, self.dynamic)) if self.dynamic > 0 else 0.0))
-        if factor > 1.0:  # emulate a slower device: sleep in proportion to the measured compute time
-            time.sleep(dt * (factor - 1.0))
+        extra = emulated_sleep(dt, int(batch.n), factor, self.curve)
+        if extra > 0:
+            time.sleep(extra)
         return ComputeResult(grads, loss_value, batch.n)
 
     def _apply(self, req: Apply) -> None:
