@@ -258,3 +258,52 @@ def test_window_reward_is_bounded_once_the_curve_passed_the_target(t_end: float)
     assert 0 < r < 1 / t_end and r == pytest.approx(0.001 / (1 / 0.3 - 0.5), rel=0.02)
     assert window_reward(ts[:2], falling[:2], 0.3, t_end) == -math.inf
     assert window_reward(ts, [1.0 + 0.001 * t for t in ts], 0.3, t_end) == 0.0   # rising: never
+
+
+# ---------------------------------------------------------------- time scales from the workload (issue 17.4)
+@pytest.mark.parametrize(("params", "step_s", "expected"), [
+    ({}, 0.1, (1.5, 30.0, 1.5, True)),                                         # 15 steps; 1 : 20 : 1
+    ({}, 2.0, (30.0, 600.0, 30.0, True)),
+    ({"gamma_s": 4.0}, 0.1, (4.0, 80.0, 4.0, False)),                           # explicit Gamma: ratios kept
+    ({"gamma_s": 4.0, "epoch_s": 10.0, "eval_s": 8.0}, 0.1, (4.0, 10.0, 8.0, False)),
+    ({"eval_s": 3.0}, 0.1, (1.5, 30.0, 3.0, True)),
+    ({}, None, (60.0, 1200.0, 60.0, False)),                                    # nothing known: the paper's
+])
+def test_time_scales_follow_the_step_time_unless_given(params, step_s, expected):
+    from edgestream.sync.adsp import time_scales
+
+    got = time_scales({"gamma_s": None, "epoch_s": None, "eval_s": None, **params}, step_s)
+    assert got[:3] == pytest.approx(expected[:3]) and got[3] is expected[3]
+
+
+@pytest.mark.parametrize(("base_s", "per_sample_s", "static", "batch"), [
+    (0.01, 0.0005, [1, 1, 3], 32), (0.2, 0.001, [2, 1], 16), (0.004, 0.0001, [1, 1, 1, 5], 64)])
+def test_the_simulator_derives_adsps_period_from_its_compute_model(base_s, per_sample_s, static, batch):
+    cfg = validate_dict({
+        "name": "adsp", "seed": 1, "data": {"dataset": "digits"}, "model": {"name": "mlp"},
+        "devices": {"count": len(static), "rates": {"distribution": "constant", "rate": 5000},
+                    "compute": {"base_s": base_s, "per_sample_s": per_sample_s, "static": static}},
+        "algorithm": {"name": "adsp", "batch": {"policy": "fixed", "size": batch}},
+        "optim": {"lr": 0.1, "momentum": 0.0, "weight_decay": 0.0}, "stop": {"max_steps": 4}})
+    engine = SimEngine(cfg, EventLog(None, keep=True))
+    coord = engine.ps.coord
+    slowest = (base_s + per_sample_s * batch) * max(static)
+    assert coord.gamma_s == pytest.approx(15 * slowest) and coord.epoch_s == pytest.approx(300 * slowest)
+    assert coord.window_periods == 1 and coord.scales_derived
+    engine.run()
+    assert engine.ps.summary()["adsp"]["time_scales"] == "derived from the step time"
+
+
+def test_the_kafka_ps_derives_adsps_period_from_the_config_or_by_timing_the_model(bootstrap, tmp_path):
+    from edgestream.ps.server import ParameterServer
+    from edgestream.runner.plan import RunPlan
+
+    raw = {"name": "adspk", "devices": {"count": 2, "compute": {"base_s": 0.05, "per_sample_s": 0.001,
+                                                                  "static": [1, 2], "dynamic": 0.2}},
+           "data": {"dataset": "synthetic", "shape": [1, 6, 6], "num_classes": 5, "n_train": 20, "n_test": 10},
+           "model": {"name": "mlp"}, "algorithm": {"name": "adsp", "batch": {"policy": "fixed", "size": 20}}}
+    server = ParameterServer(RunPlan.resolve(validate_dict(raw)), "adspk-1", bootstrap, tmp_path / "a", evaluate=False)
+    assert server.coord.gamma_s == pytest.approx(15 * (0.05 + 0.02) * 2 * 1.1)
+    raw["devices"]["compute"] = {"static": [1, 2]}                  # nothing known: the PS times the model
+    server = ParameterServer(RunPlan.resolve(validate_dict(raw)), "adspk-2", bootstrap, tmp_path / "b", evaluate=False)
+    assert server.coord.scales_derived and 0 < server.coord.gamma_s < 15 * 2 * 0.5

@@ -69,6 +69,21 @@ def ps_checkpoint_path(run_dir: Path) -> Path:
     return Path(run_dir) / "checkpoints" / "ps.pt"
 
 
+def expected_step_s(plan: Any, model: Any) -> float:
+    """The slowest device's expected step time (ServerContext.step_s): from the run's compute model when
+    the config gives one (a profile, or base_s + per_sample_s), else the model timed here at the run's
+    batch (the PS stands in for a device: same model, same code)."""
+    known = plan.compute.step_seconds(plan.nominal_batch())
+    if known is not None:
+        return plan.slowest_step_s(plan.compute.step_seconds)
+    from edgestream.profiles.measure import time_steps
+
+    ds = plan.dataset
+    b = plan.nominal_batch()
+    (t,) = time_steps(model, tuple(ds.shape), int(ds.num_classes), [b], repeats=3, warmup=1)
+    return plan.slowest_step_s(lambda _b: t)
+
+
 class ParameterServer:
     """The PS of run `run` for `plan` (module doc). `run()` serves until every worker was told to stop
     (returns the summary) or `stop_event` is set (checkpoints, returns the summary with status stopped)."""
@@ -91,7 +106,7 @@ class ParameterServer:
         self.model = plan.build_model()
         initial = [p for p in self.model.parameters() if p.requires_grad]
         self.params = initial
-        self.coord = plan.algorithm.coordinator(plan.server_context(), initial)
+        self.coord = plan.algorithm.coordinator(plan.server_context(expected_step_s(plan, self.model)), initial)
         self.model_bytes = tensor_bytes(initial)
         self.chunk = chunk_bytes(self.model_bytes)
         keep_large_buffers(self.model_bytes)

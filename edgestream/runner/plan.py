@@ -244,12 +244,28 @@ class RunPlan:
                              injection=self.injection, param_names=param_names, should_stop=should_stop,
                              max_steps=self.cfg.stop.max_steps)
 
-    def server_context(self) -> ServerContext:
-        """The coordinator's context (parameter-server algorithms)."""
+    def server_context(self, step_s: float | None = None) -> ServerContext:
+        """The coordinator's context (parameter-server algorithms). step_s: the engine's expected step time
+        of the slowest device (`slowest_step_s`)."""
         o = self.cfg.optim
         return ServerContext(world_size=self.world, params=dict(self.params), lr=o.lr, milestones=tuple(o.milestones),
                              gamma=o.gamma, momentum=o.server.momentum, weight_decay=o.server.weight_decay,
-                             seed=self.seed)
+                             seed=self.seed, step_s=step_s)
+
+    def nominal_batch(self) -> int:
+        """The batch size a step is expected to take: the fixed size, else the middle of [min, max]."""
+        b = self.batch
+        if b.get("size"):
+            return int(b["size"])
+        lo, hi = int(b.get("min") or 8), int(b.get("max") or 1024)
+        return int(round((lo * hi) ** 0.5))
+
+    def slowest_step_s(self, step_seconds: Callable[[int], float]) -> float:
+        """Expected step time of the slowest device: step_seconds(nominal batch) x the largest static
+        factor x (1 + dynamic / 2), the mean of its jitter."""
+        c = self.compute
+        factor = max(c.factor(i) for i in range(self.world))
+        return float(step_seconds(self.nominal_batch())) * factor * (1.0 + c.dynamic / 2.0)
 
     # ------------------------------------------------------------------ model
     @property

@@ -151,7 +151,9 @@ class SimEngine:
         self.ps: PSNode | None = None
         if self.spec.coordinator is not None:
             initial = [p for p in self.replicas.base.parameters() if p.requires_grad]
-            coordinator = self.spec.coordinator(plan.server_context(), initial)
+            cm = self.compute_model
+            step_s = plan.slowest_step_s(lambda b: cm.curve(b) if cm.curve is not None else cm.a + cm.c * b)
+            coordinator = self.spec.coordinator(plan.server_context(step_s), initial)
             self.ps = PSNode(self.env, coordinator, self.network, m, self.meters)
         self.stats = SimStats()
         self.hard_limited = False

@@ -111,9 +111,12 @@ from edgestream.sync.requests import (
 )
 
 PARAMS = (
-    Param("gamma_s", 60.0, "float", gt=0, doc="check period Gamma (seconds); checkpoints at k * Gamma"),
-    Param("epoch_s", 1200.0, "float", gt=0, doc="epoch of the commit-rate search (Alg. 1), default 20 min"),
-    Param("eval_s", 60.0, "float", gt=0, doc="evaluation window of one candidate (rounded to whole periods)"),
+    Param("gamma_s", None, "float", gt=0, optional=True,
+          doc="check period Gamma (seconds); null = GAMMA_STEPS (15) steps of the slowest device"),
+    Param("epoch_s", None, "float", gt=0, optional=True,
+          doc="epoch of the commit-rate search (Alg. 1); null = 20 Gamma (the paper's 20 min : 60 s)"),
+    Param("eval_s", None, "float", gt=0, optional=True,
+          doc="evaluation window of one candidate (rounded to whole periods); null = Gamma"),
     Param("target_loss", None, "float", gt=0, optional=True,
           doc="l* of the reward; null = 0.8 x the mean loss of the epoch's first window"),
     Param("local_lr", None, "float", gt=0, optional=True, doc="eta_local at t = 0; null = the run's optim.lr"),
@@ -128,6 +131,29 @@ RESEARCH_RISE = 1.3
 TARGET_FRACTION = 0.8
 #: smoothed (t, loss) points per evaluation window that the reward is fitted to
 WINDOW_POINTS = 5
+#: Gamma in steps of the slowest device when gamma_s is null (the paper's ratios Gamma : epoch : window
+#: = 60 s : 20 min : 60 s = 1 : 20 : 1 are kept)
+GAMMA_STEPS = 15
+EPOCH_PERIODS = 20
+#: Gamma when neither gamma_s nor the engine's step time is known: the paper's 60 s
+PAPER_GAMMA_S = 60.0
+
+
+def time_scales(params: Mapping[str, Any], step_s: float | None) -> tuple[float, float, float, bool]:
+    """(Gamma, epoch, evaluation window) in seconds, and whether they were derived: explicit seconds are
+    kept; null ones follow the slowest device's step time step_s (Gamma = GAMMA_STEPS steps, epoch =
+    EPOCH_PERIODS Gamma, window = Gamma), so ADSP adapts on a workload that converges in a minute as on
+    one that takes hours (the paper's absolute 60 s : 20 min : 60 s never adapted on the former)."""
+    derived = params.get("gamma_s") is None and step_s is not None and step_s > 0
+    if params.get("gamma_s") is not None:
+        gamma = float(params["gamma_s"])
+    elif derived:
+        gamma = GAMMA_STEPS * float(step_s)  # type: ignore[arg-type]
+    else:
+        gamma = PAPER_GAMMA_S
+    epoch = float(params["epoch_s"]) if params.get("epoch_s") is not None else EPOCH_PERIODS * gamma
+    window = float(params["eval_s"]) if params.get("eval_s") is not None else gamma
+    return gamma, epoch, window, derived
 
 
 # ---------------------------------------------------------------- the reward (000 section 4.2)
@@ -303,9 +329,8 @@ class ADSPCoordinator(Coordinator):
     def __init__(self, ctx: ServerContext, model: Sequence[Tensor]) -> None:
         super().__init__(ctx, model)
         p = coerce(PARAMS, ctx.params)
-        self.gamma_s = float(p["gamma_s"])
-        self.epoch_s = float(p["epoch_s"])
-        self.window_periods = max(1, math.ceil(float(p["eval_s"]) / self.gamma_s - 1e-9))
+        self.gamma_s, self.epoch_s, eval_s, self.scales_derived = time_scales(p, ctx.step_s)
+        self.window_periods = max(1, math.ceil(eval_s / self.gamma_s - 1e-9))
         self.target_param: float | None = p["target_loss"]
         self.global_lr = float(p["global_lr"]) if p["global_lr"] is not None else 1.0 / self.world
         self.search = CommitRateSearch()
@@ -441,6 +466,8 @@ class ADSPCoordinator(Coordinator):
 
     def summary(self) -> dict[str, Any]:
         return {**super().summary(), "adsp": {
+            "gamma_s": self.gamma_s, "epoch_s": self.epoch_s, "window_periods": self.window_periods,
+            "time_scales": "derived from the step time" if self.scales_derived else "given",
             "checkpoints": len(self.checkpoints), "commit_spread_max": self.commit_spread(),
             "c_target": self.c_target, "d": self.d, "searches": self.searches, "researches": self.researches,
             "d_trace": [[round(a, 3), d] for a, _, _, d in self.checkpoints][-50:],
@@ -481,13 +508,12 @@ def worker(ctx: WorkerContext) -> Generator[Any, Any, None]:
                   samples=0, trace=[])
         if pulled.stop:
             return
-    gamma = float(p["gamma_s"])
     while True:
         batch = yield TakeBatch(p["batch"])
         res: ComputeResult = yield Compute(batch)
         now = float((yield Now()))
         base = p["local_lr"] if p["local_lr"] is not None else ctx.lr_now()
-        lr = float(base) * float(p["lr_decay"]) ** (now / gamma)
+        lr = float(base) * float(p["lr_decay"]) ** (now / float(st["gamma"]))  # Gamma: the PS's
         yield Apply(res.grads, lr)
         yield Ack(batch)
         ctx.step += 1

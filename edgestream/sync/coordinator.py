@@ -39,7 +39,8 @@ from edgestream.sync.requests import Pulled, Push
 @dataclass
 class ServerContext:
     """What a coordinator knows about its run: world_size M, the algorithm's resolved params, the
-    optimizer settings (lr, milestones, gamma, momentum, weight_decay) and the seed."""
+    optimizer settings (lr, milestones, gamma, momentum, weight_decay), the seed and the expected step
+    time of the slowest device (`step_s`)."""
 
     world_size: int
     params: dict[str, Any] = field(default_factory=dict)
@@ -49,6 +50,9 @@ class ServerContext:
     momentum: float = 0.0
     weight_decay: float = 0.0
     seed: int = 0
+    #: the slowest device's expected step time (seconds) at the algorithm's batch, as the engine knows it
+    #: (its compute model); None = unknown. Coordinators that scale time with the workload use it (ADSP).
+    step_s: float | None = None
 
     def __post_init__(self) -> None:
         if self.world_size < 1:
