@@ -121,6 +121,7 @@ class DataConfig(_Model):
     num_classes: Int | None = Field(None, ge=2)
     n_train: Int | None = Field(None, ge=10)
     n_test: Int | None = Field(None, ge=10)
+    signal: Float | None = Field(None, gt=0, le=10)  # synthetic only: class-pattern strength (1.0; lower is harder)
 
     @field_validator("shape")
     @classmethod
@@ -133,6 +134,8 @@ class DataConfig(_Model):
     def _root(self) -> DataConfig:
         if self.dataset in ("cifar10", "cifar100", "mnist") and not self.root:
             raise ValueError(f"root: required for dataset {self.dataset!r} (the folder holding its files)")
+        if self.signal is not None and self.dataset != "synthetic":
+            raise ValueError(f"signal: only the synthetic dataset takes it (this is {self.dataset!r})")
         return self
 
 

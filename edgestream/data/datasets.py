@@ -156,11 +156,13 @@ def _subsample(x: np.ndarray, y: np.ndarray, n: int | None, rng: np.random.Gener
 
 def load_dataset(name: str, root: str | None = None, *, seed: int = 0, shape: tuple[int, ...] | None = None,
                  num_classes: int | None = None, n_train: int | None = None,
-                 n_test: int | None = None) -> Dataset:
+                 n_test: int | None = None, signal: float | None = None) -> Dataset:
     """Load dataset `name` (one of DATASETS).
 
     `shape`, `num_classes`, `n_train`, `n_test` size the synthetic dataset (defaults in
-    SYNTHETIC_DEFAULTS). For the other datasets `shape` / `num_classes` must be None or their native
+    SYNTHETIC_DEFAULTS) and `signal` sets its difficulty (class-pattern strength, 1.0 by default; 0.5 with
+    50,000 samples is the large-batch task: cnn-small learns it over several epochs). For the other
+    datasets `shape` / `num_classes` must be None or their native
     values, and `n_train` / `n_test` take a seeded random subset of the split (None = all).
     `root` is required for cifar10, cifar100 and mnist.
     """
@@ -175,8 +177,11 @@ def load_dataset(name: str, root: str | None = None, *, seed: int = 0, shape: tu
         k = num_classes if num_classes is not None else SYNTHETIC_DEFAULTS["num_classes"]
         x_tr, y_tr, x_te, y_te = make_synthetic(
             shp, k, n_train if n_train is not None else SYNTHETIC_DEFAULTS["n_train"],
-            n_test if n_test is not None else SYNTHETIC_DEFAULTS["n_test"], seed)
+            n_test if n_test is not None else SYNTHETIC_DEFAULTS["n_test"], seed,
+            1.0 if signal is None else float(signal))
     else:
+        if signal is not None:
+            raise ValueError(f"signal: only the synthetic dataset takes it (this is {name!r})")
         native_shape, k = NATIVE[name]
         if shape is not None and tuple(shape) != native_shape:
             raise ValueError(f"shape: dataset {name!r} has fixed shape {native_shape}, got {tuple(shape)}")

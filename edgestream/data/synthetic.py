@@ -39,12 +39,12 @@ def _low_frequency(rng: np.random.Generator, count: int, channels: int, h: int, 
 
 
 def _templates(rng: np.random.Generator, num_classes: int, shape: tuple[int, int, int],
-               pad: int) -> np.ndarray:
+               pad: int, signal: float = 1.0) -> np.ndarray:
     c, h, w = shape
     hp, wp = h + 2 * pad, w + 2 * pad
     background = _low_frequency(rng, 1, c, hp, wp)
     cls = _low_frequency(rng, num_classes, c, hp, wp)
-    return (BACKGROUND * background + CLASS_SIGNAL * cls).astype(np.float32)  # (K, C, hp, wp)
+    return (BACKGROUND * background + signal * CLASS_SIGNAL * cls).astype(np.float32)  # (K, C, hp, wp)
 
 
 def _samples(rng: np.random.Generator, templates: np.ndarray, n: int, shape: tuple[int, int, int],
@@ -78,9 +78,13 @@ def _samples(rng: np.random.Generator, templates: np.ndarray, n: int, shape: tup
 
 
 def make_synthetic(shape: tuple[int, int, int] = (3, 32, 32), num_classes: int = 10, n_train: int = 8000,
-                   n_test: int = 2000, seed: int = 0
+                   n_test: int = 2000, seed: int = 0, signal: float = 1.0
                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(x_train, y_train, x_test, y_test): uint8 N x C x H x W images and int64 labels in [0, num_classes)."""
+    """(x_train, y_train, x_test, y_test): uint8 N x C x H x W images and int64 labels in [0, num_classes).
+    signal: the class pattern's strength relative to the default (lower is harder; 1.0 = the module's
+    measured defaults)."""
+    if not 0 < signal <= 10:
+        raise ValueError(f"signal: must be in (0, 10], got {signal}")
     if len(shape) != 3 or any(int(d) < 1 for d in shape):
         raise ValueError(f"shape: must be (channels, height, width) with every entry >= 1, got {shape}")
     if num_classes < 2:
@@ -91,7 +95,7 @@ def make_synthetic(shape: tuple[int, int, int] = (3, 32, 32), num_classes: int =
     pad = max(1, min(shape[1], shape[2]) // 8)
     root = np.random.SeedSequence([seed, 0x5EED])
     t_seq, train_seq, test_seq = root.spawn(3)
-    templates = _templates(np.random.default_rng(t_seq), num_classes, shape, pad)
+    templates = _templates(np.random.default_rng(t_seq), num_classes, shape, pad, float(signal))
     x_tr, y_tr = _samples(np.random.default_rng(train_seq), templates, n_train, shape, pad)
     x_te, y_te = _samples(np.random.default_rng(test_seq), templates, n_test, shape, pad)
     return x_tr, y_tr, x_te, y_te

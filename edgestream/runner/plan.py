@@ -154,7 +154,7 @@ class RunPlan:
 
             def load() -> Any:
                 return load_dataset(d.dataset, d.root, seed=self.seed, shape=tuple(d.shape) if d.shape else None,
-                                    num_classes=d.num_classes, n_train=d.n_train, n_test=d.n_test)
+                                    num_classes=d.num_classes, n_train=d.n_train, n_test=d.n_test, signal=d.signal)
 
             try:
                 self._cache["dataset"] = load()
