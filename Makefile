@@ -8,12 +8,13 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: demo test bench lint install jars clean help
+.PHONY: demo test bench reproduce lint install jars clean help
 
 help:
 	@echo "make demo   run the main job (managed Kafka broker + streaming + training demo)"
 	@echo "make test   run the whole test suite against a real local Kafka broker"
 	@echo "make bench  run the benchmarks (figures go to docs/BENCHMARKS.md by hand)"
+	@echo "make reproduce  the papers' claims, quick runs (REPRODUCE_ARGS= for the full ones) -> reproduce/"
 	@echo "make lint   ruff"
 
 $(STAMP): pyproject.toml setup.py edgestream/data/_wirefast.c
@@ -37,6 +38,10 @@ test: jars
 
 bench: jars
 	$(PY) benchmarks/run_all.py
+
+REPRODUCE_ARGS ?= --quick
+reproduce: $(STAMP)
+	$(VENV)/bin/edgestream reproduce $(REPRODUCE_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check edgestream tests benchmarks

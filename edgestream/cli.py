@@ -367,6 +367,31 @@ def profile_cmd(config: Path = typer.Argument(..., help="experiment YAML file (i
     typer.echo(f"profile: {path}", err=True)
 
 
+@app.command("reproduce")
+def reproduce_cmd(claims: list[str] = typer.Argument(None, help="claims to run (default: all; see --list)"),
+                  quick: bool = typer.Option(False, "--quick", help="smaller runs: under two minutes per claim here"),
+                  list_: bool = typer.Option(False, "--list", help="list the claims and exit"),
+                  out: Path = typer.Option(Path("reproduce"), "--out", help="folder for <claim>.json and README.md")
+                  ) -> None:
+    """Run the papers' headline claims (simulator, digits, virtual time) and set each beside the paper's figure:
+    ours, whether the direction holds, the ratio, and the reason for a deviation. Writes OUT/<claim>.json and
+    OUT/README.md (the table, also printed)."""
+    from edgestream.reproduce import CLAIMS, reproduce, table
+
+    if list_:
+        for c in CLAIMS.values():
+            paper = "a direction" if c.paper_value is None else f"{c.paper_value:.3g}"
+            typer.echo(f"{c.name:27s} {c.paper}: {c.statement} (paper: {paper}; {c.metric})")
+        return
+    try:
+        records = reproduce(claims or None, quick=quick, out=out, echo=lambda m: typer.echo(m, err=True))
+    except ValueError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    typer.echo(table(records))
+    typer.echo(f"results: {out}/", err=True)
+
+
 @app.command("collect")
 def collect_cmd(run_dir: Path = typer.Argument(..., help="run directory <out>/<name>-<run id> holding ranks/ "
                                                      "(with --run-id: its parent <out>)"),
