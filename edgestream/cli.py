@@ -25,11 +25,11 @@ def default_broker_dir() -> Path:
     return cache_dir() / "broker"
 
 
-def _load(config: Path, overrides: list[str] | None = None):
+def _load(config: Path, overrides: list[str] | None = None, *, notes: bool = True):
     """load_config, or exit 2 with one line per problem (what `config validate` prints)."""
     from edgestream.launch.command import load_or_exit
 
-    return load_or_exit(config, overrides)
+    return load_or_exit(config, overrides, notes=notes)
 
 
 # ---------------------------------------------------------------- config
@@ -274,7 +274,7 @@ def train_cmd(config: Path = typer.Argument(..., help="experiment YAML file"),
     LOCAL_RANK). Writes ranks/<rank>.jsonl, .log, .summary.json and checkpoints under the run directory."""
     from edgestream.trainer import TrainerError, train
 
-    cfg = _load(config, set_)
+    cfg = _load(config, set_, notes=False)  # warnings: `run` / `config validate` show them
     bootstrap = _broker_and_run(cfg, bootstrap, run_id, "the broker the producer streams to")
     try:
         summary = train(cfg, run_id=run_id, bootstrap=bootstrap, out=out if out is not None else cfg.runtime.out,
@@ -297,7 +297,7 @@ def ps_cmd(config: Path = typer.Argument(..., help="experiment YAML file (a para
     checkpoints/ps.pt and replays the pushes after it. Writes ranks/ps.jsonl, ps.log, ps.summary.json."""
     from edgestream.ps.server import PSError, serve
 
-    cfg = _load(config, set_)
+    cfg = _load(config, set_, notes=False)
     bootstrap = _broker_and_run(cfg, bootstrap, run_id, "the broker the workers reach")
     try:
         summary = serve(cfg, run_id=run_id, bootstrap=bootstrap, out=out if out is not None else cfg.runtime.out)

@@ -294,16 +294,43 @@ def test_the_simulator_derives_adsps_period_from_its_compute_model(base_s, per_s
     assert engine.ps.summary()["adsp"]["time_scales"] == "derived from the step time"
 
 
-def test_the_kafka_ps_derives_adsps_period_from_the_config_or_by_timing_the_model(bootstrap, tmp_path):
+def test_the_kafka_ps_derives_adsps_period_from_a_profile_or_by_timing_the_model(bootstrap, tmp_path):
+    import yaml
+
     from edgestream.ps.server import ParameterServer
     from edgestream.runner.plan import RunPlan
 
-    raw = {"name": "adspk", "devices": {"count": 2, "compute": {"base_s": 0.05, "per_sample_s": 0.001,
-                                                                  "static": [1, 2], "dynamic": 0.2}},
+    prof = tmp_path / "dev.yaml"
+    prof.write_text(yaml.safe_dump({"device": "d", "source": "a test", "models": {"m": {"seconds": {8: 0.05, 32: 0.11}}}}))
+    raw = {"name": "adspk", "devices": {"count": 2, "compute": {"profile": str(prof), "static": [1, 2], "dynamic": 0.2}},
            "data": {"dataset": "synthetic", "shape": [1, 6, 6], "num_classes": 5, "n_train": 20, "n_test": 10},
            "model": {"name": "mlp"}, "algorithm": {"name": "adsp", "batch": {"policy": "fixed", "size": 20}}}
     server = ParameterServer(RunPlan.resolve(validate_dict(raw)), "adspk-1", bootstrap, tmp_path / "a", evaluate=False)
-    assert server.coord.gamma_s == pytest.approx(15 * (0.05 + 0.02) * 2 * 1.1)
-    raw["devices"]["compute"] = {"static": [1, 2]}                  # nothing known: the PS times the model
+    assert server.coord.gamma_s == pytest.approx(15 * 0.08 * 2 * 1.1)       # t(20) = 0.08 on the profile
+    before = [p.detach().clone() for p in server.model.parameters()]
+    raw["devices"]["compute"] = {"base_s": 0.05, "per_sample_s": 0.001, "static": [1, 2]}  # the simulator's only
     server = ParameterServer(RunPlan.resolve(validate_dict(raw)), "adspk-2", bootstrap, tmp_path / "b", evaluate=False)
-    assert server.coord.scales_derived and 0 < server.coord.gamma_s < 15 * 2 * 0.5
+    assert server.coord.scales_derived and server.coord.gamma_s == pytest.approx(0.5)  # timed mlp: the 0.5 s floor
+    assert all(torch.equal(a, b.detach()) for a, b in zip(before, server.model.parameters(), strict=True))
+    raw["algorithm"]["name"] = "ssp"                                          # a coordinator without step times
+    plan = RunPlan.resolve(validate_dict(raw))
+    from edgestream.ps.server import expected_step_s
+
+    assert expected_step_s(plan, plan.build_model()) is None
+
+
+def test_a_restored_coordinator_keeps_its_time_scales():
+    spec = ALGORITHMS["adsp"]
+    ctx = ServerContext(world_size=3, params=spec.resolve({}), lr=0.1, step_s=0.2)
+    coord = spec.coordinator(ctx, [torch.zeros(4)])
+    assert coord.gamma_s == pytest.approx(3.0) and coord.epoch_s == pytest.approx(60.0)
+    state = coord.state_dict()
+    other = spec.coordinator(ServerContext(world_size=3, params=spec.resolve({}), lr=0.1, step_s=0.05),
+                             [torch.zeros(4)])
+    assert other.gamma_s == pytest.approx(0.75)
+    other.load_state_dict(state)
+    assert (other.gamma_s, other.epoch_s, other.window_periods) == (coord.gamma_s, coord.epoch_s, 1)
+    old = {**state, "extra": {k: v for k, v in state["extra"].items()
+                              if k not in ("gamma_s", "epoch_s", "window_periods")}}
+    other.load_state_dict(old)                                  # saved before the scales were kept: the old 60 s
+    assert (other.gamma_s, other.epoch_s, other.window_periods) == (60.0, 1200.0, 1)

@@ -97,3 +97,11 @@ def test_cli_prints_the_note_as_one_warning_line_and_still_runs(tmp_path: Path) 
     bad.write_text(yaml.safe_dump({"name": "b", "algorithm": {"name": "adsp", "params": {"ps_momentum": 0.5}}}))
     res = CliRunner().invoke(app, ["config", "validate", str(bad)])
     assert res.exit_code == 2 and "algorithm.params.ps_momentum: unknown field" in res.output
+
+
+def test_defaults_the_user_did_not_write_are_not_warned_about() -> None:
+    cfg = validate_dict({"name": "d", "algorithm": {"name": "ssp"}})
+    assert (cfg.optim.momentum, cfg.optim.weight_decay) == (0.9, 1e-4) and optimizer_notes(cfg) == []
+    both = validate_dict({"name": "d", "algorithm": {"name": "ddl"},
+                          "optim": {"server": {"momentum": 0.5, "weight_decay": 0.01}}})
+    assert [n.split(":")[0] for n in optimizer_notes(both)] == ["optim.server.momentum", "optim.server.weight_decay"]

@@ -30,8 +30,10 @@ def load_for_run(config: Path | None, overrides: list[str] | None, resume: Path 
     return load_or_exit(config, overrides)
 
 
-def load_or_exit(config: Path, overrides: list[str] | None = None):
-    """load_config, or exit 2 with one line per problem (what `config validate` prints)."""
+def load_or_exit(config: Path, overrides: list[str] | None = None, *, notes: bool = True):
+    """load_config, or exit 2 with one line per problem (what `config validate` prints); with `notes`,
+    a warning line per optimizer setting the algorithm will not use (the orchestrator's children, which
+    load the config it wrote, pass False: the user saw them once)."""
     from edgestream.config import ConfigError, load_config
     from edgestream.runner.plan import optimizer_notes
 
@@ -41,7 +43,7 @@ def load_or_exit(config: Path, overrides: list[str] | None = None):
         for line in exc.problems:
             typer.echo(line, err=True)
         raise typer.Exit(2) from None
-    for line in optimizer_notes(cfg):
+    for line in optimizer_notes(cfg) if notes else []:
         typer.echo(f"warning: {line}", err=True)
     return cfg
 

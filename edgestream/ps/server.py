@@ -69,18 +69,23 @@ def ps_checkpoint_path(run_dir: Path) -> Path:
     return Path(run_dir) / "checkpoints" / "ps.pt"
 
 
-def expected_step_s(plan: Any, model: Any) -> float:
-    """The slowest device's expected step time (ServerContext.step_s): from the run's compute model when
-    the config gives one (a profile, or base_s + per_sample_s), else the model timed here at the run's
-    batch (the PS stands in for a device: same model, same code)."""
-    known = plan.compute.step_seconds(plan.nominal_batch())
-    if known is not None:
-        return plan.slowest_step_s(plan.compute.step_seconds)
+def expected_step_s(plan: Any, model: Any) -> float | None:
+    """The slowest device's expected step time (ServerContext.step_s), for a coordinator that uses it
+    (`uses_step_time`; None for the others): a compute profile's t(b) when the config gives one (the real
+    trainers emulate it), else a copy of the model timed here at the run's batch, on this process's CPU
+    (the real trainers run the same model; base_s / per_sample_s are the simulator's and ignored here),
+    times the slowest device's static factor."""
+    if not getattr(plan.algorithm.coordinator, "uses_step_time", False):
+        return None
+    curve = plan.compute.curve
+    if curve is not None:
+        return plan.slowest_step_s(curve)
     from edgestream.profiles.measure import time_steps
 
     ds = plan.dataset
     b = plan.nominal_batch()
-    (t,) = time_steps(model, tuple(ds.shape), int(ds.num_classes), [b], repeats=3, warmup=1)
+    with torch.random.fork_rng(devices=[]):  # a copy: the PS's model (its batch-norm statistics) and RNG untouched
+        (t,) = time_steps(copy.deepcopy(model), tuple(ds.shape), int(ds.num_classes), [b], repeats=3, warmup=1)
     return plan.slowest_step_s(lambda _b: t)
 
 
@@ -162,11 +167,15 @@ class ParameterServer:
         model took ~200 ms a write on the 2-core box, on every serving thread's clock); with `wait` (at a
         stop) it is written before this returns. A write still under way is waited for first, so files land
         in order; a write that failed raises PSError here."""
+        if wait:  # the stop's checkpoint is attempted even after a background write failed
+            try:
+                self._join_checkpoint()
+            except PSError as exc:
+                log.error("%s", exc)
+            self._write_checkpoint(copy.deepcopy(self.state_dict()))
+            return
         self._join_checkpoint()
         snap = copy.deepcopy(self.state_dict())
-        if wait:
-            self._write_checkpoint(snap)
-            return
         self._ckpt_thread = threading.Thread(target=self._write_checkpoint, args=(snap, True), daemon=True,
                                              name="ps-checkpoint")
         self._ckpt_thread.start()
@@ -178,10 +187,11 @@ class ParameterServer:
             tmp = path.with_suffix(".tmp")
             torch.save(snap, tmp)
             os.replace(tmp, path)
-        except OSError as exc:
+        except Exception as exc:  # noqa: BLE001 - OSError, or torch's RuntimeError on a full disk
+            error = f"{path}: cannot write the PS checkpoint: {type(exc).__name__}: {exc}"
             if not background:
-                raise PSError(f"{path}: cannot write the PS checkpoint: {exc}") from None
-            self._ckpt_error = f"{path}: cannot write the PS checkpoint: {exc}"
+                raise PSError(error) from None
+            self._ckpt_error = error
 
     def _join_checkpoint(self) -> None:
         if self._ckpt_thread is not None:
@@ -434,11 +444,14 @@ class ParameterServer:
             if status == "finished" and self._evaluate and self.origin_wall is not None:
                 self._eval(final=True)
         finally:
-            self.checkpoint(wait=True)
-            receiver.close()
-            self.sender.close()
-            self.dlq.flush()
-            self.events.close()
+            try:
+                self.checkpoint(wait=True)
+            finally:
+                for close in (receiver.close, self.sender.close, self.dlq.flush, self.events.close):
+                    try:
+                        close()
+                    except Exception as exc:  # noqa: BLE001 - close the rest; the first error stays the one raised
+                        log.error("closing: %s: %s", type(exc).__name__, exc)
         summary = self.summary(status)
         (run_dir / "ranks" / "ps.summary.json").write_text(json.dumps(summary, indent=2) + "\n")
         return summary

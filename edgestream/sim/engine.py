@@ -152,7 +152,8 @@ class SimEngine:
         if self.spec.coordinator is not None:
             initial = [p for p in self.replicas.base.parameters() if p.requires_grad]
             cm = self.compute_model
-            step_s = plan.slowest_step_s(lambda b: cm.curve(b) if cm.curve is not None else cm.a + cm.c * b)
+            step_s = (plan.slowest_step_s(lambda b: cm.curve(b) if cm.curve is not None else cm.a + cm.c * b)
+                      if getattr(self.spec.coordinator, "uses_step_time", False) else None)
             coordinator = self.spec.coordinator(plan.server_context(step_s), initial)
             self.ps = PSNode(self.env, coordinator, self.network, m, self.meters)
         self.stats = SimStats()

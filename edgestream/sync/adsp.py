@@ -14,8 +14,10 @@ Worker (Alg. 2), choices where the paper is silent:
   momentum 0 and no weight decay this is exactly sum eta_local * g; with momentum / weight decay in the
   local optimizer it is the update the local optimizer actually made, which is what should reach W.
 * eta_local = local_lr (null: the run's lr schedule, optim.lr, default 0.1, as the paper's 0.1) times
-  lr_decay ** (t / Gamma): "decays exponentially over time" (000 section 5.1) read as a factor lr_decay
-  per check period of elapsed time t (default 0.99 per period, i.e. per minute at Gamma = 60 s).
+  lr_decay ** (t / lr_decay_s): "decays exponentially over time" (000 section 5.1) read as a factor
+  lr_decay (0.99) per lr_decay_s (60 s, the paper's check period) of elapsed time t. It has its own
+  time base: Gamma follows the workload's step time (below), and a decay per Gamma would make the same
+  0.99 decay orders of magnitude faster on a fast workload.
 * The timer. The paper restarts a timer of Gamma / dC_i - O_i after each commit (O_i: the last commit's
   push + pull time, measured with Now). Commits can only happen between mini-batches, so a plain
   timer drifts late; we instead pace the commits still due in the period (n = C_target - c_i) evenly
@@ -120,7 +122,8 @@ PARAMS = (
     Param("target_loss", None, "float", gt=0, optional=True,
           doc="l* of the reward; null = 0.8 x the mean loss of the epoch's first window"),
     Param("local_lr", None, "float", gt=0, optional=True, doc="eta_local at t = 0; null = the run's optim.lr"),
-    Param("lr_decay", 0.99, "float", gt=0, le=1, doc="eta_local factor per check period of elapsed time"),
+    Param("lr_decay", 0.99, "float", gt=0, le=1, doc="eta_local factor per lr_decay_s of elapsed time"),
+    Param("lr_decay_s", 60.0, "float", gt=0, doc="seconds per lr_decay factor (the paper's 60 s check period)"),
     Param("global_lr", None, "float", gt=0, optional=True, doc="eta_g of the PS; null = 1/M"),
     BATCH,
 )
@@ -137,18 +140,21 @@ GAMMA_STEPS = 15
 EPOCH_PERIODS = 20
 #: Gamma when neither gamma_s nor the engine's step time is known: the paper's 60 s
 PAPER_GAMMA_S = 60.0
+#: the shortest derived Gamma: a period must hold a commit's round trip with room to spare
+MIN_GAMMA_S = 0.5
 
 
 def time_scales(params: Mapping[str, Any], step_s: float | None) -> tuple[float, float, float, bool]:
     """(Gamma, epoch, evaluation window) in seconds, and whether they were derived: explicit seconds are
-    kept; null ones follow the slowest device's step time step_s (Gamma = GAMMA_STEPS steps, epoch =
+    kept; null ones follow the slowest device's step time step_s (Gamma = GAMMA_STEPS steps, at least
+    MIN_GAMMA_S, epoch =
     EPOCH_PERIODS Gamma, window = Gamma), so ADSP adapts on a workload that converges in a minute as on
     one that takes hours (the paper's absolute 60 s : 20 min : 60 s never adapted on the former)."""
     derived = params.get("gamma_s") is None and step_s is not None and step_s > 0
     if params.get("gamma_s") is not None:
         gamma = float(params["gamma_s"])
     elif derived:
-        gamma = GAMMA_STEPS * float(step_s)  # type: ignore[arg-type]
+        gamma = max(MIN_GAMMA_S, GAMMA_STEPS * float(step_s))  # type: ignore[arg-type]
     else:
         gamma = PAPER_GAMMA_S
     epoch = float(params["epoch_s"]) if params.get("epoch_s") is not None else EPOCH_PERIODS * gamma
@@ -325,6 +331,7 @@ class ADSPCoordinator(Coordinator):
     `CommitRateSearch` (module doc). `checkpoints` holds (time, commit counts) of every checkpoint."""
 
     server_weight_decay = 0.0  # the local optimizers apply it; the server momentum is optim.server's
+    uses_step_time = True      # ServerContext.step_s sets Gamma when gamma_s is null (engines time it then)
 
     def __init__(self, ctx: ServerContext, model: Sequence[Tensor]) -> None:
         super().__init__(ctx, model)
@@ -437,7 +444,8 @@ class ADSPCoordinator(Coordinator):
 
     # ------------------------------------------------------------------ state
     def extra_state(self) -> dict[str, Any]:
-        return {"search": self.search.state(), "d": self.d, "period": self.period, "c_target": self.c_target,
+        return {"gamma_s": self.gamma_s, "epoch_s": self.epoch_s, "window_periods": self.window_periods,
+                "search": self.search.state(), "d": self.d, "period": self.period, "c_target": self.c_target,
                 "epoch_start": self.epoch_start, "window_start": self.window_start, "target": self.target,
                 "samples": [list(x) for x in self.samples], "last_commit": list(self.last_commit),
                 "period_loss": list(self.period_loss), "prev_period_loss": self.prev_period_loss,
@@ -448,6 +456,13 @@ class ADSPCoordinator(Coordinator):
     def load_extra_state(self, state: Mapping[str, Any]) -> None:
         if not state:
             return
+        # the time scales the saved periods were counted in (a re-derived Gamma would move every checkpoint);
+        # state saved before they were kept ran on the params' values, the old defaults 60 / 1200 / 1 period
+        p = coerce(PARAMS, self.ctx.params)
+        gamma, epoch, window, _ = time_scales(p, None)
+        self.gamma_s = float(state.get("gamma_s", gamma))
+        self.epoch_s = float(state.get("epoch_s", epoch))
+        self.window_periods = int(state.get("window_periods", max(1, math.ceil(window / self.gamma_s - 1e-9))))
         self.search.load(state["search"])
         self.d, self.period, self.c_target = int(state["d"]), int(state["period"]), int(state["c_target"])
         self.epoch_start, self.window_start = float(state["epoch_start"]), float(state["window_start"])
@@ -513,7 +528,7 @@ def worker(ctx: WorkerContext) -> Generator[Any, Any, None]:
         res: ComputeResult = yield Compute(batch)
         now = float((yield Now()))
         base = p["local_lr"] if p["local_lr"] is not None else ctx.lr_now()
-        lr = float(base) * float(p["lr_decay"]) ** (now / float(st["gamma"]))  # Gamma: the PS's
+        lr = float(base) * float(p["lr_decay"]) ** (now / float(p["lr_decay_s"]))
         yield Apply(res.grads, lr)
         yield Ack(batch)
         ctx.step += 1
