@@ -14,7 +14,8 @@ from edgestream.reproduce import CLAIMS, table
 #: the claims issue 17 lists (more may be added)
 REQUIRED = {"scadles-s1", "scadles-s2", "scadles-s1p", "scadles-s2p", "buffer-truncation", "adaptive-topk",
             "abs-sgd", "abs-sgd-vs-dbs", "non-iid-injection", "adsp-vs-bsp", "adsp-vs-ssp", "adsp-vs-fixed-adacomm",
-            "adsp-lead-grows-with-delay", "consgd-vs-ssp", "dynsgd-vs-ssp", "elastic-bsp-vs-bsp"}
+            "adsp-lead-grows-with-delay", "consgd-vs-ssp", "dynsgd-vs-ssp", "elastic-bsp-vs-bsp",
+            "zipline-runtime"}
 
 
 def test_list_names_every_claim_with_its_paper_and_figure() -> None:
