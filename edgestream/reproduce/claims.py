@@ -1,0 +1,185 @@
+"""The claims `edgestream reproduce` runs: each paper's headline figure and the experiment that measures
+ours (edgestream.reproduce.experiments; simulator, digits, virtual time).
+
+A claim's `paper` number is the paper's own (the model it names; our runs use digits with cnn-small or
+mlp, so only the direction and the order of magnitude compare). `holds` says whether our figure points the
+same way (a speedup above 1, a reduction above 1); `reason` says, in one line, why a deviation is
+expected or what it comes from, where that is known (docs/BENCHMARKS.md has the experiments).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from edgestream.reproduce import experiments as ex
+
+
+@dataclass
+class Result:
+    """What one claim's run gave: our figure (None: the run did not reach its target), the details."""
+
+    ours: float | None
+    details: dict[str, Any] = field(default_factory=dict)
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class Claim:
+    """name; paper: which paper and table/figure; statement: the claim in words; paper_value: its number;
+    metric: what the number is; run(quick, out) -> Result; above: the value ours must exceed for the
+    direction to hold (1.0 for speedups and reductions)."""
+
+    name: str
+    paper: str
+    statement: str
+    paper_value: float | None  # None: the paper states a direction, no number
+    metric: str
+    run: Callable[[bool, Path], Result]
+    above: float = 1.0
+    deviation: str = ""  # the known reason, when ours falls short (one line)
+
+    def holds(self, result: Result) -> bool:
+        return result.ours is not None and result.ours > self.above
+
+
+# ---------------------------------------------------------------- ScaDLES (004)
+SCADLES_DEVIATION = ("not the compute model (a GPU-like t(b) still loses), not the dataset's size (0.37x on "
+                     "50,000 images), not compression (it helps): ScaDLES' large batches need as many steps "
+                     "as DDL's; suspected, linear lr scaling without warm-up (docs/BENCHMARKS.md)")
+
+
+def _scadles(preset: str) -> Callable[[bool, Path], Result]:
+    def run(quick: bool, out: Path) -> Result:
+        r = ex.scadles_vs_ddl(preset, "cnn-small", 0.85 if quick else 0.9, out, devices=8 if quick else 16)
+        return Result(r["speedup_time_to_target"], r)
+    return run
+
+
+def _buffer(quick: bool, out: Path) -> Result:
+    r = ex.persist_vs_truncate("cnn-small", 0.85 if quick else 0.9, out, devices=8 if quick else 16)
+    return Result(r["reduction_held_samples"], r)
+
+
+def _topk(quick: bool, out: Path) -> Result:
+    r = ex.topk_vs_dense("cnn-small", 0.85 if quick else 0.9, out, devices=8 if quick else 16)
+    return Result(r["floats_reduction"], r)
+
+
+@functools.lru_cache(maxsize=4)
+def _abs_run(quick: bool, out: Path) -> dict:
+    return ex.abs_vs_ddl_dbs("mlp" if quick else "cnn-small", 0.85 if quick else 0.9, out)
+
+
+def _abs(quick: bool, out: Path) -> Result:
+    r = _abs_run(quick, out)
+    return Result(r["abs_speedup_vs_ddl"], r)
+
+
+def _abs_dbs(quick: bool, out: Path) -> Result:
+    r = _abs_run(quick, out)
+    return Result(r["abs_speedup_vs_dbs"], r)
+
+
+# ---------------------------------------------------------------- PS family (000, 002, 003)
+@functools.lru_cache(maxsize=4)
+def _adsp_run(quick: bool, out: Path, latency_ms: float) -> dict:
+    return ex.adsp_vs_baselines(0.9 if quick else 0.95, out, latency_ms=latency_ms,
+                                seeds=(0,) if quick else (0, 1, 2, 3))
+
+
+def _adsp(baseline: str) -> Callable[[bool, Path], Result]:
+    def run(quick: bool, out: Path) -> Result:
+        r = _adsp_run(quick, out, 5.0)
+        return Result(r["reduction_vs"][baseline], r)
+    return run
+
+
+def _adsp_delay(quick: bool, out: Path) -> Result:
+    near, far = _adsp_run(quick, out, 5.0), _adsp_run(quick, out, 50.0)
+    a, b = near["reduction_vs"]["ssp[algorithm.params.s=3]"], far["reduction_vs"]["ssp[algorithm.params.s=3]"]
+    return Result(None if a is None or b is None else round(b - a, 3), {"5ms": near, "50ms": far})
+
+
+def _hetero(alg: str, lr: float) -> Callable[[bool, Path], Result]:
+    def run(quick: bool, out: Path) -> Result:
+        r = ex.heterogeneity_aware_vs_ssp(alg, lr, 0.9 if quick else 0.92, out)
+        return Result(r["speedup_vs_ssp"], r)
+    return run
+
+
+def _elastic(quick: bool, out: Path) -> Result:
+    r = ex.elastic_bsp_vs_bsp(0.85 if quick else 0.9, out)
+    return Result(r["speedup_vs_bsp"], r)
+
+
+def _zipline(quick: bool, out: Path) -> Result:
+    r = ex.zipline_runtime(100, 15 if quick else 150, seeds=3 if quick else 10)
+    if not r["same_optimum"]:
+        return Result(None, r, "ZipLineOptBS and FullGridScan found different optima: a defect, not a deviation")
+    return Result(r["speedup"], r)
+
+
+def _non_iid(quick: bool, out: Path) -> Result:
+    r = ex.non_iid_injection(0.8 if quick else 0.9, out, max_time_s=120.0 if quick else 300.0)
+    return Result(r["accuracy_ratio"], r)
+
+
+_T6 = "004 ScaDLES, Table VI (ResNet152)"
+CLAIMS: dict[str, Claim] = {c.name: c for c in [
+    Claim("scadles-s1", _T6, "ScaDLES trains faster than DDL at stream preset S1", 1.89,
+          "speedup in time to the target accuracy (DDL / ScaDLES)", _scadles("S1"), deviation=SCADLES_DEVIATION),
+    Claim("scadles-s2", _T6, "ScaDLES trains faster than DDL at stream preset S2", 1.15,
+          "speedup in time to the target accuracy (DDL / ScaDLES)", _scadles("S2"), deviation=SCADLES_DEVIATION),
+    Claim("scadles-s1p", _T6, "ScaDLES trains faster than DDL at stream preset S1'", 3.29,
+          "speedup in time to the target accuracy (DDL / ScaDLES)", _scadles("S1'"), deviation=SCADLES_DEVIATION),
+    Claim("scadles-s2p", _T6, "ScaDLES trains faster than DDL at stream preset S2'", 1.42,
+          "speedup in time to the target accuracy (DDL / ScaDLES)", _scadles("S2'"), deviation=SCADLES_DEVIATION),
+    Claim("buffer-truncation", "004 ScaDLES, Table IV (S2', ResNet152)",
+          "stream truncation holds far fewer samples than persistence", 9429.0,
+          "reduction of the samples held on the devices (persist / truncate)", _buffer,
+          deviation="the reduction grows with the run's length; our runs reach the target in minutes, not hours"),
+    Claim("adaptive-topk", "004 ScaDLES, Table V (ResNet152, CR 0.1, delta 0.3)",
+          "adaptive Top-k sends far fewer floats to the same accuracy", 15.05,
+          "reduction of floats sent (dense / adaptive Top-k); paper 6.02e11 floats without compression (the "
+          "CNC-0 row) / 0.4e11", _topk,
+          deviation="a small model's gradients are dense in information: the entropy test keeps compression "
+                    "off for more steps"),
+    Claim("abs-sgd", "001 ABS-SGD, Table 1 (static 1:2:3:4)", "ABS-SGD converges faster than DDL", 1.41,
+          "speedup in time to the target accuracy (DDL / ABS-SGD)", _abs,
+          deviation="see docs/BENCHMARKS.md, paper-shaped results"),
+    Claim("abs-sgd-vs-dbs", "001 ABS-SGD, Table 1 (static 1:2:3:4)", "ABS-SGD converges faster than DBS-SGD",
+          1.28, "speedup in time to the target accuracy (DBS-SGD / ABS-SGD)", _abs_dbs,
+          deviation="DBS-SGD re-balances batches to the speeds, which on a 4-worker digits run is already "
+                    "close to ABS-SGD's full use of compute"),
+    Claim("non-iid-injection", "004 ScaDLES, section V (non-IID CIFAR10, 1 label per device)",
+          "DDL saturates on non-IID streams; ScaDLES with data injection learns", 93.6 / 56.0,
+          "final accuracy ScaDLES with injection / DDL (paper: >= 93.6 % vs 56 %, ResNet152)", _non_iid),
+    Claim("adsp-vs-bsp", "000 ADSP, Fig. 4(b)", "ADSP reaches the target sooner than BSP", 0.80,
+          "reduction of time to the target, 1 - t_ADSP / t_BSP", _adsp("bsp"), above=0.0),
+    Claim("adsp-vs-ssp", "000 ADSP, Fig. 4(b)", "ADSP reaches the target sooner than SSP", 0.53,
+          "reduction of time to the target, 1 - t_ADSP / t_SSP(3)", _adsp("ssp[algorithm.params.s=3]"), above=0.0,
+          deviation="on digits/mlp a push costs little, so SSP's per-step commits hardly hurt it"),
+    Claim("adsp-vs-fixed-adacomm", "000 ADSP, Fig. 4(b)", "ADSP reaches the target sooner than Fixed ADACOMM",
+          0.33, "reduction of time to the target, 1 - t_ADSP / t_FixedADACOMM", _adsp("fixed-adacomm-ps"),
+          above=0.0),
+    Claim("adsp-lead-grows-with-delay", "000 ADSP, Fig. 6", "ADSP's lead over SSP grows with the link delay",
+          None, "reduction vs SSP at 50 ms links minus at 5 ms links", _adsp_delay, above=0.0),
+    Claim("consgd-vs-ssp", "002 ConSGD, results table (HL 2, s 3, LR-URL)", "ConSGD converges faster than SSP",
+          1.28, "speedup in time to the target accuracy (SSP / ConSGD), each at its own lr",
+          _hetero("consgd", 0.5),
+          deviation="with plain SGD at the server ConSGD at lr eta is SSP at lr eta/M: tuned, they coincide"),
+    Claim("dynsgd-vs-ssp", "002 DynSGD, results table (HL 2, s 3, LR-URL)", "DynSGD converges faster than SSP",
+          1.70, "speedup in time to the target accuracy (SSP / DynSGD), each at its own lr",
+          _hetero("dynsgd", 0.5),
+          deviation="one straggler in five at staleness ~3 leaves little for DynSGD's averaging to fix here"),
+    Claim("elastic-bsp-vs-bsp", "003 ElasticBSP, section 6.2.3 (VGG-16)", "ElasticBSP converges faster than BSP",
+          1.77, "speedup in time to the target accuracy (BSP / ElasticBSP)", _elastic),
+    Claim("zipline-runtime", "003 ElasticBSP, section 6.1.1 and Table 4",
+          "ZipLine finds the optimal barrier one or two orders of magnitude faster than FullGridScan", 10.0,
+          "FullGridScan time / ZipLineOptBS time at n = 100 (R = 15 quick, 150 full), same optimum",
+          _zipline),
+]}
