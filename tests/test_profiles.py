@@ -39,6 +39,39 @@ def test_shipped_profiles_load_and_say_where_their_numbers_come_from() -> None:
     assert set(load_profile("epyc-2core").models) == {"cnn-small", "mlp", "resnet20"}
 
 
+# Every shipped profile is a GPU or a CPU one; a new file has to be classified here (GPU curves must show
+# the sublinear growth the simulator exists for).
+GPU_PROFILES = {"k80"}
+CPU_PROFILES = {"epyc-2core"}
+
+
+@pytest.mark.parametrize("name", names())
+def test_every_shipped_profile_is_a_usable_curve_and_gpu_ones_are_sublinear(name: str) -> None:
+    assert name in GPU_PROFILES | CPU_PROFILES, f"classify the new profile {name!r} as GPU or CPU in this test"
+    prof = load_profile(name)
+    raw = yaml.safe_load(Path(prof.path).read_text(encoding="utf-8"))
+    assert prof.models and set(prof.models) == set(map(str, raw["models"]))
+    for model, curve in prof.models.items():
+        written = list(raw["models"][model]["seconds"])               # the file's own order
+        assert len(written) >= 2, model
+        assert all(a < b for a, b in zip(written, written[1:], strict=False)), f"{name}/{model}: batches not increasing"
+        assert list(curve.batches) == written and all(s > 0 for s in curve.seconds)
+        if name in GPU_PROFILES:                                      # per-sample time falls with the batch
+            assert curve.per_sample()[-1] <= curve.per_sample()[0], f"{name}/{model}: not sublinear"
+
+
+def test_k80_cifar_entry_is_gavels_measured_throughput() -> None:
+    """resnet18-cifar: 1 / (Gavel's K80 ResNet-18 CIFAR-10 steps per second), batch 16..256."""
+    curve = load_profile("k80").curve("resnet18-cifar")
+    steps_per_s = {16: 17.920456, 32: 13.415050, 64: 7.748888, 128: 4.660352, 256: 2.509661}
+    assert curve.batches == tuple(steps_per_s)
+    for b, rate in steps_per_s.items():
+        assert curve(b) == pytest.approx(1 / rate, rel=1e-5)
+    per = curve.per_sample()
+    assert all(a > b for a, b in zip(per, per[1:], strict=False))    # falls at every measured size
+    assert load_profile("k80").shapes["resnet18-cifar"] == [3, 32, 32]
+
+
 @pytest.mark.parametrize(("change", "message"), [
     (lambda d: [1, 2], r"must be a mapping with name, device, source, models"),
     (lambda d: d.pop("source") and d, r"source: required"),
@@ -73,7 +106,7 @@ def test_missing_unreadable_and_unknown_profiles(tmp_path: Path) -> None:
     with pytest.raises(ProfileError, match=r"junk\.yaml: not a readable YAML profile"):
         load_profile(tmp_path / "junk.yaml")
     with pytest.raises(ProfileError, match=r"profile k80: a model entry \(devices\.compute\.profile_model\); it has "
-                                           r"inceptionv3-imagenet, resnet50-imagenet"):
+                                           r"inceptionv3-imagenet, resnet18-cifar, resnet50-imagenet"):
         load_profile("k80").curve(None)
 
 
