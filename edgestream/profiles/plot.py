@@ -15,7 +15,7 @@ def plot_profiles(profiles: Sequence[Any], path: str | Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4.6))
     for prof in profiles:
         for model, curve in prof.models.items():
             label = f"{prof.name}: {model}"
@@ -27,8 +27,9 @@ def plot_profiles(profiles: Sequence[Any], path: str | Path) -> Path:
         ax.set_xlabel("batch size")
         ax.set_ylabel(what)
         ax.grid(True, which="both", alpha=0.3)
-    ax1.legend(fontsize=7)
-    fig.tight_layout()
+    handles, labels = ax1.get_legend_handles_labels()  # below the plots: inside, it hides curves
+    fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=7, frameon=False)
+    fig.tight_layout(rect=(0, 0.12, 1, 1))
     out = Path(path)
     fig.savefig(out, dpi=110)
     plt.close(fig)
