@@ -162,7 +162,8 @@ CLAIMS: dict[str, Claim] = {c.name: c for c in [
           "reduction of time to the target, 1 - t_ADSP / t_BSP", _adsp("bsp"), above=0.0),
     Claim("adsp-vs-ssp", "000 ADSP, Fig. 4(b)", "ADSP reaches the target sooner than SSP", 0.53,
           "reduction of time to the target, 1 - t_ADSP / t_SSP(3)", _adsp("ssp[algorithm.params.s=3]"), above=0.0,
-          deviation="on digits/mlp a push costs little, so SSP's per-step commits hardly hurt it"),
+          deviation="at 5 ms links a push+pull (32 ms) costs less than a step (43 ms): ADSP ~ SSP (-7 to -18 %, 6 "
+                    "seeds); pushes 1.4 / 2.8 / 5.4x a step give ADSP 13-19 / 32-34 / 52-56 %"),
     Claim("adsp-vs-fixed-adacomm", "000 ADSP, Fig. 4(b)", "ADSP reaches the target sooner than Fixed ADACOMM",
           0.33, "reduction of time to the target, 1 - t_ADSP / t_FixedADACOMM", _adsp("fixed-adacomm-ps"),
           above=0.0),
@@ -171,11 +172,13 @@ CLAIMS: dict[str, Claim] = {c.name: c for c in [
     Claim("consgd-vs-ssp", "002 ConSGD, results table (HL 2, s 3, LR-URL)", "ConSGD converges faster than SSP",
           1.28, "speedup in time to the target accuracy (SSP / ConSGD), each at its own lr",
           _hetero("consgd", 0.5),
-          deviation="with plain SGD at the server ConSGD at lr eta is SSP at lr eta/M: tuned, they coincide"),
+          deviation="ConSGD at lr M eta applies each push at lambda M eta = eta (sync/consgd.py): bit-identical to SSP "
+                    "at eta; it wins only at one shared lr above SSP's best (1.36x at 0.2), 002's setting"),
     Claim("dynsgd-vs-ssp", "002 DynSGD, results table (HL 2, s 3, LR-URL)", "DynSGD converges faster than SSP",
           1.70, "speedup in time to the target accuracy (SSP / DynSGD), each at its own lr",
           _hetero("dynsgd", 0.5),
-          deviation="one straggler in five at staleness ~3 leaves little for DynSGD's averaging to fix here"),
+          deviation="each at its best lr DynSGD trails SSP at every heterogeneity tried (straggler 2.5-8x, 1-2 of 5: "
+                    "0.72-0.81x at s 3), ties at s 16 (8 seeds); wins only at a shared lr past SSP's best"),
     Claim("elastic-bsp-vs-bsp", "003 ElasticBSP, section 6.2.3 (VGG-16)", "ElasticBSP converges faster than BSP",
           1.77, "speedup in time to the target accuracy (BSP / ElasticBSP)", _elastic),
     Claim("zipline-runtime", "003 ElasticBSP, section 6.1.1 and Table 4",
