@@ -402,6 +402,11 @@ class RuntimeConfig(_Model):
     bootstrap: str | None = None
     out: str = "runs/"
     kafka_client: dict[str, str] = Field(default_factory=dict)
+    #: the real trainers' AllReduce (edgestream.trainer.collectives): "allreduce" = torch.distributed.all_reduce
+    #: in buckets (ring/tree by the backend); "exact" = all-gather + rank-order sum, bitwise the simulator's
+    reduction: Literal["allreduce", "exact"] = "allreduce"
+    #: the all-reduce bucket size in MiB (DDP's bucket_cap_mb); "allreduce" only
+    bucket_mb: Float = Field(25.0, gt=0)
 
     @field_validator("kafka_client", mode="before")
     @classmethod

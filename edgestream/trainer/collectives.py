@@ -1,20 +1,41 @@
 """The collectives of sync/ performed over torch.distributed (gloo on CPU, NCCL on CUDA).
 
-AllReduce is exact: every worker's tensors, and its weight as a separate float64 tensor, are
-all-gathered and combined locally with `edgestream.sync.reduction.reduce_all` in rank order, so every
-rank gets bit-for-bit the same result, and the same result as the simulator and the lockstep engine (a
-ring all-reduce would sum in an order that depends on the group size). AllGather handles payloads whose
-sizes differ between workers (sparse Top-k values and indices): sizes are exchanged first, then each
-tensor is gathered padded to the largest and trimmed. No pickle: only tensors travel.
+AllReduce has two modes (config `runtime.reduction`, given to `DistCollectives`):
+
+* ``"allreduce"`` (the default): `torch.distributed.all_reduce` (SUM), bucketed like DDP. The tensors
+  are flattened in order into buckets of at most `bucket_mb` MiB (default 25, DDP's bucket_cap_mb; a
+  tensor bigger than a bucket travels alone, and a bucket never mixes dtypes or devices), and each
+  bucket's async all_reduce is launched as soon as it is built, so the backend's ring or tree moves
+  about 2 (M-1)/M of the gradient bytes per rank instead of M full copies. op "sum" is the bucket
+  sum. op "weighted_mean" computes sum_i w_i t_i / sum_i w_i: each rank multiplies its buckets by its
+  own w_i, the products are summed, and the weights are summed in a separate float64 all_reduce
+  (launched first) that the result is divided by. An all_reduce's result is the same on every rank, so
+  the replicas stay bitwise identical; but the summation order is the backend's (it depends on the
+  group size and algorithm), so results equal `reduce_all`'s rank-order sum only up to rounding
+  (allclose). Like torch.distributed itself, this mode requires the same tensor shapes and op on every
+  rank; a mismatch fails in the backend rather than with a named error.
+* ``"exact"``: every worker's tensors, and its weight as a separate float64 tensor, are all-gathered and
+  combined locally with `edgestream.sync.reduction.reduce_all` in rank order, so every rank gets
+  bit-for-bit the same result as the simulator and the lockstep engine (tests that compare engines
+  bitwise use it; mismatched shapes or ops are reported by name). Every rank receives M full copies.
+
+With one worker nothing travels: both modes return `reduce_all` of the one request. An empty tensor
+list reduces to an empty list, in both modes and without a transfer (all ranks have the same shapes).
+
+AllGather handles payloads whose sizes differ between workers (sparse Top-k values and indices): sizes
+are exchanged first, then each tensor is gathered padded to the largest and trimmed. No pickle: only
+tensors travel.
 
 `Start` launches the data transfers with async_op=True and returns a `Pending`; `Poll` checks it
-without blocking, `Wait` blocks. Results are fresh tensors on the gradients' device.
+without blocking, `Wait` blocks. Results are fresh tensors on the gradients' device (in "allreduce"
+mode, views into this call's own bucket buffers, which nothing else holds).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import torch.distributed as dist
@@ -22,6 +43,12 @@ from torch import Tensor
 
 from edgestream.sync.reduction import reduce_all
 from edgestream.sync.requests import AllGather, AllReduce
+
+#: the AllReduce modes (config runtime.reduction)
+REDUCTIONS = ("allreduce", "exact")
+Reduction = Literal["allreduce", "exact"]
+#: bucket size in MiB for "allreduce" (config runtime.bucket_mb; DDP's bucket_cap_mb default)
+DEFAULT_BUCKET_MB = 25.0
 
 
 @dataclass
@@ -63,14 +90,71 @@ def _split(flat: Tensor, like: list[Tensor]) -> list[Tensor]:
 class DistCollectives:
     """Performs AllReduce / AllGather (blocking or started) for this process's rank."""
 
-    def __init__(self, rank: int, world: int, group: Any = None) -> None:
+    def __init__(self, rank: int, world: int, group: Any = None, *, reduction: Reduction = "allreduce",
+                 bucket_mb: float = DEFAULT_BUCKET_MB) -> None:
+        if reduction not in REDUCTIONS:
+            raise ValueError(f"reduction must be one of {', '.join(REDUCTIONS)}, got {reduction!r}")
+        if not (isinstance(bucket_mb, (int, float)) and math.isfinite(bucket_mb) and bucket_mb > 0):
+            raise ValueError(f"bucket_mb must be a finite number > 0, got {bucket_mb!r}")
         self.rank, self.world, self.group = rank, world, group
+        self.reduction: Reduction = reduction
+        self.bucket_bytes = max(1, int(bucket_mb * 2**20))
 
     # ------------------------------------------------------------------ all-reduce
     def start_all_reduce(self, req: AllReduce) -> Pending:
-        tensors = [t.detach() for t in req.tensors]
+        if not req.tensors:  # every rank has the same (no) tensors: nothing to reduce
+            return Pending([], list, nbytes=0)
         if self.world == 1:  # nothing to exchange: the same arithmetic, no transfer
             return Pending([], lambda: reduce_all([req]), nbytes=0)
+        if self.reduction == "exact":
+            return self._start_exact(req)
+        return self._start_bucketed(req)
+
+    def _start_bucketed(self, req: AllReduce) -> Pending:
+        """torch.distributed.all_reduce per bucket (see the module doc)."""
+        tensors = [t.detach() for t in req.tensors]
+        nbytes = sum(t.numel() * t.element_size() for t in tensors)
+        weighted = req.op == "weighted_mean"
+        w = float(req.weight)
+        works: list[Any] = []
+        wbuf = None
+        if weighted:  # the weights first (tiny), float64 whatever the data dtypes
+            wbuf = torch.tensor([w], dtype=torch.float64, device=tensors[0].device)
+            works.append(dist.all_reduce(wbuf, op=dist.ReduceOp.SUM, group=self.group, async_op=True))
+        buckets = _buckets(tensors, self.bucket_bytes)
+        flats: list[Tensor] = []
+        for idx in buckets:
+            flat = torch.cat([tensors[i].reshape(-1) for i in idx])  # a fresh contiguous buffer (any strides in)
+            if weighted and not (flat.is_floating_point() or flat.is_complex()):
+                flat = flat * w  # an integer bucket becomes floating, as reduce_all's w_i t_i does
+            elif weighted and w != 1.0:
+                flat.mul_(w)  # w_i t_i, in this rank's own buffer (x * 1.0 == x: skipped)
+            if flat.numel():  # launched now: the transfer runs while the next bucket is built
+                works.append(dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=self.group, async_op=True))
+            flats.append(flat)
+
+        def finish() -> list[Tensor]:
+            total = 0.0
+            if wbuf is not None:
+                total = float(wbuf[0])
+                if total <= 0:
+                    raise RuntimeError("weighted_mean all-reduce with total weight <= 0")
+            out: list[Tensor | None] = [None] * len(tensors)
+            for idx, flat in zip(buckets, flats, strict=True):
+                if wbuf is not None:
+                    flat.div_(total)
+                pos = 0
+                for i in idx:
+                    n = tensors[i].numel()
+                    out[i] = flat[pos:pos + n].view(tensors[i].shape)
+                    pos += n
+            return out  # type: ignore[return-value]
+
+        return Pending(works, finish, nbytes=nbytes)
+
+    def _start_exact(self, req: AllReduce) -> Pending:
+        """All-gather + `reduce_all` in rank order (see the module doc)."""
+        tensors = [t.detach() for t in req.tensors]
         device = tensors[0].device if tensors else torch.device("cpu")
         dtypes = {t.dtype for t in tensors}
         groups = [tensors] if len(dtypes) == 1 else [[t] for t in tensors]  # one buffer per dtype run
@@ -141,6 +225,25 @@ class DistCollectives:
 
     def run(self, req: AllReduce | AllGather) -> Any:
         return self.start(req).get()
+
+
+def _buckets(tensors: list[Tensor], cap: int) -> list[list[int]]:
+    """Consecutive runs of `tensors`' indices, each of one dtype and device and at most `cap` bytes (a
+    tensor bigger than `cap` is a bucket of its own): DDP's bucketing, in the request's order."""
+    buckets: list[list[int]] = []
+    cur: list[int] = []
+    size, key = 0, None
+    for i, t in enumerate(tensors):
+        nb = t.numel() * t.element_size()
+        k = (t.dtype, t.device)
+        if cur and (k != key or size + nb > cap):
+            buckets.append(cur)
+            cur, size = [], 0
+        cur.append(i)
+        size, key = size + nb, k
+    if cur:
+        buckets.append(cur)
+    return buckets
 
 
 def _numel(shape: tuple[int, ...]) -> int:

@@ -5,7 +5,8 @@ environment (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, LOCAL_RANK; device i = 
 rendezvous, and runs the rank's `WorkerSession` (edgestream.runner.session: stop rule, events, the
 step-end hooks) in a blocking host against a `TrainerPerformer` (the plan's `KafkaStreamDataset`,
 torch forward/backward on CUDA when available, torch.distributed collectives: gloo on CPU, NCCL on
-CUDA). Rank 0 hosts the run's evaluation in a background thread (`runner.BackgroundEvaluation`).
+CUDA, the AllReduce as `runtime.reduction` says: bucketed all_reduce by default, or the exact rank-order
+sum). Rank 0 hosts the run's evaluation in a background thread (`runner.BackgroundEvaluation`).
 
 Files, under `<out>/<name>-<run id>/`: `ranks/<rank>.jsonl` (this rank's events.jsonl lines, flushed
 per line; rank 0 adds the eval lines), `ranks/<rank>.log` (its log, Kafka client logs included),
@@ -171,8 +172,8 @@ def train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: boo
     if cuda:
         torch.cuda.set_device(device)
     backend = os.environ.get("EDGESTREAM_BACKEND") or ("nccl" if cuda else "gloo")
-    log.info("rank %d/%d run %s device %s backend %s bootstrap %s", env.rank, env.world, run, device, backend,
-             bootstrap)
+    log.info("rank %d/%d run %s device %s backend %s reduction %s bootstrap %s", env.rank, env.world, run, device,
+             backend, cfg.runtime.reduction, bootstrap)
 
     model = plan.build_model().to(device).train()  # every rank (and every engine) starts from the same model
     optimizer = plan.build_optimizer(model)
@@ -218,7 +219,9 @@ def train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: boo
     every = plan.checkpoint_every
     compute = plan.compute
     performer = TrainerPerformer(env.rank, model, optimizer, dataset,
-                                 None if ps_run else DistCollectives(env.rank, env.world), meters,
+                                 None if ps_run else DistCollectives(env.rank, env.world,
+                                                                     reduction=cfg.runtime.reduction,
+                                                                     bucket_mb=cfg.runtime.bucket_mb), meters,
                                  device=device, static=compute.factor(env.rank), dynamic=compute.dynamic,
                                  curve=compute.curve,
                                  seed=plan.seed, defer_acks=every is not None,

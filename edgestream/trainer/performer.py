@@ -8,7 +8,8 @@
   devices.compute.static / dynamic, the device sleeps (static_i (1 + U(0, dynamic)) - 1) times its
   measured compute time after each step; with a compute profile (devices.compute.profile) it sleeps
   until the step has lasted the profile's t(b) x that factor (`emulated_sleep`).
-* AllReduce / AllGather / Start / Poll / Wait: `DistCollectives` (torch.distributed).
+* AllReduce / AllGather / Start / Poll / Wait: `DistCollectives` (torch.distributed; the AllReduce is a
+  bucketed all_reduce, or with `runtime.reduction: exact` the rank-order sum the simulator computes).
 * Apply / GetParams / SetParams: the model and its SGD optimizer (the run's momentum, weight decay).
 * Inject: `KafkaStreamDataset.inject` (the `<run>.inj.<j>` topics). Ack: the batch's offsets are
   committed after the step is applied -- or, when checkpoints are on, with the next checkpoint (so a
