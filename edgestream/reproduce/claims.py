@@ -48,9 +48,9 @@ class Claim:
 
 # ---------------------------------------------------------------- ScaDLES (004)
 #: isolated by benchmarks/bench_isolate_scadles.py (docs/BENCHMARKS.md, parts A-E)
-SCADLES_HIGH_VOLUME = ("S2's slowest stream fills DDL's 64 in 0.6 s, under ScaDLES' 1 s take, and its 4.7x "
-                       "larger batches do not cut steps here (37 vs 31; critical batch ~1-2k); linear lr scaling is "
-                       "its best rule; the K80 profile gives 0.44x")
+SCADLES_HIGH_VOLUME = ("the slowest S2 / S2' stream fills DDL's 64 in <= 0.6 s, under ScaDLES' 1 s take, and its "
+                       "4-5x larger batches barely cut steps here (S2: 37 vs 31); linear lr scaling is its best rule; "
+                       "the K80 profile: 0.44x / 0.64x")
 SCADLES_S1P = ("adaptive Top-k costs 16 steps on cnn-small (53 vs 37): dense ScaDLES beats DDL at S1' "
                "1.39x (36 vs 50 s), with truncation or persistence")
 
