@@ -29,6 +29,13 @@ GPU_LIKE = {"base_s": 0.3, "per_sample_s": 0.0002}
 MAX_TIME_S = 240.0
 
 
+def _rows(summaries: dict, names: dict[str, str], devices: int, fields: tuple[str, ...]) -> list[str]:
+    """One table row per run: its name, time to target, steps per device, then `fields`."""
+    return [f"| {what} | {summaries[label].get('time_to_target_s')} | "
+            f"{(summaries[label].get('steps') or 0) // devices} | "
+            + " | ".join(str(summaries[label].get(f)) for f in fields) + " |" for label, what in names.items()]
+
+
 def part_a(devices: int, target: float, out: Path) -> list[str]:
     rows = ["| per-device batch b | global batch | lr | steps to target | samples to target | virtual s |",
             "|---|---|---|---|---|---|"]
@@ -61,11 +68,7 @@ def part_b(devices: int, target: float, out: Path) -> list[str]:
              SCADLES_T6: "ScaDLES, linear scaling (eta_t = 0.02 sum b / 512)",
              no_scaling: "ScaDLES, no scaling (B = 300 x M: eta_t ~ 0.02)",
              sca_lo: "ScaDLES, linear scaling from lr 0.005"}
-    for label, what in names.items():
-        r = s[label]
-        rows.append(f"| {what} | {r.get('time_to_target_s')} | {(r.get('steps') or 0) // devices} | "
-                    f"{r.get('final_accuracy')} |")
-    return rows
+    return rows + _rows(s, names, devices, ("final_accuracy",))
 
 
 def part_c(devices: int, target: float, out: Path) -> list[str]:
@@ -79,11 +82,7 @@ def part_c(devices: int, target: float, out: Path) -> list[str]:
     s = compare(cfg, ",".join([DDL, SCADLES_T6, dense, persist]), "scadles-parts-S1p", out)
     names = {DDL: "DDL b 64, persist", SCADLES_T6: "ScaDLES, truncate + adaptive Top-k (Table VI)",
              dense: "ScaDLES, truncate, dense", persist: "ScaDLES, persist, dense"}
-    for label, what in names.items():
-        r = s[label]
-        rows.append(f"| {what} | {r.get('time_to_target_s')} | {(r.get('steps') or 0) // devices} | "
-                    f"{r.get('samples_trained')} | {r.get('final_accuracy')} |")
-    return rows
+    return rows + _rows(s, names, devices, ("samples_trained", "final_accuracy"))
 
 
 def part_d(devices: int, target: float, out: Path) -> list[str]:
