@@ -17,7 +17,7 @@ class StreamBatch:
     and `inject` of the dataset read `next_offset`, `inj_next_offset` and `messages`.
     """
 
-    x: torch.Tensor                 # float32 inputs (normalised), (n, *shape)
+    x: torch.Tensor                 # float32 inputs (normalised), (n, *shape), on the dataset's torch_device
     labels: torch.Tensor            # int64, (n,)
     devices: np.ndarray             # int64: the device each row was produced by (own rows: this device)
     seqs: np.ndarray                # int64: each row's sequence number in its device's stream
@@ -56,5 +56,7 @@ class StreamBatch:
         return {"dev": self.next_offset, "inj": self.inj_next_offset}
 
     def pin_memory(self) -> StreamBatch:
-        """This batch with `x` and `labels` in pinned memory (DataLoader(pin_memory=True) calls it)."""
-        return replace(self, x=self.x.pin_memory(), labels=self.labels.pin_memory())
+        """This batch with `x` and `labels` in pinned memory (DataLoader(pin_memory=True) calls it); an
+        `x` already on a GPU stays there."""
+        return replace(self, x=self.x.pin_memory() if self.x.device.type == "cpu" else self.x,
+                       labels=self.labels.pin_memory())

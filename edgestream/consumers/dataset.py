@@ -4,13 +4,15 @@ Every message is validated against the run's dataset by the run's `SampleSerde` 
 label range; the device id must be the topic's device): anything else goes to the run's DLQ with a
 reason and its original key, and is skipped. No per-message failure reaches the trainer.
 
-Each item is a `StreamBatch` (edgestream.consumers.batch): x float32 (uint8 samples normalised here,
-on the consumer side), labels int64, each row's device, sequence number and produce time, and what
-the stream did (wait, buffer, dropped/injected/DLQ counts) plus what `ack(batch)` needs to commit
-its offsets. Offsets are committed only on ack, so a crash re-delivers every unacknowledged sample
-(at-least-once). `commit="sync"` (default) makes each ack durable before it returns, so a restart
-re-delivers exactly the unacknowledged samples; `commit="async"` is faster and may also re-deliver
-the last acknowledged batches after a crash (duplicates, never losses).
+Each item is a `StreamBatch` (edgestream.consumers.batch): x float32 (uint8 samples normalised on the
+consumer side: on the host in the decoding pass, or -- `torch_device` a GPU -- on that device, where
+the batch arrives as uint8 and is converted and normalised: the same values), labels int64, each
+row's device, sequence number and produce time, and what the stream did (wait, buffer,
+dropped/injected/DLQ counts) plus what `ack(batch)` needs to commit its offsets. Offsets are
+committed only on ack, so a crash re-delivers every unacknowledged sample (at-least-once).
+`commit="sync"` (default) makes each ack durable before it returns, so a restart re-delivers exactly
+the unacknowledged samples; `commit="async"` is faster and may also re-deliver the last acknowledged
+batches after a crash (duplicates, never losses).
 
 `state_dict()` / `load_state_dict(state)` (torchdata's StatefulDataLoader convention) hold how far the
 streams were CONSUMED (handed out in batches, acknowledged or not), the step counter and the totals:
@@ -48,6 +50,11 @@ class KafkaStreamDataset(IterableDataset):
     The samples are described by `spec` and normalised by `normalize` (an `Affine`, default x / 255,
     applied while decoding; any other callable gets the decoded raw batch and returns a float tensor),
     or by a ready `serde` (then `spec` and `normalize` are taken from it).
+
+    `torch_device`: where `x` goes. None or a CPU: the host normalises while it decodes (one pass from
+    the message bytes to float32). A GPU (e.g. "cuda"): the host only copies each sample's raw bytes
+    (uint8: a quarter of the float32 bytes) into a pinned batch, `.to(device, non_blocking=True)`
+    moves it, and the float32 conversion and the normalisation run on the GPU (`SampleSerde.decode`).
     """
 
     def __init__(self, bootstrap: str, run: str, device: int, *, num_devices: int, spec: SampleSpec | None = None,
@@ -55,7 +62,7 @@ class KafkaStreamDataset(IterableDataset):
                  normalize: Affine | Callable[[np.ndarray], torch.Tensor] | None = None, window_s: float = 1.0,
                  security: dict | None = None, max_batches: int | None = None, timeout: float | None = None,
                  pin_memory: bool = False, commit: str = "sync", broker_timeout_s: float = BROKER_TIMEOUT_S,
-                 serde: SampleSerde | None = None) -> None:
+                 serde: SampleSerde | None = None, torch_device: torch.device | str | None = None) -> None:
         super().__init__()
         if serde is None:
             if spec is None:
@@ -65,6 +72,10 @@ class KafkaStreamDataset(IterableDataset):
             raise ValueError(f"commit: {commit!r} is not allowed; must be 'sync' or 'async'")
         self.serde = serde
         self.device, self.num_devices, self.seed = device, num_devices, seed
+        self.torch_device = torch.device(torch_device) if torch_device is not None else None
+        # where the serde normalises: None = on the host, while decoding (the cheapest when x stays there)
+        self._decode_on = self.torch_device if self.torch_device is not None and self.torch_device.type != "cpu" \
+            else None
         self.spec, self.normalize = serde.spec, serde.normalize
         self._own_rule = DeviceRule(device, num_devices)
         self._inj_rule = DeviceRule(device, num_devices, injected=True)
@@ -93,7 +104,7 @@ class KafkaStreamDataset(IterableDataset):
     def _decode(self, messages: list, rule: DeviceRule, topic: str) -> tuple[DecodedBatch | None, int]:
         """Validate and decode a batch of Kafka messages with the run's serde; the bad ones go to the DLQ
         with their reason (and key and offset) and are skipped. Returns (the decoded rows or None, #bad)."""
-        out, bad = self.serde.decode(messages, rule)
+        out, bad = self.serde.decode(messages, rule, self._decode_on)
         for index, reason in bad:
             m = messages[index]
             self.dlq.send(m.value(), reason, source_topic=topic, offset=m.offset(), key=m.key())
@@ -139,16 +150,20 @@ class KafkaStreamDataset(IterableDataset):
                                for f in ("labels", "devices", "seqs", "produce_times"))
             messages = own.accepted + inj.accepted
         else:
-            xt = torch.zeros((0, *self.spec.shape))
+            xt = torch.zeros((0, *self.spec.shape), device=self.torch_device)
             y = src = seq = np.zeros(0, dtype=np.int64)
             pt, messages = np.zeros(0, dtype=np.float64), []
-        yt = torch.from_numpy(np.asarray(y, dtype=np.int64))
+        if self.torch_device is not None:  # decoded there already, or a CPU torch_device (then a no-op)
+            xt = xt.to(self.torch_device, non_blocking=True)
+        yt = torch.from_numpy(y if y.dtype == np.int64 else y.astype(np.int64))
         if self.pin_memory and torch.cuda.is_available():
-            xt, yt = xt.pin_memory(), yt.pin_memory()
+            xt, yt = (xt.pin_memory() if xt.device.type == "cpu" else xt), yt.pin_memory()
         n_inj = 0 if inj is None else len(inj)
         batch = StreamBatch(
-            x=xt, labels=yt, devices=np.asarray(src, dtype=np.int64), seqs=np.asarray(seq, dtype=np.int64),
-            produce_times=np.asarray(pt, dtype=np.float64), device=self.device, step=self.step,
+            x=xt, labels=yt, devices=src if src.dtype == np.int64 else src.astype(np.int64),
+            # seqs: uint64 on the wire, int64 here (the same bits below 2**63: a view, not a copy)
+            seqs=seq.view(np.int64) if seq.dtype == np.uint64 else np.asarray(seq, dtype=np.int64),
+            produce_times=pt if pt.dtype == np.float64 else pt.astype(np.float64), device=self.device, step=self.step,
             target=raw.target, wait_s=raw.wait_s, rate=raw.rate, dropped=raw.dropped, injected=n_inj,
             dlq=bad_own + bad_inj, buffer_samples=raw.buffer_samples, buffer_bytes=raw.buffer_bytes,
             next_offset=raw.next_offset, inj_next_offset=inj_next, messages=messages)

@@ -8,11 +8,19 @@ one run, like confluent-kafka's serializer objects):
     serde = SampleSerde(SampleSpec(np.uint8, (3, 32, 32), 10), Affine(...))   # or SampleSerde.of(dataset)
     value = serde.encode(x_row, label, device, seq, produce_time)             # producer (prefix packed once)
     batch, rejected = serde.decode(messages, DeviceRule(device, num_devices)) # consumer: validated, normalised
+    batch, rejected = serde.decode(messages, rule, device="cuda")  # ... the raw batch normalised on the GPU
     head = SampleSerde.header(value)        # (seq, produce_time, device, label): restart scans, DLQ headers
     serde.message_bytes                     # one sample's size on the wire (the simulator's buffer bytes)
 
 Injected samples travel as their original bytes (nothing is re-encoded); the receiving device decodes
 them with the same serde and an injection `DeviceRule`.
+
+Decoding to a device (`decode(..., device=...)`): the batch stays in the wire's dtype (uint8 images:
+1 byte a value) from the message bytes to the device -- one C pass copies the payloads into one
+(pinned, for CUDA) host buffer, `.to(device, non_blocking=True)` moves it, and the float32 conversion
+and the `Affine` run there, with the same float32 operations as the host path (x * scale, then + bias,
+never fused): the values are identical. Without a device the host path normalises while it copies
+(one pass from the message bytes to float32), which is the cheapest on a CPU.
 """
 
 from __future__ import annotations
@@ -22,7 +30,9 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
+import torch
 
+from edgestream.data import wire
 from edgestream.data.validate import DeviceRule, SampleSpec, decode_checked
 from edgestream.data.wire import Affine, SampleEncoder, WireError, decode_sample
 
@@ -41,8 +51,9 @@ class DecodedBatch:
     """The valid messages of one decode, in their order: rows of `x` and the header fields per row.
 
     `x` is float32 normalised by the serde's `Affine`, else what its callable returned, else the raw
-    samples (a read-only view). `accepted` holds the input items (bytes or Kafka messages) of the
-    rows, in row order: what a consumer acknowledges or re-sends (injection) without re-encoding.
+    samples; a numpy array, or a torch tensor on the device `decode` was given. `accepted` holds the
+    input items (bytes or Kafka messages) of the rows, in row order: what a consumer acknowledges or
+    re-sends (injection) without re-encoding.
     """
 
     x: Any
@@ -59,8 +70,8 @@ class DecodedBatch:
 class SampleSerde:
     """Serializer/deserializer of one run's samples: its `SampleSpec` (dtype, shape, label range) and
     the consumer-side normalisation (`normalize`: an `Affine`, applied while decoding in one pass;
-    any other callable gets the decoded raw batch (a read-only view) and returns the inputs; None
-    leaves the raw samples)."""
+    any other callable gets the decoded raw batch (with the C extension a fresh array, else a read-only
+    view) and returns the inputs; None leaves the raw samples)."""
 
     def __init__(self, spec: SampleSpec, normalize: Affine | Callable[[np.ndarray], Any] | None = None) -> None:
         self.spec, self.normalize = spec, normalize
@@ -72,6 +83,13 @@ class SampleSerde:
         self._transform = None if self._affine is not None else normalize
         #: one sample's size on the wire, header included (bytes)
         self.message_bytes: int = spec.length
+        # the device path: the raw batch's torch dtype; the Affine's (C, 1) scale and bias per device
+        self._torch_dtype = torch.from_numpy(np.empty(0, spec.dtype.newbyteorder("="))).dtype
+        self._on_device: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
+        a = self._affine
+        # the Affine fits the samples (else the host path, which dead-letters them as it always did)
+        self._device_ok = a is None or a.channels == 1 or (len(spec.shape) > 0 and spec.shape[0] == a.channels)
+        self._bias_nonzero = a is not None and bool(a._arrays[1].any())
 
     @classmethod
     def of(cls, dataset, normalize: Affine | Callable[[np.ndarray], Any] | None = None) -> SampleSerde:
@@ -89,14 +107,31 @@ class SampleSerde:
         return self._encoder(x, label, device, seq, produce_time)
 
     # ------------------------------------------------------------------ consuming
-    def decode(self, messages: Sequence, rule: DeviceRule) -> tuple[DecodedBatch | None, list[tuple[int, str]]]:
+    def decode(self, messages: Sequence, rule: DeviceRule, device: torch.device | str | None = None
+               ) -> tuple[DecodedBatch | None, list[tuple[int, str]]]:
         """Validate `messages` (bytes, or Kafka messages: their `value()`) against the spec and `rule`
         and decode the valid ones in one pass (the C fast path for uint8 with an Affine).
+
+        `device` (a torch device): x is a tensor there, and the batch crosses to it in the wire's dtype
+        -- the float32 conversion and the Affine run on the device (see the module docstring); a
+        callable `normalize` still runs on the host, its result is moved. None: the host path (x numpy).
 
         Returns (the decoded valid messages, or None when none is valid; [(index, reason)] of the
         others, for the DLQ). Never raises for a bad message (validate.decode_checked's reasons).
         """
-        out, bad = decode_checked(messages, self.spec, rule, self._affine, self._transform)
+        if device is not None:
+            device = torch.device(device)
+            if self._transform is None and self._device_ok:
+                out, bad = decode_checked(messages, self.spec, rule, alloc=self._staging(device))
+                if out is not None:
+                    out = (self._to_device(out[0], device, owned=True), *out[1:])
+            else:
+                out, bad = decode_checked(messages, self.spec, rule, self._affine, self._transform)
+                if out is not None:
+                    x = out[0] if isinstance(out[0], torch.Tensor) else torch.from_numpy(np.asarray(out[0]))
+                    out = (x.to(device, non_blocking=True), *out[1:])
+        else:
+            out, bad = decode_checked(messages, self.spec, rule, self._affine, self._transform)
         if out is None:
             return None, bad
         if bad:
@@ -105,6 +140,45 @@ class SampleSerde:
         else:
             accepted = messages if isinstance(messages, list) else list(messages)
         return DecodedBatch(*out, accepted), bad
+
+    def _staging(self, device: torch.device):
+        """alloc(n) for the raw batch on the host: pinned memory when it goes to a CUDA device (the copy
+        is then asynchronous, and torch's pinned-memory cache keeps the block until the copy is done)."""
+        shape, dtype, pin = self.spec.shape, self._torch_dtype, device.type == "cuda"
+        return lambda n: torch.empty((n, *shape), dtype=dtype, pin_memory=pin)
+
+    def to_device(self, x: torch.Tensor | np.ndarray, device: torch.device | str) -> torch.Tensor:
+        """A raw batch (n, *spec.shape) in the wire's dtype -> `device`, then float32 normalised there by
+        the serde's Affine (None: the raw batch on the device). The values equal the host path's:
+        float32(x) * scale, then + bias, as separate operations. `x` is not modified."""
+        return self._to_device(x, torch.device(device), owned=False)
+
+    def _to_device(self, x: torch.Tensor | np.ndarray, device: torch.device, owned: bool) -> torch.Tensor:
+        x0 = x if isinstance(x, torch.Tensor) else torch.from_numpy(x)
+        xt = x0.to(device, non_blocking=True)  # first: the raw dtype crosses (1 byte a value for uint8)
+        a = self._affine
+        if a is None:
+            return xt
+        y = xt.to(torch.float32)  # then the conversion, on the device
+        if not owned and y.data_ptr() == x0.data_ptr() and y.device == x0.device:
+            y = y.clone()  # float32 samples already there: the caller's x stays as it was
+        if y.numel():
+            a._check(tuple(y.shape[1:]))
+            scale, bias = self._device_affine(device)
+            v = y.view(len(y), a.channels, -1)
+            v.mul_(scale)
+            # + bias even when it is 0 where the host path's C pass does (uint8): -0.0 turns +0.0 alike
+            if self._bias_nonzero or (self.spec.dtype == np.uint8 and getattr(wire._wirefast, "gather", None)):
+                v.add_(bias)
+        return y
+
+    def _device_affine(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        got = self._on_device.get(device)
+        if got is None:
+            scale, bias = self._affine._arrays
+            got = self._on_device[device] = tuple(torch.from_numpy(v.copy()).view(-1, 1).to(device)
+                                                  for v in (scale, bias))
+        return got
 
     def problem(self, value: bytes | None, rule: DeviceRule) -> str | None:
         """Why one message value is not a sample of this run (a DLQ reason), or None when it is."""

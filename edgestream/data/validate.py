@@ -13,8 +13,9 @@ bad_version, unknown_dtype, bad_shape, bad_pad, bad_length), and `dtype_mismatch
 
 Other modules use this through the run's `SampleSerde` (edgestream.data.serde), never directly.
 
-The fast path (every message of a batch valid, the common case) costs one header-prefix comparison per
-message in C (or one vectorised numpy comparison) plus vectorised label and device checks.
+The fast path (every message of a batch valid, the common case) is one C pass (`_wirefast.gather`):
+per message a header-prefix comparison, the label and device checks, the header fields and the payload
+(copied, or normalised to float32 on the way) -- or, without the extension, vectorised numpy checks.
 """
 
 from __future__ import annotations
@@ -31,6 +32,13 @@ from edgestream.data.wire import HEADER_DTYPE, HEADER_SIZE, MAGIC, VERSION, Affi
 
 #: reasons beyond the wire format's
 SPEC_REASONS = ("dtype_mismatch", "shape_mismatch", "bad_label", "device_mismatch", "decode_error")
+
+#: float32 batches from this size on are written with non-temporal stores by the C pass (x86): a batch
+#: that does not fit a core's L2 is mostly evicted before the model reads it anyway, and skipping the
+#: cache halves the conversion's memory traffic (the values are the same). Measured on a 2-core VM
+#: (512 KiB L2 a core), 3x32x32 batches, side by side: 64 samples (768 KiB) 0.47 -> 0.53 of a raw
+#: poll, 256 samples 0.53 -> 0.65 (benchmarks/bench_consumer_decode.py)
+STREAM_MIN_BYTES = 256 << 10
 
 #: one decoded batch: (x, labels int64, source devices int64, seqs uint64, produce times float64)
 Decoded = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
@@ -91,6 +99,11 @@ class DeviceRule:
             return 0 <= d < self.num_devices
         return d == self.device
 
+    @property
+    def bounds(self) -> tuple[int, int]:
+        """[lo, hi): the device ids this rule accepts, as one range."""
+        return (0, self.num_devices) if self.injected else (self.device, self.device + 1)
+
     def bad_mask(self, d: np.ndarray) -> np.ndarray:
         if self.injected:
             return (d < 0) | (d >= self.num_devices)
@@ -102,19 +115,45 @@ def _value(v) -> bytes:
     return v if isinstance(v, bytes | bytearray | memoryview) else (v.value() or b"")
 
 
-def _uniform(values: list, spec: SampleSpec, affine: Affine | None) -> tuple[np.ndarray, np.ndarray] | None:
-    """(x, headers) when every value starts with the spec's header prefix and has its length; None
-    otherwise. x is float32 normalised by `affine`, or the raw samples (a read-only view) without one."""
+def _c_affine(spec: SampleSpec, affine: Affine | None) -> bool:
+    """Whether the C pass normalises while it copies: uint8 samples whose channels fit the Affine."""
+    return (affine is not None and spec.dtype == np.uint8
+            and (affine.channels == 1 or spec.shape[0] == affine.channels))
+
+
+def _gathered(values: list, spec: SampleSpec, devices: DeviceRule, affine: Affine | None, alloc
+              ) -> tuple[Decoded | None, np.ndarray | None]:
+    """The C pass (edgestream.data._wirefast.gather): every value checked against the spec's header
+    prefix and length, its label and device checked, its fields and payload written in one call."""
     n = len(values)
-    if affine is not None and wire._wirefast is not None and spec.dtype == np.uint8 \
-            and (affine.channels == 1 or spec.shape[0] == affine.channels):
-        out = np.empty((n, *spec.shape), np.float32)
-        headers = np.empty(n, HEADER_DTYPE)
+    fused = _c_affine(spec, affine)
+    if fused:
+        x = xa = np.empty((n, *spec.shape), np.float32)
         scale, bias = affine._arrays
         plane = math.prod(spec.shape) // affine.channels
-        if wire._wirefast.u8_affine(values, spec.prefix, spec.length, plane, scale, bias, out, headers) >= 0:
-            return None
-        return out, headers
+    else:
+        x = alloc(n) if alloc is not None else np.empty((n, *spec.shape), spec.dtype)
+        xa = np.asarray(x)  # a torch tensor from `alloc`: its memory, written in place
+        scale = bias = None
+        plane = 0
+    labels, devs = np.empty(n, np.int64), np.empty(n, np.int64)
+    seqs, times = np.empty(n, np.uint64), np.empty(n, np.float64)
+    lo, hi = devices.bounds
+    stream = fused and xa.nbytes >= STREAM_MIN_BYTES
+    if wire._wirefast.gather(values, spec.prefix, spec.length, plane, scale, bias, xa, labels, devs, seqs, times,
+                             spec.num_classes, lo, hi, stream) >= 0:
+        return None, None  # which values and why: the caller asks each one
+    if affine is not None and not fused:
+        x = affine(x)
+    return (x, labels, devs, seqs, times), None
+
+
+def _uniform(values: list, spec: SampleSpec, affine: Affine | None, alloc=None
+             ) -> tuple[np.ndarray, np.ndarray] | None:
+    """(x, headers) when every value starts with the spec's header prefix and has its length; None
+    otherwise. x is float32 normalised by `affine`, or the raw samples without one (a read-only view,
+    or the array `alloc(n)` returned, filled)."""
+    n = len(values)
     raw = [_value(v) for v in values]
     if any(len(v) != spec.length for v in raw):
         return None
@@ -124,13 +163,22 @@ def _uniform(values: list, spec: SampleSpec, affine: Affine | None) -> tuple[np.
         return None
     headers = np.ascontiguousarray(rows[:, :HEADER_SIZE]).view(HEADER_DTYPE)[:, 0]
     x = rows[:, HEADER_SIZE:].view(spec.dtype).reshape(n, *spec.shape)
-    return (affine(x) if affine is not None else x), headers
+    if affine is not None:
+        return affine(x), headers
+    if alloc is not None:
+        out = alloc(n)
+        np.copyto(np.asarray(out), x)
+        return out, headers
+    return x, headers
 
 
-def _checked(values: list, spec: SampleSpec, devices: DeviceRule, affine: Affine | None
+def _checked(values: list, spec: SampleSpec, devices: DeviceRule, affine: Affine | None, alloc=None
              ) -> tuple[Decoded | None, np.ndarray | None]:
     """The decoded batch when every value is valid; else (None, per-value bad mask or None = unknown)."""
-    got = _uniform(values, spec, affine)
+    # the C pass when the extension is built with it (little-endian hosts); numpy otherwise: same values
+    if getattr(wire._wirefast, "gather", None) is not None and isinstance(values, list):
+        return _gathered(values, spec, devices, affine, alloc)
+    got = _uniform(values, spec, affine, alloc)
     if got is None:
         return None, None
     x, h = got
@@ -142,7 +190,7 @@ def _checked(values: list, spec: SampleSpec, devices: DeviceRule, affine: Affine
 
 
 def decode_checked(values: list, spec: SampleSpec, devices: DeviceRule, affine: Affine | None = None,
-                   transform: Callable[[np.ndarray], object] | None = None
+                   transform: Callable[[np.ndarray], object] | None = None, alloc: Callable[[int], object] | None = None
                    ) -> tuple[Decoded | None, list[tuple[int, str]]]:
     """Validate `values` (bytes, or Kafka messages) against `spec` and `devices`; decode the valid ones.
 
@@ -150,11 +198,18 @@ def decode_checked(values: list, spec: SampleSpec, devices: DeviceRule, affine: 
     [(index, reason)] of the others). x is float32 normalised by `affine`, else `transform(raw)` when a
     transform is given, else the raw samples. Never raises for a bad message: a value the decoder
     cannot handle is reported as `decode_error`.
+
+    `alloc(n)` (raw samples only: no affine, no transform) returns the array the n raw samples are
+    written to -- a C-contiguous (n, *spec.shape) numpy array or CPU torch tensor of the spec's dtype,
+    e.g. pinned memory for a copy to a GPU -- and x is that object (when some values are rejected
+    and the rest must be decoded one by one, x is their concatenation instead).
     """
     if not values:
         return None, []
+    if alloc is not None and (affine is not None or transform is not None):
+        raise ValueError("decode_checked: alloc is for raw samples (no affine, no transform)")
     try:
-        out, mask = _checked(values, spec, devices, affine)
+        out, mask = _checked(values, spec, devices, affine, alloc)
         if out is not None:
             return (_apply(out, transform), []) if transform is not None else (out, [])
     except Exception:  # noqa: BLE001 - isolate below, message by message
@@ -168,7 +223,7 @@ def decode_checked(values: list, spec: SampleSpec, devices: DeviceRule, affine: 
     if not keep:
         return None, bad
     try:
-        out, _ = _checked([values[i] for i in keep], spec, devices, affine)
+        out, _ = _checked([values[i] for i in keep], spec, devices, affine, alloc)
         if out is None:
             raise WireError("decode_error", "valid messages did not decode together")
         return (_apply(out, transform) if transform is not None else out), bad

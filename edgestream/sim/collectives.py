@@ -7,7 +7,8 @@ does not depend on arrival order) and the operation completes NetworkModel time 
 Operations use the network one at a time: one that is ready while another is still transferring
 starts when that one ends (as NCCL serialises collectives on one communicator).
 
-Results: an all-reduce hands every worker its own fresh tensors. An all-gather snapshots every
+Results: an all-reduce hands every worker its own fresh tensors (rows of one block per tensor:
+disjoint memory, so a worker may modify its own). An all-gather snapshots every
 contribution once and hands all receivers the same snapshots (copying them per receiver would cost
 O(M^2) per step); receivers must treat them as read-only, and `check_gathers` raises if one was
 modified in place (tensor version counters).
@@ -30,6 +31,16 @@ from edgestream.sync.requests import AllGather, AllReduce
 
 def _nbytes(tensors: list[Tensor]) -> int:
     return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def _copies(acc: list[Tensor], world: int) -> list[list[Tensor]]:
+    """`world` independent copies of `acc` (acc itself for rank 0): the other copies are rows of one
+    [world - 1, ...] block per tensor, a few torch calls in all instead of one per worker."""
+    if world == 1:
+        return [acc]
+    with torch.no_grad():
+        rows = [t.unsqueeze(0).expand(world - 1, *t.shape).clone().unbind(0) for t in acc]
+    return [acc] + [list(r) for r in zip(*rows, strict=True)]
 
 
 @dataclass
@@ -93,7 +104,8 @@ class Collectives:
         op.requests[rank] = request
         op.arrived_at[rank] = now
         op.posted += 1
-        missing = self.finished.difference(r for r in range(self.world) if op.requests[r] is not None)
+        missing = (self.finished.difference(r for r in range(self.world) if op.requests[r] is not None)
+                   if self.finished else None)  # O(M) only once some worker has finished
         if missing:
             raise RuntimeError(f"deadlock: worker(s) {sorted(missing)} finished without joining collective "
                                f"#{slot}, which worker {rank} waits on")
@@ -105,8 +117,7 @@ class Collectives:
         t0 = time.perf_counter()
         reqs = op.requests
         if isinstance(reqs[0], AllReduce):
-            acc = reduce_all(reqs)
-            op.results = [acc] + [torch._foreach_mul(acc, 1.0) for _ in range(self.world - 1)]
+            op.results = _copies(reduce_all(reqs), self.world)
             nbytes = max(_nbytes(r.tensors) for r in reqs)
             op.comm_s = self.network.allreduce(nbytes, self.world)
             self.bytes_moved += nbytes * self.world

@@ -2,8 +2,10 @@
 
 Devices stream their shards in exactly the order the Kafka producers use (`ShardOrder`: seeded
 shuffle per device and epoch), so own-stream position k of device i is dataset index
-`orders[i].index(k)`. Inputs are normalised once up front (`Dataset.normalize`) when the float copy of
-the train split is small (<= `PRENORMALIZE_MAX_BYTES`); otherwise each batch is normalised on the fly.
+`orders[i].index(k)` (computed by `edgestream.sim.orders.EpochOrders`: the same permutations at a
+fraction of the cost, checked against `ShardOrder` when the data is built). Inputs are normalised
+once up front (`Dataset.normalize`) when the float copy of the train split is small (<=
+`PRENORMALIZE_MAX_BYTES`); otherwise each batch is normalised on the fly.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from torch import Tensor
 
 from edgestream.data import Dataset, SampleSpec
 from edgestream.data.order import ShardOrder
+from edgestream.sim.orders import EpochOrders
 
 PRENORMALIZE_MAX_BYTES = 512 * 2**20
 
@@ -41,11 +44,16 @@ class SimData:
         self.dataset = dataset
         self.shards = shards
         self.orders = [ShardOrder(s, seed, d) for d, s in enumerate(shards)]
+        self.epochs = EpochOrders(self.orders)
+        self._fast = self.epochs.agrees()
         self.y_train = torch.from_numpy(np.ascontiguousarray(dataset.y_train))
         float_bytes = dataset.x_train.size * 4
         self.x_train: Tensor | None = None
         if float_bytes <= PRENORMALIZE_MAX_BYTES:
-            self.x_train = dataset.normalize(torch.from_numpy(dataset.x_train))
+            self.x_train = dataset.normalize(torch.from_numpy(dataset.x_train)).contiguous()
+        # numpy views of the same memory: gathering a small batch with numpy is cheaper than index_select
+        self._x_np = self.x_train.numpy() if self.x_train is not None else None
+        self._y_np = self.y_train.numpy()
         self.x_test = dataset.normalize(torch.from_numpy(dataset.x_test))
         self.y_test = torch.from_numpy(np.ascontiguousarray(dataset.y_test))
         self.sample_bytes = SampleSpec.of(dataset).length  # one wire message, header included
@@ -60,11 +68,20 @@ class SimData:
 
     def stream_indices(self, device: int, start: int, stop: int) -> np.ndarray:
         """Dataset indices of own-stream positions [start, stop) of `device` (= ShardOrder.index(k) for
-        each k, taken a whole epoch slice at a time from the order's current permutation)."""
+        each k, taken a whole epoch slice at a time from the epoch's permutation)."""
         order = self.orders[device]
         if hasattr(order, "indices"):
             return np.asarray(order.indices(start, stop), dtype=np.int64)
         n = len(order.shard)
+        if self._fast:
+            parts, k = [], start
+            while k < stop:
+                epoch, pos = divmod(k, n)
+                take = min(stop - k, n - pos)
+                parts.append(self.epochs.order(device, epoch)[pos:pos + take])
+                k += take
+            out = np.concatenate(parts) if len(parts) != 1 else parts[0]
+            return np.asarray(out, dtype=np.int64)
         parts, k = [], start
         while k < stop:
             pos = k % n
@@ -81,10 +98,9 @@ class SimData:
 
     def batch(self, device: int, indices: np.ndarray, own: int) -> SimBatch:
         """The tensors of dataset `indices` (the first `own` from the device's stream, then injected)."""
-        index = torch.from_numpy(indices)
-        if self.x_train is not None:
-            x = self.x_train.index_select(0, index)
+        if self._x_np is not None:
+            x = torch.from_numpy(self._x_np[indices])
         else:
             x = self.dataset.normalize(torch.from_numpy(self.dataset.x_train[indices]))
-        y = self.y_train.index_select(0, index)
+        y = torch.from_numpy(self._y_np[indices])
         return SimBatch(len(indices), x, y, indices, device, own, len(indices) - own)

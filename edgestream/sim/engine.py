@@ -10,7 +10,11 @@ that loop's performer (`now(rank)`, `perform(rank, request)`; see edgestream.syn
   and hands out real tensors of the shard samples in producer order plus injected samples.
 * Compute: lasts t_i(b) = (a + c b) static_i (1 + U(0, dynamic)) virtual seconds (`ComputeModel`; a, c
   from the config or `calibrate`); the real forward/backward on the worker's replica runs when that
-  time is up (the replica cannot change meanwhile, and peers sharing it have applied by then).
+  time is up (the replica cannot change meanwhile, and peers sharing it have applied by then). Batched
+  (edgestream.sim.batched, the default for synchronous algorithms on per-sample models): when the
+  first pending compute's time is up, ONE vectorised forward/backward serves it and every other
+  pending device whose model is settled, each getting its own gradients and loss at its own end time; the
+  per-device path stays (`batch_compute=False`, or EDGESTREAM_SIM_COMPUTE=per-device) as the reference.
 * AllReduce / AllGather / Start / Poll / Wait: `Collectives` (matched by order, network-timed).
 * Apply / GetParams / SetParams: the worker's replica and SGD optimizer (`Replicas`: one shared
   replica while synchronous workers stay in lockstep and the model has no buffers, per-worker
@@ -42,6 +46,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import os
 import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
@@ -59,6 +64,7 @@ from edgestream.runner.group import WorkerGroup
 from edgestream.runner.plan import RunPlan
 from edgestream.runner.progress import RunProgress
 from edgestream.runner.rundir import write_run
+from edgestream.sim.batched import BatchedCompute, batch_independent
 from edgestream.sim.collectives import CollectiveOp, Collectives
 from edgestream.sim.costs import ComputeModel, NetworkModel, calibrate
 from edgestream.sim.data import SimBatch, SimData
@@ -87,6 +93,9 @@ from edgestream.sync.requests import (
 )
 
 HARD_LIMIT_FACTOR, HARD_LIMIT_EXTRA_S = 1.5, 60.0
+#: environment switch for how Compute requests are served: auto (default), batched, per-device
+COMPUTE_ENV = "EDGESTREAM_SIM_COMPUTE"
+COMPUTE_MODES = ("auto", "batched", "per-device")
 
 
 class SimConfigError(EngineError):
@@ -118,10 +127,17 @@ class SimEngine:
     share_replicas: one shared replica while workers stay in lockstep (default: for synchronous
     algorithms on models without buffers); False forces per-worker replicas (the results are the
     same, see replicas.py).
+    batch_compute: serve the workers' Compute requests in batched passes (edgestream.sim.batched).
+    None (default) reads EDGESTREAM_SIM_COMPUTE (auto | batched | per-device; unset = auto): auto
+    batches synchronous algorithms, batched any algorithm; both only on models whose forward treats
+    samples independently (no batch norm, no dropout), else per-device. False: per-device (the
+    reference path); True: batched where the model allows. `compute_mode` says which path runs and
+    `compute_reason` why.
     """
 
     def __init__(self, plan: Any, events: EventLog | None = None, *, progress: bool = False,
-                 base_dir: str | None = None, share_replicas: bool | None = None) -> None:
+                 base_dir: str | None = None, share_replicas: bool | None = None,
+                 batch_compute: bool | None = None) -> None:
         try:
             if not isinstance(plan, RunPlan):  # an ExperimentConfig: resolve it here
                 plan = RunPlan.resolve(plan, base_dir=base_dir)
@@ -139,6 +155,7 @@ class SimEngine:
         self.replicas = Replicas(plan.model_name, self.data.shape, self.data.num_classes, m, **plan.optim,
                                  seed=plan.seed,
                                  shared=self.spec.synchronous if share_replicas is None else share_replicas)
+        self.batcher, self.compute_reason = self._batcher(batch_compute)
         self.group = WorkerGroup(plan, self, self.events, param_names=list(self.replicas.names), on_line=self._on_line)
         self.contexts = self.group.contexts
         self.meters = self.group.meters
@@ -201,6 +218,33 @@ class SimEngine:
             a = fit_a if a is None else a
             per = fit_c if per is None else per
         return ComputeModel(float(a), float(per), list(c.static), float(c.dynamic), self.plan.seed), calibrated
+
+    def _batcher(self, batch_compute: bool | None) -> tuple[BatchedCompute | None, str]:
+        """The batched compute server, or None for the per-device path; and why (module doc)."""
+        if batch_compute is None:
+            mode = (os.environ.get(COMPUTE_ENV) or "auto").strip().lower()
+            if mode not in COMPUTE_MODES:
+                raise SimConfigError([f"{COMPUTE_ENV}={mode!r}: expected one of {', '.join(COMPUTE_MODES)}"])
+            if mode == "per-device":
+                return None, f"per-device: {COMPUTE_ENV}=per-device"
+            if mode == "auto" and not self.spec.synchronous:
+                return None, f"per-device: {self.spec.name} is not a synchronous algorithm (auto batches those)"
+            source = f"{COMPUTE_ENV}={mode}" if COMPUTE_ENV in os.environ else "auto"
+        elif not batch_compute:
+            return None, "per-device: batch_compute=False"
+        else:
+            source = "batch_compute=True"
+        if self.world < 2:
+            return None, "per-device: one device"
+        why_not = batch_independent(self.replicas.base)
+        if why_not is not None:
+            return None, f"per-device: {why_not}"
+        return BatchedCompute(self.replicas), f"batched ({source})"
+
+    @property
+    def compute_mode(self) -> str:
+        """"batched" or "per-device": how this run serves Compute requests."""
+        return "per-device" if self.batcher is None else "batched"
 
     def _schedule(self, delay: float, callback: Callable[[], None]) -> None:
         ev = self.env.timeout(max(0.0, delay))
@@ -285,7 +329,8 @@ class SimEngine:
         meter.count(batch=batch.n, dropped=plan.dropped, injected=batch.injected)
         meter.gauge(buffer_samples=taken.backlog, buffer_bytes=taken.backlog * self.data.sample_bytes,
                     held_samples=taken.held, rate=plan.rate)
-        meter.note_samples(np.arange(taken.start, taken.stop), batch.y[:plan.target])  # own stream: seq = position
+        own_labels = batch.y[:plan.target].numpy()
+        meter.note_samples(np.arange(taken.start, taken.stop), own_labels)  # own stream: seq = position
         self.last_backlog[rank], self.last_held[rank] = taken.backlog, taken.held
         self.stats.wall["data"] += wall + perf() - c0
         return batch
@@ -296,6 +341,11 @@ class SimEngine:
         batch = req.batch
         dt = self.compute_model.step_time(rank, int(batch.n))
         self.stats.device_steps += 1
+        batcher = self.batcher
+        if batcher is not None:
+            batcher.post(rank, batch.x, batch.y)
+            yield self.env.timeout(dt)
+            return batcher.result(rank)
         yield self.env.timeout(dt)
         return self.replicas.compute(rank, batch.x, batch.y)
 
@@ -457,6 +507,9 @@ class SimEngine:
             "compute_model": {"a_s": cm.a, "c_s": cm.c, "static": list(cm.static), "dynamic": cm.dynamic,
                               "calibrated": self.calibrated},
             "num_params": self.replicas.num_params,
+            "compute_path": self.compute_mode,
+            "compute_reason": self.compute_reason,
+            **({"compute_passes": self.batcher.passes} if self.batcher is not None else {}),
             **self.replicas.layout(),
             "replicas_identical": self.replicas.identical(),
             **({"ps": self.ps.summary()} if self.ps is not None else {}),

@@ -91,6 +91,13 @@ class Replicas:
             return rank
         return 0
 
+    def settled(self, rank: int) -> bool:
+        """Whether worker `rank`'s model is the one it reads next, and stays so until it applies or sets
+        parameters itself: always on per-worker replicas; on the shared replica unless the worker has
+        applied an update that its peers have not applied yet (the replica does not hold it). A batched
+        pass may serve a pending compute of a settled worker early (edgestream.sim.batched)."""
+        return not self.shared or self.wver[rank] == self.version
+
     def _step(self, slot: int, update: Sequence[Tensor], lr: float) -> None:
         t0 = time.perf_counter()
         params = self.params[slot]

@@ -154,7 +154,7 @@ def train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: boo
     from edgestream.runner.session import WorkerSession
     from edgestream.trainer.checkpoint import checkpoint_path, load_checkpoint, save_checkpoint
     from edgestream.trainer.collectives import DistCollectives
-    from edgestream.trainer.performer import Stopped, TrainerPerformer
+    from edgestream.trainer.performer import ACK_INTERVAL_S, Stopped, TrainerPerformer
 
     try:
         plan = RunPlan.resolve(cfg)
@@ -190,8 +190,14 @@ def train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: boo
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda signum, frame: stop_event.set())
 
+    # acks: with checkpoints, committed with each checkpoint and durable before it counts (sync). Without
+    # them no run can resume from a mid-run position: the newest ack is committed asynchronously at most
+    # once a second (ACK_INTERVAL_S; at least once), and the last one when the trainer ends, made durable
+    # when the dataset closes. (A synchronous commit per step cost the step 5-10 ms and the broker more
+    # CPU than the trainer's own per-step overhead: benchmarks/bench_vs_ddp.py.)
+    commit = "sync" if plan.checkpoint_every is not None else "async"
     try:
-        dataset = plan.kafka_dataset(bootstrap, run, env.rank, timeout=1.0, broker_timeout_s=float(
+        dataset = plan.kafka_dataset(bootstrap, run, env.rank, timeout=1.0, commit=commit, broker_timeout_s=float(
             os.environ.get("EDGESTREAM_BROKER_TIMEOUT_S", BROKER_TIMEOUT_S)))
         if ckpt is not None:  # the stream positions that match the restored model
             dataset.load_state_dict(ckpt["stream"])
@@ -225,6 +231,7 @@ def train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: boo
                                  device=device, static=compute.factor(env.rank), dynamic=compute.dynamic,
                                  curve=compute.curve,
                                  seed=plan.seed, defer_acks=every is not None,
+                                 ack_interval_s=ACK_INTERVAL_S if every is None else 0.0,
                                  time_offset=ckpt["elapsed_s"] if ckpt else 0.0, stop_event=stop_event,
                                  due_time=None if ckpt else plan.due_time(env.rank), ps=ps_client)
     if ckpt is not None:
@@ -296,6 +303,8 @@ def train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: boo
                 evaluation.close()
         if status == "finished" and every is not None:
             checkpoint(session)
+        elif every is None:
+            performer.commit_pending()  # the newest acknowledged batch not yet committed (ACK_INTERVAL_S)
         events.close()
         dataset.close()
         if ps_client is not None:

@@ -13,7 +13,10 @@
 * Apply / GetParams / SetParams: the model and its SGD optimizer (the run's momentum, weight decay).
 * Inject: `KafkaStreamDataset.inject` (the `<run>.inj.<j>` topics). Ack: the batch's offsets are
   committed after the step is applied -- or, when checkpoints are on, with the next checkpoint (so a
-  resumed run never trains an acknowledged sample twice).
+  resumed run never trains an acknowledged sample twice). Without checkpoints (`ack_interval_s`), the
+  newest acknowledged batch is committed at most once per interval and the last one when the host
+  calls `commit_pending` at the end: a commit is a broker request, and one per step cost the broker
+  more CPU than the trainer's own step overhead (benchmarks/bench_vs_ddp.py).
 * Push / Pull (parameter-server algorithms): the run's PS through Kafka (`edgestream.ps.client.PSClient`):
   a push returns once the broker acknowledged it (its id: the worker's step); a pull waits for the PS's
   reply, which says how long the PS held it (`blocked_s`) and how stale the worker's pushes were when they
@@ -63,6 +66,8 @@ from edgestream.sync.requests import (
 from edgestream.trainer.collectives import DistCollectives, Pending
 
 _TAG_SLOWDOWN = 0x51_0e
+#: without checkpoints, the newest ack is committed at most this often (seconds; the host's default)
+ACK_INTERVAL_S = 1.0
 
 
 class Stopped(RuntimeError):
@@ -95,7 +100,7 @@ class TrainerPerformer:
     def __init__(self, rank: int, model: nn.Module, optimizer: torch.optim.Optimizer, dataset: Any,
                  collectives: DistCollectives, meters: dict[int, StepMeter], *, device: torch.device,
                  static: float = 1.0, dynamic: float = 0.0, seed: int = 0, defer_acks: bool = False,
-                 curve: Any = None,
+                 ack_interval_s: float = 0.0, curve: Any = None,
                  time_offset: float = 0.0, stop_event: threading.Event | None = None,
                  take_timeout_s: float = 1.0, due_time: Callable[[int], float] | None = None,
                  ps: Any = None, push_id: Callable[[], int] | None = None) -> None:
@@ -106,6 +111,8 @@ class TrainerPerformer:
         self.curve = curve  # a compute profile's t(b): the device emulated (emulated_sleep)
         self._rng = np.random.default_rng([seed % 2**64, rank, _TAG_SLOWDOWN])
         self.defer_acks = defer_acks
+        self.ack_interval_s = float(ack_interval_s)  # without defer_acks: at most one commit per interval
+        self._acked_at = -float("inf")               # monotonic time of the last commit
         self.pending_ack: StreamBatch | None = None  # newest acknowledged batch not yet committed
         self.t0 = time.monotonic() - time_offset
         # due_time(k): when sample k of this device's stream was due (the rate model). With it, the first
@@ -182,16 +189,21 @@ class TrainerPerformer:
         self.acked_samples += batch.own
         if self.defer_acks:
             self.pending_ack = batch
-        else:
-            self.dataset.ack(batch)
+            return
+        now = time.monotonic()
+        if now - self._acked_at < self.ack_interval_s:
+            self.pending_ack = batch  # committed by a later ack or by commit_pending
+            return
+        self.pending_ack, self._acked_at = None, now
+        self.dataset.ack(batch)
 
     def pending_offsets(self) -> dict | None:
         """{"dev": int, "inj": int | None}: the offsets the deferred ack would commit, or None."""
         return dict(self.pending_ack.offsets) if self.pending_ack is not None else None
 
     def commit_pending(self) -> dict | None:
-        """Commit the newest deferred ack (at a checkpoint); returns the committed offsets
-        ({"dev": int, "inj": int | None}), or None when nothing was pending."""
+        """Commit the newest deferred ack (at a checkpoint, or at the end of a run without checkpoints);
+        returns the committed offsets ({"dev": int, "inj": int | None}), or None when nothing was pending."""
         batch, self.pending_ack = self.pending_ack, None
         if batch is not None:
             self.dataset.ack(batch)

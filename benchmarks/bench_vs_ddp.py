@@ -1,0 +1,484 @@
+"""edgestream's real runtime side by side with plain PyTorch DistributedDataParallel (issue 18 item 3).
+
+Both sides train the same model from the same initial weights with the same SGD (the run plan's
+`build_optimizer`: lr, momentum, weight decay, foreach), the same per-rank batch, the same world size
+and backend (gloo), one process per rank, torch threads set equally (OMP_NUM_THREADS and
+torch.set_num_threads; default 1 per rank, since world x threads would otherwise exceed this machine's
+cores):
+
+* **DDP**: `torch.nn.parallel.DistributedDataParallel` (defaults: 25 MiB buckets), the rank's shard of the
+  dataset already in memory as normalised float32 tensors, batches sliced from it; per step
+  `zero_grad / forward / backward / step / loss.item()`.
+* **edgestream**: `edgestream train` processes (ddl, dense, fixed batch, persist buffer,
+  `runtime.reduction: allreduce`, no parameter digests), reading streams that were produced to Kafka
+  before the trainers started, so data is always there (compute-bound; the step lines' `wait_s` says
+  how much of a step still waited for the stream).
+
+**Interleaved, so both sides see the same load.** Both process groups are started together; each runs
+its first --warmup steps (start-up, first steps) and is then paused (SIGSTOP to its processes). Then
+the sides take turns, --repeats rounds (the side going first alternates): a side is resumed (SIGCONT),
+runs --steps / --repeats steps and is paused again. Each side is timed on its own per-step timestamps
+(edgestream: the step lines' `time`; DDP: monotonic time after each step): within a turn, from the end of
+the first step that finished after the resume to the end of the last one, so no paused time and no
+start-up is counted on either side. Rate = steps / seconds summed over the turns, of the slowest rank;
+ratio = edgestream / DDP. Per-round ratios show the spread.
+
+    python benchmarks/bench_vs_ddp.py [--worlds 2,4] [--steps N] [--model cnn-small[,resnet20]]
+                                      [--repeats R] [--warmup K] [--threads T] [--profile]
+
+Models: cnn-small on digits (1x8x8); resnet20 (and any other zoo model) on synthetic 3x32x32 data.
+--profile runs the edgestream trainers' loop under cProfile (and times forward + backward, wall and
+thread CPU, on both sides); it slows the trainers, so its ratios are not the benchmark's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_runtime_cost import _free_port  # noqa: E402
+from common import bench_broker, record  # noqa: E402
+
+BATCH = 64
+RATE = 20000  # samples/s per device while producing ahead (the producer goes as fast as it can)
+LR, MOMENTUM = 0.05, 0.9
+TURN_TIMEOUT_S = 6.0  # a turn ends after this long even if its steps are not done (Kafka sessions: 10 s)
+
+
+# ---------------------------------------------------------------------------------------------- config
+def _data(model: str) -> dict:
+    if model == "cnn-small":
+        return {"dataset": "digits"}
+    return {"dataset": "synthetic", "shape": [3, 32, 32], "num_classes": 10, "n_train": 2048, "n_test": 64}
+
+
+def _config(path: Path, model: str, world: int, steps: int) -> Path:
+    import yaml
+
+    path.write_text(yaml.safe_dump({
+        "name": path.stem, "seed": 0, "data": _data(model),
+        "devices": {"count": world, "rates": {"distribution": "constant", "rate": RATE}},
+        "model": {"name": model}, "optim": {"lr": LR, "momentum": MOMENTUM},
+        "algorithm": {"name": "ddl", "buffer": "persist", "batch": {"policy": "fixed", "size": BATCH}},
+        "stop": {"max_steps": steps, "max_time_s": 3600, "target_accuracy": None}, "eval": {"every_s": 100000},
+        "runtime": {"reduction": "allreduce"},
+    }))
+    return path
+
+
+def _env(rank: int, world: int, port: int, threads: int) -> dict:
+    env = os.environ.copy()
+    env.update(RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+               LOCAL_RANK="0", OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
+               EDGESTREAM_DEVICE="cpu", EDGESTREAM_BACKEND="gloo")
+    return env
+
+
+# ---------------------------------------------------------------------------------------------- DDP side
+def ddp_worker(cfg_path: str, progress: str, steps: int, threads: int, profile: bool) -> None:
+    """One DDP rank (a subprocess with torchrun's environment); appends each step's end time to `progress`."""
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from edgestream.config import load_config
+    from edgestream.runner.plan import RunPlan
+
+    torch.set_num_threads(threads)
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    plan = RunPlan.resolve(load_config(cfg_path))
+    ds = plan.dataset
+    idx = plan.shards[rank]
+    x = ds.normalize(torch.from_numpy(ds.x_train[idx])).float().contiguous()
+    y = torch.from_numpy(ds.y_train[idx]).long()
+    while len(x) < 2 * BATCH:  # a shard shorter than a batch: repeat it
+        x, y = torch.cat([x, x]), torch.cat([y, y])
+    n = len(x)
+    x, y = torch.cat([x, x[:BATCH]]), torch.cat([y, y[:BATCH]])  # batches are views, wrapping around
+    model = plan.build_model().train()  # the same initial weights as the trainers'
+    optimizer = plan.build_optimizer(model)  # the same SGD (lr, momentum, weight decay, foreach)
+    dist.init_process_group("gloo", init_method="env://", rank=rank, world_size=world)
+    ddp = DDP(model)
+    compute: list[tuple[float, float]] = []
+    pos = 0
+    with open(progress, "w", buffering=1) as out:
+        for _ in range(steps):
+            xb, yb = x[pos:pos + BATCH], y[pos:pos + BATCH]
+            pos = (pos + BATCH) % n
+            t0, c0 = time.perf_counter(), time.thread_time()
+            optimizer.zero_grad(set_to_none=True)
+            loss = F.cross_entropy(ddp(xb), yb)
+            loss.backward()  # DDP's bucketed all-reduce runs in gloo's threads meanwhile and is waited for here
+            if profile:
+                compute.append((time.perf_counter() - t0, time.thread_time() - c0))
+            optimizer.step()
+            loss.item()
+            out.write(f"{time.monotonic()}\n")
+            if profile and len(compute) % 10 == 0:  # the bench kills the ranks at the end: write as we go
+                Path(progress + ".compute.json").write_text(json.dumps(compute))
+    dist.destroy_process_group()
+
+
+# ---------------------------------------------------------------------------------------------- a side
+class Side:
+    """One side's process group and its per-rank step-end times, read from files as they grow."""
+
+    def __init__(self, name: str, procs: list[subprocess.Popen], files: list[Path], parse) -> None:
+        self.name, self.procs, self.files, self.parse = name, procs, files, parse
+        self.times: list[list[float]] = [[] for _ in files]
+        self.lines: list[list[dict]] = [[] for _ in files]
+        self._pos = [0] * len(files)
+        self._tail = [b""] * len(files)
+        self.turns: list[list[tuple[int, int]]] = [[] for _ in files]  # per rank and turn: steps k0..k1 timed
+        self.cpu_s = self.broker_cpu_s = 0.0  # CPU seconds its processes (and the broker) used in its turns
+        self.turn_steps = 0                   # steps all ranks ran in its turns (partial ones included)
+
+    def refresh(self) -> int:
+        """Read what the ranks wrote since the last call; the completed steps of the slowest rank."""
+        for r, path in enumerate(self.files):
+            if not path.exists():
+                continue
+            with open(path, "rb") as f:
+                f.seek(self._pos[r])
+                data = f.read()
+            self._pos[r] += len(data)
+            *complete, self._tail[r] = (self._tail[r] + data).split(b"\n")
+            for raw in complete:
+                if raw:
+                    t, line = self.parse(raw)
+                    if t is not None:
+                        self.times[r].append(t)
+                        if line is not None:
+                            self.lines[r].append(line)
+        return min(len(t) for t in self.times)
+
+    def check(self) -> None:
+        for p in self.procs:
+            if p.poll() not in (None, 0):
+                raise SystemExit(f"{self.name} process failed (exit {p.returncode}): {p.stderr.read()[-3000:]}")
+
+    def signal(self, sig: int) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                os.kill(p.pid, sig)
+        if sig == signal.SIGSTOP:  # wait until every process is really stopped before reading its files
+            deadline = time.monotonic() + 2.0
+            for p in self.procs:
+                while p.poll() is None and _state(p.pid) not in ("T", "t", "Z", "X") and time.monotonic() < deadline:
+                    time.sleep(0.001)
+
+    def kill(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                os.kill(p.pid, signal.SIGKILL)
+        for p in self.procs:
+            p.wait()
+
+    def rate(self) -> tuple[float, int]:
+        """(steps/s, timed steps) over all turns, of the slowest rank: the steps that ended after k0's end up
+        to k1's end, over the seconds between those two ends, summed over the turns."""
+        per_rank = [(sum(k1 - k0 for k0, k1 in tr) / sum(t[k1] - t[k0] for k0, k1 in tr), sum(k1 - k0 for k0, k1 in tr))
+                    for t, tr in zip(self.times, self.turns, strict=True)]
+        return min(per_rank)
+
+    def timed_lines(self) -> list[dict]:
+        """The step lines of the timed steps (edgestream), all ranks."""
+        return [lines[k] for lines, tr in zip(self.lines, self.turns, strict=True) for k0, k1 in tr
+                for k in range(k0 + 1, k1 + 1)]
+
+
+def _cpu_s(pids: list[int]) -> float:
+    """User + system CPU seconds used so far by the processes `pids` (all their threads)."""
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])  # utime, stime
+        except (OSError, IndexError, ValueError):
+            pass
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def _state(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "X"
+
+
+def _ddp_line(raw: bytes) -> tuple[float, None]:
+    return float(raw), None
+
+
+def _es_line(raw: bytes) -> tuple[float | None, dict | None]:
+    e = json.loads(raw)
+    return (e["time"], e) if e.get("kind") == "step" else (None, None)
+
+
+def start_ddp(cfg_path: Path, world: int, steps: int, threads: int, work: Path, profile: bool) -> Side:
+    port = _free_port()
+    files = [work / f"ddp-{cfg_path.stem}-{r}.txt" for r in range(world)]
+    procs = [subprocess.Popen([sys.executable, __file__, "--ddp-worker", str(cfg_path), str(files[r]), str(steps),
+                               str(threads)] + (["--profile"] if profile else []),
+                              env=_env(r, world, port, threads), stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True) for r in range(world)]
+    return Side("DDP", procs, files, _ddp_line)
+
+
+def produce_ahead(bootstrap: str, cfg_path: Path, world: int, steps: int) -> str:
+    """Produce every sample `steps` steps need on every device, before the trainers start; the run id."""
+    from edgestream.config import load_config
+    from edgestream.runner.plan import RunPlan
+
+    cfg = load_config(cfg_path)
+    run_id = f"v{int(time.time() * 1000) % 10**10}"
+    need = steps * BATCH + 2 * BATCH
+    done = 0
+    for _ in range(50):  # a producer behind its schedule produces less: a new producer continues each
+        producer = RunPlan.resolve(cfg).producer(bootstrap, f"{cfg.name}-{run_id}", list(range(world)))
+        summary = producer.run_for((need - done) / RATE + 0.2, report_every_s=0)  # stream where its topic ends
+        if not summary.complete:
+            raise SystemExit(f"producing ahead failed: {summary.to_json()}")
+        done = min(d["start_seq"] + d["delivered"] for d in summary.devices)
+        if done >= need:
+            return run_id
+    raise SystemExit(f"could not produce {need} samples per device ahead")
+
+
+def start_edgestream(bootstrap: str, cfg_path: Path, run_id: str, world: int, threads: int, work: Path,
+                     profile: bool) -> Side:
+    port = _free_port()
+    procs = []
+    for r in range(world):
+        pre = ([sys.executable, __file__, "--profiled-trainer", str(work / f"prof-{run_id}-{r}.pstats")] if profile
+               else [sys.executable, os.environ["VSDDP_WRAP"]] if os.environ.get("VSDDP_WRAP") else [sys.executable, "-m", "edgestream.cli"])  # TEMP
+        procs.append(subprocess.Popen(pre + ["train", str(cfg_path), "--run-id", run_id, "--bootstrap", bootstrap,
+                                             "--out", str(work / "runs"), "--no-digest"],
+                                      env=_env(r, world, port, threads), stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.PIPE, text=True))
+    ranks = work / "runs" / f"{cfg_path.stem}-{run_id}" / "ranks"
+    return Side("edgestream", procs, [ranks / f"{r}.jsonl" for r in range(world)], _es_line)
+
+
+# ---------------------------------------------------------------------------------------------- the turns
+def _until(side: Side, steps: int, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while side.refresh() < steps and time.monotonic() < deadline:
+        side.check()
+        if all(p.poll() is not None for p in side.procs):
+            return
+        time.sleep(0.003)
+
+
+def turn(side: Side, steps: int, broker_pid: int | None) -> float:
+    """Resume `side`, let it run `steps` more steps, pause it; note each rank's steps and seconds that lie
+    wholly inside the turn (from the end of its first step finished after the resume to its last), and
+    the CPU its processes and the broker used."""
+    before = [len(t) for t in side.times]
+    pids = [p.pid for p in side.procs]
+    cpu0, broker0 = _cpu_s(pids), _cpu_s([broker_pid] if broker_pid else [])
+    side.signal(signal.SIGCONT)
+    _until(side, min(before) + steps + 1, TURN_TIMEOUT_S)
+    side.signal(signal.SIGSTOP)
+    side.cpu_s += _cpu_s(pids) - cpu0
+    side.broker_cpu_s += _cpu_s([broker_pid] if broker_pid else []) - broker0
+    side.refresh()
+    side.turn_steps += sum(len(t) - b for t, b in zip(side.times, before, strict=True))
+    rates = []
+    for r, t in enumerate(side.times):
+        k0, k1 = before[r], len(t) - 1  # the end of step k0 is the first one after the resume
+        if k1 > k0:
+            side.turns[r].append((k0, k1))
+            rates.append((k1 - k0) / (t[k1] - t[k0]))
+    return min(rates) if len(rates) == len(side.times) else 0.0  # this turn's rate, of the slowest rank
+
+
+def compare(bootstrap: str, broker_pid: int | None, model: str, world: int, args: argparse.Namespace,
+            work: Path) -> dict:
+    chunk = max(2, -(-args.steps // args.repeats))
+    cap = args.warmup + 2 * args.repeats * (chunk + 6) + 50  # what either side could run at most
+    cfg_path = _config(work / f"vsddp{world}{model.replace('-', '')}.yaml", model, world, cap)
+    run_id = produce_ahead(bootstrap, cfg_path, world, cap)  # before anything is started or timed
+    sides = {"ddp": start_ddp(cfg_path, world, cap, args.threads, work, args.profile),
+             "es": start_edgestream(bootstrap, cfg_path, run_id, world, args.threads, work, args.profile)}
+    rounds = []
+    t0 = time.monotonic()
+    try:
+        # start-up and warm-up, both groups at once; each is paused once it has done --warmup steps
+        waiting = dict(sides)
+        deadline = time.monotonic() + 300
+        while waiting and time.monotonic() < deadline:
+            for key, side in list(waiting.items()):
+                side.check()
+                if side.refresh() >= args.warmup:
+                    side.signal(signal.SIGSTOP)
+                    del waiting[key]
+            time.sleep(0.01)
+        if waiting:
+            raise SystemExit(f"{', '.join(s.name for s in waiting.values())} did not reach {args.warmup} steps "
+                             "in 300 s")
+        for s in sides.values():
+            s.refresh()
+        t_warm = time.monotonic() - t0
+        for i in range(args.repeats):
+            rates = {}
+            for key in (("ddp", "es") if i % 2 == 0 else ("es", "ddp")):
+                rates[key] = turn(sides[key], chunk, broker_pid)
+            rounds.append(rates["es"] / rates["ddp"] if rates["ddp"] else float("nan"))
+            print(f"  {model} world {world} round {i}: DDP {rates['ddp']:.1f} steps/s, edgestream "
+                  f"{rates['es']:.1f} steps/s, ratio {rounds[-1]:.3f}", flush=True)
+    finally:
+        for s in sides.values():
+            s.kill()
+    t_turns = time.monotonic() - t0 - t_warm
+    ddp, ddp_steps = sides["ddp"].rate()
+    es, es_steps = sides["es"].rate()
+    timed = sides["es"].timed_lines()
+    split = {k: round(sum(e[k] for e in timed) / len(timed) * es, 3) for k in ("wait_s", "compute_s", "comm_s")}
+    if args.profile:
+        _print_compute("DDP", [json.loads(Path(str(f) + ".compute.json").read_text())[args.warmup:]
+                               for f in sides["ddp"].files if Path(str(f) + ".compute.json").exists()])
+        _print_profile(work, run_id, world, args.warmup)
+    return {"world": world, "model": model, "batch": BATCH, "ddp_steps_per_s": round(ddp, 2),
+            "edgestream_steps_per_s": round(es, 2), "ratio": round(es / ddp, 3),
+            "round_ratios": [round(r, 3) for r in rounds], "timed_steps": {"ddp": ddp_steps, "edgestream": es_steps},
+            "edgestream_split": split,
+            # CPU per step of one rank (the group's CPU in its turns / steps all ranks ran), and the broker's
+            "cpu_ms_per_rank_step": {k: round(1000 * s.cpu_s / max(1, s.turn_steps), 2) for k, s in sides.items()},
+            "broker_cpu_ms_per_step": {k: round(1000 * s.broker_cpu_s / max(1, s.turn_steps / world), 2)
+                                       for k, s in sides.items()},
+            "startup_warmup_s": round(t_warm, 1), "turns_s": round(t_turns, 1)}
+
+
+# ---------------------------------------------------------------------------------------------- main
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--worlds", default="2,4")
+    ap.add_argument("--steps", type=int, default=240, help="timed steps per side (split over the rounds)")
+    ap.add_argument("--warmup", type=int, default=20, help="steps each side runs before the timed turns")
+    ap.add_argument("--model", default="cnn-small", help="comma list: cnn-small (digits), resnet20 (synthetic)")
+    ap.add_argument("--repeats", type=int, default=8, help="rounds: one DDP turn and one edgestream turn each")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads per rank, both sides")
+    ap.add_argument("--profile", action="store_true", help="cProfile the edgestream trainers (slows them)")
+    ap.add_argument("--ddp-worker", nargs=4, metavar=("CONFIG", "PROGRESS", "STEPS", "THREADS"),
+                    help=argparse.SUPPRESS)
+    ap.add_argument("--profiled-trainer", metavar="OUT", help=argparse.SUPPRESS)
+    args, rest = ap.parse_known_args()
+    if args.profiled_trainer:
+        profiled_trainer(args.profiled_trainer, rest)
+        return
+    if rest:
+        ap.error(f"unrecognized arguments: {' '.join(rest)}")
+    if args.ddp_worker:
+        cfg, progress, steps, threads = args.ddp_worker
+        ddp_worker(cfg, progress, int(steps), int(threads), args.profile)
+        return
+
+    rows = []
+    t_bench = time.monotonic()
+    with bench_broker() as (bootstrap, broker), tempfile.TemporaryDirectory() as tmp:
+        broker_pid = getattr(broker, "pid", None)  # our managed broker's (None: EDGESTREAM_BOOTSTRAP's)
+        for model in args.model.split(","):
+            for world in (int(w) for w in args.worlds.split(",")):
+                rows.append(compare(bootstrap, broker_pid, model, world, args, Path(tmp)))
+                r = rows[-1]
+                print(f"  -> ratio {r['ratio']}; CPU ms per rank-step DDP / edgestream "
+                      f"{r['cpu_ms_per_rank_step']['ddp']} / {r['cpu_ms_per_rank_step']['es']}, broker CPU ms per "
+                      f"step in DDP / edgestream turns {r['broker_cpu_ms_per_step']['ddp']} / "
+                      f"{r['broker_cpu_ms_per_step']['es']}; start-up + warm-up {r['startup_warmup_s']} s, turns "
+                      f"{r['turns_s']} s", flush=True)
+    wall = time.monotonic() - t_bench
+    print(f"\n`{' '.join(['python', 'benchmarks/bench_vs_ddp.py'] + sys.argv[1:])}`: {args.repeats} rounds of "
+          f"alternating turns of ~{max(2, -(-args.steps // args.repeats))} steps per side after {args.warmup} "
+          f"warm-up steps; {args.threads} torch thread(s) per rank; gloo; wall {wall:.0f} s\n")
+    print("| world | model | batch | DDP steps/s | edgestream steps/s | ratio (target >= 0.9) | per-round ratios "
+          "(min-max) | timed steps DDP / edgestream | CPU ms per rank-step DDP / edgestream (+ broker) | "
+          "edgestream wait / compute / comm |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        s, rr = r["edgestream_split"], r["round_ratios"]
+        print(f"| {r['world']} | {r['model']} | {r['batch']} | {r['ddp_steps_per_s']} | {r['edgestream_steps_per_s']} "
+              f"| **{r['ratio']}** | {min(rr):.2f}-{max(rr):.2f} | {r['timed_steps']['ddp']} / "
+              f"{r['timed_steps']['edgestream']} | {r['cpu_ms_per_rank_step']['ddp']} / "
+              f"{r['cpu_ms_per_rank_step']['es']} (+ {r['broker_cpu_ms_per_step']['es'] / r['world']:.2f}) | "
+              f"{s['wait_s']:.0%} / {s['compute_s']:.0%} / {s['comm_s']:.0%} |")
+    record("vs_ddp", {"rows": rows, "steps": args.steps, "warmup_steps": args.warmup, "rounds": args.repeats,
+                      "threads_per_rank": args.threads, "backend": "gloo", "lr": LR, "momentum": MOMENTUM,
+                      "profile": args.profile, "wall_s": round(wall, 1), "command": " ".join(sys.argv),
+                      "target": ">= 0.9 (edgestream steps/s over DDP steps/s, dense DDL)"})
+
+
+# ---------------------------------------------------------------------------------------------- --profile
+def profiled_trainer(out: str, argv: list[str]) -> None:
+    """`edgestream train ARGV` with cProfile on around the worker's loop only (not imports or start-up), and
+    each Compute's wall and thread-CPU seconds noted."""
+    import cProfile
+
+    from edgestream.cli import main as cli_main
+    from edgestream.runner.session import WorkerSession
+    from edgestream.trainer.performer import TrainerPerformer
+
+    run_blocking, compute = WorkerSession.run_blocking, TrainerPerformer._compute
+    timings: list[tuple[float, float]] = []
+    prof = cProfile.Profile(time.thread_time)  # CPU time of the main thread: what load on the machine does not change
+
+    def timed_compute(self: TrainerPerformer, req: object) -> object:
+        t0, c0 = time.perf_counter(), time.thread_time()
+        try:
+            return compute(self, req)
+        finally:
+            timings.append((time.perf_counter() - t0, time.thread_time() - c0))
+            if len(timings) % 10 == 0:  # the bench kills the trainers: write as we go
+                prof.dump_stats(out)  # (which disables the profiler)
+                prof.enable()
+                Path(out + ".compute.json").write_text(json.dumps(timings))
+
+    def profiled(self: WorkerSession) -> object:
+        prof.enable()
+        try:
+            return run_blocking(self)
+        finally:
+            prof.disable()
+
+    WorkerSession.run_blocking = profiled  # type: ignore[method-assign]
+    TrainerPerformer._compute = timed_compute  # type: ignore[method-assign]
+    cli_main(argv)
+
+
+def _print_compute(side: str, per_rank: list[list[list[float]]]) -> None:
+    """Median wall and thread-CPU milliseconds of a step's forward + backward, per rank."""
+    for r, c in enumerate(per_rank):
+        if c:
+            wall, cpu = statistics.median(x[0] for x in c), statistics.median(x[1] for x in c)
+            print(f"  {side} rank {r}: forward+backward median wall {1000 * wall:.2f} ms, thread CPU "
+                  f"{1000 * cpu:.2f} ms")
+
+
+def _print_profile(work: Path, run_id: str, world: int, warmup: int) -> None:
+    import pstats
+
+    _print_compute("edgestream", [json.loads((work / f"prof-{run_id}-{r}.pstats.compute.json").read_text())[warmup:]
+                                  for r in range(world) if (work / f"prof-{run_id}-{r}.pstats.compute.json").exists()])
+    for r in range(world):
+        path = work / f"prof-{run_id}-{r}.pstats"
+        if path.exists():
+            print(f"--- cProfile rank {r}: the worker loop's main-thread CPU seconds (warm-up included)")
+            stats = pstats.Stats(str(path))
+            stats.sort_stats("tottime").print_stats(15)
+            stats.sort_stats("cumulative").print_stats("performer|driver|events|collectives|exchange", 25)
+
+
+if __name__ == "__main__":
+    main()

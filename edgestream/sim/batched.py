@@ -1,0 +1,270 @@
+"""Batched compute: the pending `Compute` requests of many simulated devices served by ONE
+vectorised forward/backward pass that yields every device's own gradients.
+
+The per-device path (`Replicas.compute`: one forward/backward per device, when its virtual compute
+time ends) is the reference. This path gives every device what that path would give it: its OWN
+mean-loss gradients and loss (per-device gradients, not an aggregate), so it is correct whatever the
+algorithm then does with them (plain or weighted averaging, Top-k and error feedback, the
+adaptive-Top-k vote, ABS-SGD's sums) and sync/ stays untouched. Results are equal up to
+floating-point summation order (allclose; tests/test_sim_batched.py).
+
+When it may run a device's forward/backward early: a worker's model cannot change while the worker
+is computing (per-worker replicas change only by the worker's own Apply/SetParams; the shared replica
+steps only once EVERY worker has applied, this one included). So when the first pending compute's
+virtual time ends, the pass serves it together with every other pending device whose model is
+already the one it will read at its own end (`Replicas.settled`: not a worker that applied an update
+its peers have not applied yet, which the shared replica does not hold); the others wait for a later
+pass. Each device still receives its result at the end of its own virtual compute time, so events,
+timing and ordering are those of the per-device path.
+
+Two ways to get per-device gradients from one pass (both vectorised over the devices, same FLOPs as
+one aggregated gradient):
+
+* dense stacks (`DenseStack`: an nn.Sequential of Linear layers and parameter-free per-sample
+  modules, like the mlp) on the shared replica: ONE ordinary autograd pass over the concatenated
+  batch with the parameters detached; autograd returns each Linear's output gradient dY, and device
+  k's weight and bias gradients are dY_k^T X_k (one bmm per layer) and sum_rows dY_k. About 25
+  torch calls per pass, whatever the number of devices;
+* any other qualifying model, and per-worker replicas: torch.func, `vmap` of `grad` of the loss of
+  `functional_call` over the devices (parameters unbatched for the shared replica, stacked for
+  per-worker replicas). More torch calls per pass (vmap decomposes some ops).
+
+Batches of one size are stacked as they are (mean loss per device); different sizes are bucketed
+(each bucket's sizes within `PAD_RATIO` of its smallest) and padded with zero-weight samples (loss
+weights 1/b_i on a device's real samples, 0 on padding). A pass holds at most `MAX_PASS_SAMPLES`
+samples. The loss each device reports comes from the same pass (equal to the per-device value up to
+float rounding).
+
+Only models whose forward treats every sample independently qualify (`batch_independent`): every
+module must be of a known per-sample type (Linear, convolutions, activations, pooling, Flatten,
+LayerNorm, Sequential, ...) and the model must have no buffers. Batch norm (the batch's statistics and
+running buffers), dropout (random masks drawn in device order) and unknown modules keep the run on the
+per-device path (the reason is in the summary).
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from edgestream.sync.requests import ComputeResult
+
+#: largest samples per pass (bounds activation memory; more pending samples take several passes)
+MAX_PASS_SAMPLES = 65536
+#: a bucket of different batch sizes pads to its largest, which is at most PAD_RATIO times its smallest
+PAD_RATIO = 1.25
+
+#: module types whose forward treats every sample of a batch on its own (exact type: a subclass may
+#: override forward); containers (Sequential) just compose them
+PER_SAMPLE_MODULES: tuple[type[nn.Module], ...] = (
+    nn.Sequential, nn.ModuleList, nn.Identity, nn.Flatten, nn.Unflatten,
+    nn.Linear, nn.Bilinear, nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.ConvTranspose1d, nn.ConvTranspose2d,
+    nn.ReLU, nn.ReLU6, nn.LeakyReLU, nn.ELU, nn.SELU, nn.GELU, nn.SiLU, nn.Mish, nn.Tanh, nn.Sigmoid,
+    nn.Softplus, nn.Hardtanh, nn.Hardswish, nn.Hardsigmoid,
+    nn.MaxPool1d, nn.MaxPool2d, nn.MaxPool3d, nn.AvgPool1d, nn.AvgPool2d, nn.AvgPool3d,
+    nn.AdaptiveAvgPool1d, nn.AdaptiveAvgPool2d, nn.AdaptiveAvgPool3d, nn.AdaptiveMaxPool1d, nn.AdaptiveMaxPool2d,
+    nn.LayerNorm, nn.GroupNorm,
+)
+
+
+def batch_independent(model: nn.Module) -> str | None:
+    """None when `model`'s forward treats every sample on its own (so a concatenated batch gives each
+    sample what separate batches give it); else the reason it does not qualify."""
+    if any(True for _ in model.buffers()):
+        return "the model has buffers (batch-norm running statistics)"
+    for name, module in model.named_modules():
+        kind = type(module)
+        if isinstance(module, nn.modules.batchnorm._BatchNorm):
+            return f"module {name or 'model'} ({kind.__name__}) normalises with the batch's statistics"
+        if isinstance(module, nn.modules.dropout._DropoutNd):
+            return f"module {name or 'model'} ({kind.__name__}) draws random masks in device order"
+        if kind not in PER_SAMPLE_MODULES:
+            return f"module {name or 'model'} ({kind.__name__}) is not known to treat samples independently"
+    return None
+
+
+class DenseStack:
+    """The one-autograd-pass path (module doc) for `model` if it is an nn.Sequential of nn.Linear layers
+    (every parameter trainable) and parameter-free per-sample modules; `DenseStack.of(model)` returns
+    None otherwise. In-place modules (ReLU(inplace=True)) run as out-of-place copies, so each
+    Linear's output keeps the value autograd differentiates with respect to."""
+
+    def __init__(self, layers: list[tuple[str, nn.Module]]) -> None:
+        self.layers = layers
+
+    @classmethod
+    def of(cls, model: nn.Module) -> DenseStack | None:
+        if type(model) is not nn.Sequential or batch_independent(model) is not None:
+            return None
+        layers: list[tuple[str, nn.Module]] = []
+        for name, child in model.named_children():
+            if type(child) is nn.Linear:
+                if not all(p.requires_grad for p in child.parameters()):
+                    return None
+                layers.append((name, child))
+            elif type(child) in PER_SAMPLE_MODULES and not any(True for _ in child.parameters()) \
+                    and type(child) not in (nn.Sequential, nn.ModuleList):
+                twin = copy.deepcopy(child)
+                if hasattr(twin, "inplace"):
+                    twin.inplace = False
+                layers.append((name, twin))
+            else:
+                return None
+        return cls(layers) if any(type(m) is nn.Linear for _, m in layers) else None
+
+    def __call__(self, params: dict[str, Tensor], x: Tensor, y: Tensor,
+                 w: Tensor | None) -> tuple[dict[str, Tensor], Tensor]:
+        """Per-device gradients {name: [K, ...]} and mean losses [K] of the batches x [K, b, ...], y [K, b]
+        (w [K, b]: per-sample loss weights, None = the mean over b)."""
+        k, b = int(y.shape[0]), int(y.shape[1])
+        h = x.reshape(k * b, *x.shape[2:])
+        saved: list[tuple[str, Tensor, Tensor]] = []
+        for name, module in self.layers:
+            if type(module) is nn.Linear:
+                bias = params.get(f"{name}.bias")
+                out = F.linear(h, params[f"{name}.weight"], bias)
+                if not out.requires_grad:  # the first Linear: its output is where the graph starts
+                    out.requires_grad_()
+                saved.append((name, h, out))
+                h = out
+            else:
+                h = module(h)
+        ce = F.cross_entropy(h, y.reshape(-1), reduction="none").view(k, b)
+        losses = ce.mean(1) if w is None else (ce * w).sum(1)
+        douts = torch.autograd.grad(losses.sum(), [out for _, _, out in saved])
+        grads: dict[str, Tensor] = {}
+        for (name, inp, _), dout in zip(saved, douts, strict=True):
+            dy = dout.view(k, b, -1)
+            grads[f"{name}.weight"] = torch.bmm(dy.transpose(1, 2), inp.reshape(k, b, -1))
+            if f"{name}.bias" in params:
+                grads[f"{name}.bias"] = dy.sum(1)
+        return grads, losses.detach()
+
+
+class BatchedCompute:
+    """Serves the `Compute` requests of the simulated workers on `replicas` in passes (module doc).
+
+    post(rank, x, y) when a worker's compute starts; result(rank) when its virtual time ends.
+    `passes` / `served` count the passes and the device computes they served.
+    """
+
+    def __init__(self, replicas: Any) -> None:
+        self.replicas = replicas
+        self.model = replicas.models[0]
+        self.names = [n for n, p in self.model.named_parameters() if p.requires_grad]
+        self.pending: dict[int, tuple[Tensor, Tensor]] = {}
+        self.ready: dict[int, ComputeResult] = {}
+        self.passes = 0
+        self.served = 0
+        self._fns: dict[tuple[bool, bool], Callable[..., Any]] = {}
+        self.dense = DenseStack.of(self.model)
+
+    # ------------------------------------------------------------------ requests
+    def post(self, rank: int, x: Tensor, y: Tensor) -> None:
+        """Worker `rank` started computing on (x, y)."""
+        self.pending[rank] = (x, y)
+
+    def result(self, rank: int) -> ComputeResult:
+        """Worker `rank`'s result, at the end of its virtual compute time (a pass runs if needed)."""
+        out = self.ready.pop(rank, None)
+        if out is not None:
+            return out
+        if rank not in self.pending:
+            raise RuntimeError(f"worker {rank} asked for a compute result it never posted")
+        self._pass(rank)
+        return self.ready.pop(rank)
+
+    # ------------------------------------------------------------------ passes
+    def _pass(self, rank: int) -> None:
+        t0 = time.perf_counter()
+        rep = self.replicas
+        first_slot = rep._slot(rank)  # may split the shared replica, exactly as the per-device path would
+        ranks = [rank] + [r for r in self.pending if r != rank and rep.settled(r)]
+        slots = {rank: first_slot, **{r: rep._slot(r) for r in ranks[1:]}}
+        work = [(r, *self.pending.pop(r)) for r in ranks]
+        for group in self._groups(work):
+            self._serve(group, slots)
+        rep.wall["forward_backward"] += time.perf_counter() - t0
+
+    @staticmethod
+    def _groups(work: list[tuple[int, Tensor, Tensor]]) -> list[list[tuple[int, Tensor, Tensor]]]:
+        """Buckets of devices by batch size (sizes within PAD_RATIO), each at most MAX_PASS_SAMPLES
+        padded samples (a single larger batch is a pass of its own)."""
+        work = sorted(work, key=lambda w: (int(w[2].shape[0]), w[0]))
+        groups: list[list[tuple[int, Tensor, Tensor]]] = []
+        current: list[tuple[int, Tensor, Tensor]] = []
+        smallest = 0
+        for item in work:
+            n = int(item[2].shape[0])
+            if current and (n > PAD_RATIO * smallest or n * (len(current) + 1) > MAX_PASS_SAMPLES):
+                groups.append(current)
+                current = []
+            if not current:
+                smallest = n
+            current.append(item)
+        if current:
+            groups.append(current)
+        return groups
+
+    def _fn(self, stacked_params: bool, weighted: bool) -> Callable[..., Any]:
+        key = (stacked_params, weighted)
+        fn = self._fns.get(key)
+        if fn is None:
+            model = self.model  # only its structure: the parameters come in as arguments
+
+            def loss(params: dict[str, Tensor], x: Tensor, y: Tensor, w: Tensor | None = None) -> Any:
+                logits = torch.func.functional_call(model, params, (x,))
+                if w is None:
+                    value = F.cross_entropy(logits, y)
+                else:
+                    value = (F.cross_entropy(logits, y, reduction="none") * w).sum()
+                return value, value.detach()
+
+            grad = torch.func.grad(loss, has_aux=True)
+            dims = (0 if stacked_params else None, 0, 0) + ((0,) if weighted else ())
+            fn = self._fns[key] = torch.func.vmap(grad, in_dims=dims)
+        return fn
+
+    def _serve(self, group: list[tuple[int, Tensor, Tensor]], slots: dict[int, int]) -> None:
+        rep = self.replicas
+        sizes = [int(y.shape[0]) for _, _, y in group]
+        b = max(sizes)
+        weighted = min(sizes) != b
+        group_slots = [slots[r] for r, _, _ in group]
+        stacked = len(set(group_slots)) > 1
+        if stacked:
+            per_slot = [rep.params[s] for s in group_slots]
+            params = {n: torch.stack([ps[i].detach() for ps in per_slot]) for i, n in enumerate(self.names)}
+        else:
+            params = {n: p.detach() for n, p in zip(self.names, rep.params[group_slots[0]], strict=True)}
+        if weighted:
+            x0, y0 = group[0][1], group[0][2]
+            x = x0.new_zeros((len(group), b, *x0.shape[1:]))
+            y = y0.new_zeros((len(group), b))
+            w = torch.zeros((len(group), b), dtype=x0.dtype)
+            for k, (_, xi, yi) in enumerate(group):
+                n = int(yi.shape[0])
+                x[k, :n] = xi
+                y[k, :n] = yi
+                w[k, :n] = 1.0 / n
+        else:
+            x = torch.stack([xi for _, xi, _ in group])
+            y = torch.stack([yi for _, _, yi in group])
+            w = None
+        if self.dense is not None and not stacked:
+            grads, losses = self.dense(params, x, y, w)
+        elif w is not None:
+            grads, losses = self._fn(stacked, True)(params, x, y, w)
+        else:
+            grads, losses = self._fn(stacked, False)(params, x, y)
+        per_device = zip(*(grads[n].unbind(0) for n in self.names), strict=True)
+        for (r, _, _), g, loss, n in zip(group, per_device, losses.tolist(), sizes, strict=True):
+            self.ready[r] = ComputeResult(list(g), loss, n)
+        self.passes += 1
+        self.served += len(group)

@@ -1,0 +1,239 @@
+"""Batched simulation (edgestream.sim.batched): the devices' Compute requests served by one vmapped
+forward/backward give the same run as the per-device reference path.
+
+Same run = the same parameters (allclose, rtol 1e-5) and the same events.jsonl lines: every field
+equal, floats (losses, the adaptive statistic) up to float rounding. Small runs: digits, a few
+devices, explicit compute times, a few steps.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from edgestream.data.order import ShardOrder
+from edgestream.metrics import EventLog
+from edgestream.runner.plan import RunPlan
+from edgestream.sim.batched import BatchedCompute, batch_independent
+from edgestream.sim.engine import COMPUTE_ENV, SimConfigError, SimEngine
+from edgestream.sim.orders import SMALL_SHARD, EpochOrders, epoch_permutation, permutation, seed_words
+from edgestream.sim.replicas import Replicas
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_sim_engine import cfg_of  # noqa: E402  (the simulator tests' config helper)
+
+RTOL, ATOL = 1e-5, 1e-6
+
+
+def run(cfg: Any, batch_compute: bool | None) -> tuple[SimEngine, list[dict]]:
+    log = EventLog(None, keep=True)
+    engine = SimEngine(cfg, log, batch_compute=batch_compute)
+    engine.run()
+    log.close()
+    assert log.records is not None
+    return engine, log.records
+
+
+def assert_same_lines(a: list[dict], b: list[dict]) -> None:
+    assert len(a) == len(b)
+    for x, y in zip(a, b, strict=True):
+        assert x.keys() == y.keys(), (x, y)
+        for key, u in x.items():
+            v = y[key]
+            if isinstance(u, float) and isinstance(v, float):
+                assert u == pytest.approx(v, rel=RTOL, abs=2e-6), (key, x, y)  # lines round to 6 decimals
+            else:
+                assert u == v, (key, x, y)
+
+
+def assert_same_run(per_device: SimEngine, batched: SimEngine, lines_a: list[dict], lines_b: list[dict]) -> None:
+    assert per_device.compute_mode == "per-device" and batched.compute_mode == "batched"
+    assert_same_lines(lines_a, lines_b)
+    assert per_device.replicas.layout() == batched.replicas.layout()
+    for pa, pb in zip(per_device.replicas.params, batched.replicas.params, strict=True):
+        for a, b in zip(pa, pb, strict=True):
+            assert torch.allclose(a, b, rtol=RTOL, atol=ATOL), (a - b).abs().max()
+    assert per_device.stats.device_steps == batched.stats.device_steps
+    assert batched.batcher is not None and batched.batcher.served == batched.stats.device_steps
+
+
+HETERO = {"rates": {"distribution": "uniform", "low": 20, "high": 120},
+          "compute": {"static": [1, 2, 3], "dynamic": 0.3}}
+
+CASES = {
+    "ddl-mlp-2": dict(devices={"count": 2}, algorithm={"name": "ddl", "batch": {"policy": "fixed", "size": 16}}),
+    "ddl-cnn-3": dict(devices={"count": 3, **HETERO}, model={"name": "cnn-small"},
+                      algorithm={"name": "ddl", "batch": {"policy": "fixed", "size": 8}}),
+    "ddl-topk-7": dict(devices={"count": 7}, algorithm={"name": "ddl", "batch": {"policy": "fixed", "size": 5}},
+                       compression={"name": "topk", "ratio": 0.05}),
+    "scadles-mlp-7": dict(devices={"count": 7, **HETERO},
+                          algorithm={"name": "scadles", "batch": {"policy": "rate", "min": 4, "max": 90},
+                                     "buffer": "truncate"}),
+    "scadles-adaptive-3": dict(devices={"count": 3, **HETERO},
+                               algorithm={"name": "scadles", "batch": {"policy": "rate", "min": 8, "max": 64},
+                                          "buffer": "truncate", "injection": {"alpha": 0.5, "beta": 0.25}},
+                               compression={"name": "adaptive-topk", "ratio": 0.1}),
+    "scadles-adaptive-cnn-2": dict(devices={"count": 2, **HETERO,  # b_i within 25 %: one padded pass
+                                            "rates": {"distribution": "uniform", "low": 30, "high": 36}},
+                                   model={"name": "cnn-small"},
+                                   algorithm={"name": "scadles", "batch": {"policy": "rate", "min": 8, "max": 48}},
+                                   compression={"name": "adaptive-topk", "ratio": 0.1}),
+    "dbs-sgd-3": dict(devices={"count": 3, **HETERO},
+                      algorithm={"name": "dbs-sgd", "batch": {"policy": "fixed", "size": 16},
+                                 "params": {"base_batch": 16, "every": 2}}),
+    "abs-sgd-3": dict(devices={"count": 3, **HETERO},
+                      algorithm={"name": "abs-sgd", "batch": {"policy": "fixed", "size": 16},
+                                 "params": {"ref_batch": 12}}),
+    "abs-sgd-cnn-2": dict(devices={"count": 2, "compute": {"static": [1, 3]}}, model={"name": "cnn-small"},
+                          algorithm={"name": "abs-sgd", "batch": {"policy": "fixed", "size": 16}}),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_batched_and_per_device_runs_are_the_same(case):
+    cfg = cfg_of(**CASES[case], stop={"max_steps": 5}, eval={"every_s": 0.5})
+    per_device, lines_a = run(cfg, False)
+    batched, lines_b = run(cfg, None)  # auto: batched for these synchronous algorithms
+    assert_same_run(per_device, batched, lines_a, lines_b)
+    assert batched.batcher is not None and batched.batcher.passes < batched.batcher.served  # it batched
+    assert any(e["kind"] == "eval" for e in lines_b)
+
+
+def test_forced_batching_of_a_non_synchronous_algorithm_is_the_same_run():
+    """local-sgd's replicas drift apart between averaging rounds: a pass stacks their parameters."""
+    cfg = cfg_of(devices={"count": 3, **HETERO}, algorithm={"name": "local-sgd", "params": {"tau": 3},
+                                                             "batch": {"policy": "fixed", "size": 8}},
+                 stop={"max_steps": 7})
+    auto = SimEngine(cfg, EventLog(None))
+    assert auto.compute_mode == "per-device" and "not a synchronous algorithm" in auto.compute_reason
+    per_device, lines_a = run(cfg, False)
+    batched, lines_b = run(cfg, True)
+    assert_same_run(per_device, batched, lines_a, lines_b)
+    assert batched.replicas.layout()["replicas"] == "per-worker"
+
+
+def test_the_switch_and_models_that_stay_per_device(monkeypatch):
+    cfg = cfg_of(stop={"max_steps": 1})
+    assert SimEngine(cfg, EventLog(None)).compute_mode == "batched"
+    monkeypatch.setenv(COMPUTE_ENV, "per-device")
+    engine = SimEngine(cfg, EventLog(None))
+    assert engine.compute_mode == "per-device" and COMPUTE_ENV in engine.compute_reason
+    assert SimEngine(cfg, EventLog(None), batch_compute=True).compute_mode == "batched"  # the argument wins
+    monkeypatch.setenv(COMPUTE_ENV, "sometimes")
+    with pytest.raises(SimConfigError, match=COMPUTE_ENV):
+        SimEngine(cfg, EventLog(None))
+    monkeypatch.delenv(COMPUTE_ENV)
+    bn = SimEngine(cfg_of(model={"name": "resnet20"}, stop={"max_steps": 1}), EventLog(None), batch_compute=True)
+    assert bn.compute_mode == "per-device" and "batch-norm" in bn.compute_reason
+    summary = bn.extra_summary(1.0)
+    assert summary["compute_path"] == "per-device" and "batch-norm" in summary["compute_reason"]
+
+
+def test_which_batched_path_a_model_takes():
+    from edgestream.models import build_model
+    from edgestream.sim.batched import DenseStack
+
+    assert DenseStack.of(build_model("mlp", (1, 8, 8), 10)) is not None
+    assert DenseStack.of(build_model("cnn-small", (1, 8, 8), 10)) is None  # convolutions: the vmap path
+    assert DenseStack.of(nn.Sequential(nn.Linear(4, 4), nn.Sequential(nn.ReLU()), nn.Linear(4, 2))) is None
+    frozen = nn.Sequential(nn.Linear(4, 4), nn.ReLU(inplace=True), nn.Linear(4, 2))
+    stack = DenseStack.of(frozen)
+    assert stack is not None and not stack.layers[1][1].inplace and frozen[1].inplace  # a copy runs out of place
+    frozen[0].bias.requires_grad_(False)
+    assert DenseStack.of(frozen) is None
+
+
+def test_which_models_treat_samples_independently():
+    assert batch_independent(nn.Sequential(nn.Conv2d(1, 4, 3), nn.ReLU(), nn.Flatten(), nn.Linear(4, 2))) is None
+    assert "batch" in batch_independent(nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4)))
+    assert "batch" in batch_independent(nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4, track_running_stats=False)))
+    assert "random masks" in batch_independent(nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.1)))
+
+    class Custom(nn.Linear):  # a subclass may do anything in forward
+        pass
+
+    assert "not known" in batch_independent(nn.Sequential(Custom(4, 4)))
+
+
+def test_a_pass_serves_only_devices_whose_model_is_settled():
+    """Shared replica: a worker that applied an update its peers have not applied yet reads the next
+    version at the end of its compute; a pass run earlier must leave it pending."""
+    torch.manual_seed(0)
+    shape, classes = (1, 8, 8), 10
+    rep = Replicas("mlp", shape, classes, 2, lr=0.1, momentum=0.0, weight_decay=0.0, seed=1, shared=True)
+    ref = Replicas("mlp", shape, classes, 2, lr=0.1, momentum=0.0, weight_decay=0.0, seed=1, shared=False)
+    batcher = BatchedCompute(rep)
+    x, y = torch.randn(2, 6, *shape), torch.randint(0, classes, (2, 6))
+    update = [torch.randn_like(p) for p in rep.params[0]]
+    rep.apply(0, update, 0.1)                   # worker 0 applied; the shared replica waits for worker 1
+    batcher.post(0, x[0], y[0])
+    batcher.post(1, x[1], y[1])
+    got1 = batcher.result(1)                    # worker 1's compute ends first: worker 0 is not settled
+    assert set(batcher.pending) == {0} and batcher.passes == 1
+    rep.apply(1, update, 0.1)                   # now the replica steps
+    got0 = batcher.result(0)
+    want1 = ref.compute(1, x[1], y[1])
+    ref.apply(0, update, 0.1)
+    want0 = ref.compute(0, x[0], y[0])
+    for got, want in ((got0, want0), (got1, want1)):
+        assert got.n == want.n and got.loss == pytest.approx(want.loss, rel=1e-6)
+        for a, b in zip(got.grads, want.grads, strict=True):
+            assert torch.allclose(a, b, rtol=RTOL, atol=1e-7)
+
+
+@pytest.mark.parametrize("path", ["dense-stack", "vmap"])
+def test_padding_buckets_and_independent_results(path):
+    rep = Replicas("mlp", (1, 8, 8), 10, 4, lr=0.1, momentum=0.0, weight_decay=0.0, seed=2, shared=True)
+    ref = Replicas("mlp", (1, 8, 8), 10, 4, lr=0.1, momentum=0.0, weight_decay=0.0, seed=2, shared=False)
+    batcher = BatchedCompute(rep)
+    assert batcher.dense is not None  # the mlp: one autograd pass, per-device gradients by bmm
+    if path == "vmap":
+        batcher.dense = None
+    sizes = [5, 6, 3, 40]  # buckets {3}, {5, 6} padded to 6, {40}
+    data = [(torch.randn(n, 1, 8, 8), torch.randint(0, 10, (n,))) for n in sizes]
+    for r, (x, y) in enumerate(data):
+        batcher.post(r, x, y)
+    results = [batcher.result(0)]
+    assert set(batcher.ready) == {1, 2, 3} and not batcher.pending  # one call served every device
+    results += [batcher.result(r) for r in range(1, 4)]
+    assert batcher.passes == 3 and batcher.served == 4  # one vmapped pass per bucket
+    for r, (x, y) in enumerate(data):
+        want = ref.compute(r, x, y)
+        assert results[r].n == sizes[r] and results[r].loss == pytest.approx(want.loss, rel=1e-6)
+        for a, b in zip(results[r].grads, want.grads, strict=True):
+            assert torch.allclose(a, b, rtol=RTOL, atol=1e-7)
+    results[0].grads[0].add_(1.0)  # a worker may modify its own result
+    assert not torch.equal(results[0].grads[0], results[1].grads[0])
+    assert torch.allclose(results[1].grads[0], ref.compute(1, *data[1]).grads[0], rtol=RTOL, atol=1e-7)
+
+
+def test_epoch_permutations_are_the_producers_order():
+    keys = [(seed, device, epoch) for seed in (0, 3, 2**32 - 1) for device in (0, 1, 7, 255, 1023, 70001)
+            for epoch in (0, 1, 2, 63, 64, 1000)]
+    words = seed_words(np.array(keys, dtype=np.uint32)).tolist()
+    for key, w in zip(keys, words, strict=True):
+        for n in (2, 3, 6, 7, 17, SMALL_SHARD, 100):
+            assert permutation(w, n) == np.random.default_rng(list(key)).permutation(n).tolist(), (key, n)
+    for n in (1, 5, SMALL_SHARD + 1, 300):  # both paths, and one-sample shards
+        shard = np.arange(1000, 1000 + n)
+        orders = [ShardOrder(shard, 11, d) for d in range(3)]
+        fast = EpochOrders(orders)
+        assert fast.agrees()
+        for device in range(3):
+            for epoch in (0, 1, 5, 64, 65, 130):
+                want = [orders[device].index(epoch * n + j) for j in range(n)]
+                assert fast.order(device, epoch).tolist() == want
+                assert epoch_permutation(shard, 11, device, epoch).tolist() == want
+    plan = RunPlan.resolve(cfg_of(devices={"count": 300}))  # shards of 4-5 samples: many epochs per batch
+    engine = SimEngine(plan, EventLog(None))
+    assert engine.data._fast
+    for device in (0, 123, 299):
+        order = ShardOrder(plan.shards[device], plan.seed, device)
+        got = engine.data.stream_indices(device, 3, 250)
+        assert got.tolist() == [order.index(k) for k in range(3, 250)]
