@@ -9,6 +9,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
+from edgestream.algorithm_names import COLLECTIVE, PS
 from edgestream.kafka.jars import DEFAULT_KAFKA_VERSION, BrokerError, cache_dir
 
 app = typer.Typer(help="edgestream: train models on data streaming in from heterogeneous edge devices "
@@ -34,17 +35,37 @@ def _load(config: Path, overrides: list[str] | None = None, *, notes: bool = Tru
 
 # ---------------------------------------------------------------- config
 @config_app.command("validate")
-def config_validate(file: Path = typer.Argument(..., help="experiment YAML file")) -> None:
-    """Exit 0 when FILE is a valid config; otherwise exit 2 with one line per problem."""
-    _load(file)
-    typer.echo(f"{file}: valid")
+def config_validate(files: list[Path] = typer.Argument(..., help="experiment YAML file(s)")) -> None:
+    """Exit 0 when every FILE is a valid config; otherwise exit 2 after checking them all, with one line
+    per problem (each naming its file)."""
+    from edgestream.config import ConfigError, load_config
+    from edgestream.runner.plan import optimizer_notes
+
+    bad = 0
+    for file in files:
+        try:
+            cfg = load_config(file)
+        except ConfigError as exc:
+            bad += 1
+            for line in exc.problems:
+                typer.echo(line if line.startswith(str(file)) else f"{file}: {line}", err=True)
+            continue
+        for line in optimizer_notes(cfg):
+            typer.echo(f"{file}: warning: {line}", err=True)
+        typer.echo(f"{file}: valid")
+    if bad:
+        typer.echo(f"{bad} of {len(files)} config(s) invalid", err=True)
+        raise typer.Exit(2)
 
 
 @config_app.command("show")
 def config_show(file: Path = typer.Argument(..., help="experiment YAML file"),
                 set_: list[str] = typer.Option(None, "--set", help="override KEY.PATH=VALUE (repeatable)")) -> None:
-    """Print the fully resolved config (defaults filled in, paths absolute, secrets shown as ***)."""
+    """Print the fully resolved config (defaults filled in, paths absolute, secrets shown as ***).
+    runtime.out is shown as the folder a run started here would use (it resolves against the current
+    directory)."""
     cfg = _load(file, set_)
+    cfg.runtime.out = str(Path(cfg.runtime.out).absolute())
     sys.stdout.write(cfg.to_yaml())
 
 
@@ -526,7 +547,9 @@ def run_cmd(config: Path = typer.Argument(None, help="experiment YAML file (opti
 @app.command("compare")
 def compare_cmd(config: Path = typer.Argument(..., help="experiment YAML file"),
                 algorithms: str = typer.Option(
-                    ..., "--algorithms", help="comma list: ddl,scadles or scadles[algorithm.buffer=persist]"),
+                    ..., "--algorithms", help="comma list of variants: an algorithm name, optionally with config "
+                    "overrides, e.g. ddl,scadles or scadles\\[algorithm.buffer=persist]. Collective: "
+                    f"{', '.join(COLLECTIVE)}. Parameter server: {', '.join(PS)}"),
                 set_: list[str] = typer.Option(None, "--set", help="override KEY.PATH=VALUE (repeatable)"),
                 out: Path = typer.Option(None, "--out", help="parent folder; default runtime.out"),
                 run_id: str = typer.Option(None, "--run-id", help="id of the compare folder; default new"),

@@ -14,6 +14,7 @@ from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from edgestream.algorithm_names import NAMES, PS
 from edgestream.sync import (
     abs_sgd,
     adsp,
@@ -149,6 +150,10 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {
                       ps_local.AdaCommPSCoordinator),
     )
 }
+
+
+if tuple(ALGORITHMS) != NAMES or tuple(algorithm for algorithm, s in ALGORITHMS.items() if s.family == "ps") != PS:
+    raise ImportError("edgestream/algorithm_names.py must list exactly the registered algorithms, in registry order")
 
 
 def algorithm_names(family: str | None = None) -> list[str]:
