@@ -330,6 +330,47 @@ def ps_cmd(config: Path = typer.Argument(..., help="experiment YAML file (a para
         raise typer.Exit(143)
 
 
+@app.command("rates")
+def rates_cmd(config: Path = typer.Argument(None, help="experiment YAML file (its devices.rates / variation)"),
+              duration: float = typer.Option(60.0, "--duration", help="seconds of stream to describe"),
+              plot: Path = typer.Option(None, "--plot", help="also draw S_i(t) and the sorted mean rates (PNG)"),
+              fit: Path = typer.Option(None, "--fit", help="fit the supported distributions to a measured rate "
+                                       "trace (CSV time,device,rate) and print the devices block"),
+              set_: list[str] = typer.Option(None, "--set", help="override KEY.PATH=VALUE (repeatable)")) -> None:
+    """Show a config's stream rates before anything runs: each device's drawn rate S_i, its rate over time
+    S_i(t), the heterogeneity, and what it implies (samples per minute, ScaDLES' batch sizes, DDL's wait for
+    its slowest device). With --fit TRACE.csv (CONFIG optional): the distribution that fits a measured
+    trace best, as a config block."""
+    if not duration > 0:
+        _bad_input(f"--duration: {duration} is not allowed; must be > 0 seconds")
+    if plot is not None and plot.suffix.lower() != ".png":
+        _bad_input(f"--plot: {str(plot)!r} is not allowed; must be a .png file")
+    if fit is not None:
+        from edgestream.streams.fit import fit_report
+
+        try:
+            text, _ = fit_report(fit)
+        except ValueError as exc:
+            _bad_input(str(exc) if str(exc).startswith("--fit") else f"--fit: {exc}")
+        typer.echo(text)
+        if config is None:
+            return
+    if config is None:
+        _bad_input("CONFIG is required (or --fit TRACE.csv)")
+    cfg = _load(config, set_)
+    from edgestream.runner.plan import RunPlan
+    from edgestream.streams.report import format_report, plot_rates, rate_report
+
+    plan = RunPlan.resolve(cfg)
+    model = plan.rate_model
+    rep = rate_report(model, duration, plan.batch_policy())
+    typer.echo(format_report(rep, model.describe()))
+    if plot is not None:
+        plot.parent.mkdir(parents=True, exist_ok=True)
+        plot_rates(rep, str(plot), f"{cfg.name}: {cfg.devices.count} devices, seed {cfg.seed}")
+        typer.echo(f"plot: {plot}", err=True)
+
+
 @app.command("profile")
 def profile_cmd(config: Path = typer.Argument(..., help="experiment YAML file (its model and input shape)"),
                 device: str = typer.Option("cpu", "--device", help="cpu, cuda or cuda:N"),
