@@ -23,8 +23,8 @@ the first step that finished after the resume to the end of the last one, so no 
 start-up is counted on either side. Rate = steps / seconds summed over the turns, of the slowest rank;
 ratio = edgestream / DDP. Per-round ratios show the spread.
 
-    python benchmarks/bench_vs_ddp.py [--worlds 2,4] [--steps N] [--model cnn-small[,resnet20]]
-                                      [--repeats R] [--warmup K] [--threads T] [--profile]
+    python benchmarks/bench_vs_ddp.py [--worlds 1,2,3,4] [--steps N] [--model cnn-small[,resnet20]]
+                                      [--repeats R] [--warmup K] [--threads T] [--profile] [--plot PNG]
 
 Models: cnn-small on digits (1x8x8); resnet20 (and any other zoo model) on synthetic 3x32x32 data.
 --profile runs the edgestream trainers' loop under cProfile (and times forward + backward, wall and
@@ -365,13 +365,14 @@ def compare(bootstrap: str, broker_pid: int | None, model: str, world: int, args
 # ---------------------------------------------------------------------------------------------- main
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--worlds", default="2,4")
+    ap.add_argument("--worlds", default="1,2,3,4")
     ap.add_argument("--steps", type=int, default=240, help="timed steps per side (split over the rounds)")
     ap.add_argument("--warmup", type=int, default=20, help="steps each side runs before the timed turns")
     ap.add_argument("--model", default="cnn-small", help="comma list: cnn-small (digits), resnet20 (synthetic)")
     ap.add_argument("--repeats", type=int, default=8, help="rounds: one DDP turn and one edgestream turn each")
     ap.add_argument("--threads", type=int, default=1, help="torch threads per rank, both sides")
     ap.add_argument("--profile", action="store_true", help="cProfile the edgestream trainers (slows them)")
+    ap.add_argument("--plot", metavar="PNG", help="also plot step time vs world size, both sides, per model")
     ap.add_argument("--ddp-worker", nargs=4, metavar=("CONFIG", "PROGRESS", "STEPS", "THREADS"),
                     help=argparse.SUPPRESS)
     ap.add_argument("--profiled-trainer", metavar="OUT", help=argparse.SUPPRESS)
@@ -414,10 +415,43 @@ def main() -> None:
               f"{r['timed_steps']['edgestream']} | {r['cpu_ms_per_rank_step']['ddp']} / "
               f"{r['cpu_ms_per_rank_step']['es']} (+ {r['broker_cpu_ms_per_step']['es'] / r['world']:.2f}) | "
               f"{s['wait_s']:.0%} / {s['compute_s']:.0%} / {s['comm_s']:.0%} |")
+    if args.plot:
+        plot(rows, args.plot)
     record("vs_ddp", {"rows": rows, "steps": args.steps, "warmup_steps": args.warmup, "rounds": args.repeats,
                       "threads_per_rank": args.threads, "backend": "gloo", "lr": LR, "momentum": MOMENTUM,
                       "profile": args.profile, "wall_s": round(wall, 1), "command": " ".join(sys.argv),
                       "target": ">= 0.9 (edgestream steps/s over DDP steps/s, dense DDL)"})
+
+
+def plot(rows: list[dict], path: str) -> None:
+    """Step time (ms, slowest rank) vs world size of both sides, one panel per model."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    models = sorted({r["model"] for r in rows})
+    fig, axes = plt.subplots(1, len(models), figsize=(5.5 * len(models), 4), squeeze=False)
+    for ax, model in zip(axes[0], models, strict=True):
+        mine = sorted((r for r in rows if r["model"] == model), key=lambda r: r["world"])
+        worlds = [r["world"] for r in mine]
+        for key, label, style in (("ddp_steps_per_s", "PyTorch DDP (data in memory)", "o-"),
+                                  ("edgestream_steps_per_s", "edgestream (Kafka streams)", "s-")):
+            ax.plot(worlds, [1000.0 / r[key] for r in mine], style, label=label)
+        for r in mine:
+            ax.annotate(f"{r['ratio']:.2f}", (r["world"], 1000.0 / r["edgestream_steps_per_s"]),
+                        textcoords="offset points", xytext=(0, 8), ha="center", fontsize=8)
+        ax.set_xticks(worlds)
+        ax.set_xlabel("world size (trainer processes, gloo)")
+        ax.set_ylabel("step time, slowest rank (ms)")
+        ax.set_title(f"{model}, batch {mine[0]['batch']} per rank (labels: edgestream / DDP)")
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    print(f"plot: {path}")
 
 
 # ---------------------------------------------------------------------------------------------- --profile

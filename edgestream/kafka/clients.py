@@ -56,7 +56,10 @@ def consumer_config(bootstrap: str, group: str, security: Mapping[str, str] | No
         "auto.offset.reset": "earliest",
         "fetch.max.bytes": 64 * 1024 * 1024,
         "max.partition.fetch.bytes": MAX_MESSAGE_BYTES,
-        "fetch.wait.max.ms": 50,
+        # how long the broker holds a fetch while no data is there (new data ends it at once, since
+        # fetch.min.bytes is 1): a caught-up trainer's empty fetch every 50 ms cost the broker ~7 ms of
+        # CPU per trainer step (benchmarks/bench_vs_ddp.py); librdkafka's default is 500
+        "fetch.wait.max.ms": 500,
         "session.timeout.ms": 10000,
         "heartbeat.interval.ms": 1000,
         # librdkafka pauses fetching this long once its local queue is full (default 1000 ms): a trainer
