@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from edgestream.metrics import EventLog, accuracy_plot, buffer_plot, read_events
+from edgestream.metrics.tensorboard import log_mlflow, write_tensorboard
 from edgestream.runid import check_run_id, new_run_id
 
 
@@ -70,8 +71,13 @@ def finish(path: Path, plan: Any, log: EventLog, records: Iterable[dict], *, eng
     summary = log.summary(target_accuracy=plan.target_accuracy, wall_s=wall_s, engine=engine, run=run, **extra)
     RunDir(path.parent, path.name).write_summary(summary)
     label = plan.algorithm.name
+    records = list(records)
     accuracy_plot({label: log.evals}, path / "accuracy.png", title=run, xlabel=xlabel)
     buffer_plot({label: buffer_series(records)}, path / "buffer.png", title=run)
+    rates = plan.rate_model
+    write_tensorboard(path, records, label=f"{label}@{engine}",  # `tensorboard --logdir runs/`
+                      rate_of=lambda device, t: rates.rate(device, max(0.0, t)))
+    log_mlflow(path, records, summary)  # only where mlflow is installed and MLFLOW_TRACKING_URI is set
     return summary
 
 

@@ -1,0 +1,132 @@
+"""TensorBoard event files for every run (`<run dir>/tensorboard/`), from the run's event lines.
+
+Written when a run directory is finished (`edgestream.runner.rundir.finish`), for every engine (the
+simulator, the real runtime's merged rank files, the lockstep engine), so `tensorboard --logdir runs/`
+shows simulated and real runs side by side. The x axis is each series' step; every point also carries
+the run's time (virtual seconds for the simulator, seconds since the streams began for a real run) as
+its wall time, so TensorBoard's "relative" time axis is the run's own clock.
+
+Scalars (tags `group/series`, one chart per tag in TensorBoard):
+
+* `eval/accuracy`, `eval/loss` at the evaluation's step;
+* per device i, at its own step: `loss/device_i`, `rate/device_i` (its stream's rate S_i(t) at the step's
+  time, from the run's rate model), `batch/device_i`,
+  `buffer/device_i` (samples buffered), `share_wait|share_compute|share_comm/device_i` (the step's
+  time split), `floats_sent/device_i` (cumulative), and `staleness/device_i` for parameter-server runs;
+* `run/floats_sent` (all devices, cumulative).
+
+Above 32 devices (`MAX_DEVICE_SERIES`) every per-device series is written as `group/mean`, `group/min`
+and `group/max` over the devices at each step instead (a 1,000-device run stays readable and quick).
+
+An optional MLflow copy (`log_mlflow`) runs when the `mlflow` package is importable and
+`MLFLOW_TRACKING_URI` is set; it is not a dependency.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+FOLDER = "tensorboard"
+RateOf = Callable[[int, float], float]
+#: step-line fields written per device: (field, tag group)
+DEVICE_FIELDS = (("loss", "loss"), ("batch", "batch"), ("buffer_samples", "buffer"), ("staleness", "staleness"))
+SHARES = ("wait_s", "compute_s", "comm_s")
+#: above this many devices, per-device series are written as mean / min / max over the devices
+MAX_DEVICE_SERIES = 32
+
+
+def scalars(records: Iterable[dict], rate_of: RateOf | None = None) -> list[tuple[str, float, int, float]]:
+    """(tag, value, step, time) of every scalar the module doc lists, in the order of `records`; with more
+    than MAX_DEVICE_SERIES devices the per-device series become their mean / min / max over the devices
+    at each step (`aggregate`). `rate_of(device, time)`: the stream rate S_i(t) (the run's rate model)."""
+    records = list(records)
+    devices = {int(r["device"]) for r in records if r.get("kind") == "step" and "device" in r}
+    out = _scalars(records, rate_of)
+    return aggregate(out) if len(devices) > MAX_DEVICE_SERIES else out
+
+
+def aggregate(points: list[tuple[str, float, int, float]]) -> list[tuple[str, float, int, float]]:
+    """Per-device series `group/device_i` -> `group/mean`, `group/min`, `group/max` per step (time: the
+    latest device's); other tags unchanged."""
+    out: list[tuple[str, float, int, float]] = []
+    per: dict[tuple[str, int], list[tuple[float, float]]] = {}
+    for tag, value, step, t in points:
+        group, _, series = tag.partition("/")
+        if series.startswith("device_"):
+            per.setdefault((group, step), []).append((value, t))
+        else:
+            out.append((tag, value, step, t))
+    for (group, step), vals in sorted(per.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        values, t = [v for v, _ in vals], max(t for _, t in vals)
+        out += [(f"{group}/mean", sum(values) / len(values), step, t), (f"{group}/min", min(values), step, t),
+                (f"{group}/max", max(values), step, t)]
+    return out
+
+
+def _scalars(records: list[dict], rate_of: RateOf | None) -> list[tuple[str, float, int, float]]:
+    out: list[tuple[str, float, int, float]] = []
+    floats: dict[int, float] = {}
+    for rec in records:
+        kind, t = rec.get("kind"), float(rec.get("time", 0.0) or 0.0)
+        if kind == "eval":
+            step = int(rec.get("step", 0) or 0)
+            for key in ("accuracy", "loss"):
+                if isinstance(rec.get(key), (int, float)):
+                    out.append((f"eval/{key}", float(rec[key]), step, t))
+        elif kind == "step" and "device" in rec:
+            dev, step = int(rec["device"]), int(rec.get("step", 0) or 0)
+            if rate_of is not None:
+                out.append((f"rate/device_{dev}", float(rate_of(dev, t)), step, t))
+            for field, group in DEVICE_FIELDS:
+                value = rec.get(field)
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    out.append((f"{group}/device_{dev}", float(value), step, t))
+            parts = [float(rec.get(k) or 0.0) for k in SHARES]
+            total = sum(parts)
+            if total > 0:
+                for key, part in zip(SHARES, parts, strict=True):
+                    out.append((f"share_{key[:-2]}/device_{dev}", part / total, step, t))
+            if isinstance(rec.get("floats_sent"), (int, float)):
+                floats[dev] = floats.get(dev, 0.0) + float(rec["floats_sent"])
+                out.append((f"floats_sent/device_{dev}", floats[dev], step, t))
+                out.append(("run/floats_sent", sum(floats.values()), step, t))
+    return out
+
+
+def write_tensorboard(run_dir: str | Path, records: Iterable[dict], *, label: str = "",
+                      rate_of: RateOf | None = None) -> Path:
+    """Write the run's scalars as TensorBoard event files under `run_dir`/tensorboard; returns that folder.
+    `label` (e.g. "ssp@sim") is stored as a text summary so the run names itself in TensorBoard."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    folder = Path(run_dir) / FOLDER
+    writer = SummaryWriter(log_dir=str(folder), flush_secs=3600)
+    try:
+        if label:
+            writer.add_text("run", label, 0)
+        for tag, value, step, t in scalars(records, rate_of):
+            writer.add_scalar(tag, value, global_step=step, walltime=t)
+    finally:
+        writer.close()
+    return folder
+
+
+def log_mlflow(run_dir: str | Path, records: Iterable[dict], summary: dict[str, Any]) -> bool:
+    """Log the run's summary figures and scalars to MLflow when it is installed and MLFLOW_TRACKING_URI is
+    set; returns whether it did. Never required: edgestream does not depend on mlflow."""
+    if not os.environ.get("MLFLOW_TRACKING_URI"):
+        return False
+    try:
+        import mlflow  # type: ignore[import-not-found]
+    except ImportError:
+        return False
+    with mlflow.start_run(run_name=Path(run_dir).name):
+        mlflow.log_params({k: v for k, v in summary.items() if isinstance(v, str)})
+        mlflow.log_metrics({k: float(v) for k, v in summary.items()
+                            if isinstance(v, (int, float)) and not isinstance(v, bool)})
+        for tag, value, step, _ in scalars(records):
+            mlflow.log_metric(tag.replace("/", "."), value, step=step)
+    return True
