@@ -454,6 +454,50 @@ def reproduce_cmd(claims: list[str] = typer.Argument(None, help="claims to run (
     typer.echo(f"results: {out}/", err=True)
 
 
+@app.command("status")
+def status_cmd(run: str = typer.Argument(..., help="run id, or the run name <name>-<run id>"),
+               bootstrap: str = typer.Option(None, "--bootstrap", help="HOST:PORT of the broker; default the "
+                                             "config's runtime.bootstrap"),
+               config: Path = typer.Option(None, "--config", help="experiment YAML: its runtime.bootstrap and "
+                                           "runtime.kafka_client (TLS/SASL settings)"),
+               interval: float = typer.Option(2.0, "--interval", help="seconds between the two reads that give the "
+                                              "producer rates"),
+               watch: bool = typer.Option(False, "--watch", help="repeat every --interval until Ctrl-C"),
+               as_json: bool = typer.Option(False, "--json", help="one JSON line per reading")) -> None:
+    """A run as the broker sees it, from any host that reaches the broker: per device the samples produced,
+    the producer's rate, the trainer's acknowledged offset and the consumer lag; the DLQ's count; the
+    parameter server's push rate. Read-only."""
+    from edgestream.kafka.status import StatusError, format_status, run_status
+
+    if not interval >= 0 or (watch and interval <= 0):
+        _bad_input(f"--interval: {interval} is not allowed; must be > 0 seconds (>= 0 without --watch)")
+    security: dict = {}
+    if config is not None:
+        cfg = _load(config)
+        security = dict(cfg.runtime.kafka_client or {})
+        bootstrap = bootstrap or cfg.runtime.bootstrap
+    if not bootstrap:
+        _bad_input("--bootstrap: required (or --config with runtime.bootstrap)")
+    from edgestream.kafka.admin import wait_for_broker
+
+    try:
+        wait_for_broker(bootstrap, security, attempts=2)
+    except Exception as exc:  # noqa: BLE001 -- any failure to reach it is one line
+        _bad_input(f"--bootstrap {bootstrap}: no Kafka broker answers ({exc})")
+    try:
+        while True:
+            st = run_status(bootstrap, run, interval_s=interval, security=security)
+            typer.echo(json.dumps(st) if as_json else format_status(st))
+            if not watch:
+                return
+            if not as_json:
+                typer.echo("")
+    except StatusError as exc:
+        _bad_input(f"error: {exc}")
+    except KeyboardInterrupt:
+        return
+
+
 @app.command("collect")
 def collect_cmd(run_dir: Path = typer.Argument(..., help="run directory <out>/<name>-<run id> holding ranks/ "
                                                      "(with --run-id: its parent <out>)"),

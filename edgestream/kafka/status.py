@@ -1,0 +1,104 @@
+"""What a running (or finished) run looks like from the broker (`edgestream status RUN --bootstrap ...`).
+
+Only Kafka is asked, so it works from any host that reaches the broker (a testbed's laptop, a
+Jetson), while the run goes on: per device, the stream's end offset (samples produced so far), the
+producer's rate (end offsets read twice, `interval_s` apart), the trainer group's committed offset
+(samples acknowledged) and the consumer lag (produced - acknowledged: the device's backlog as the
+broker sees it); plus the DLQ's count and, for parameter-server runs, the push topic's messages and
+rate. Read-only: no group is joined, nothing is committed.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from confluent_kafka import Consumer, TopicPartition
+
+from edgestream.kafka.admin import admin_client
+from edgestream.kafka.clients import consumer_config
+from edgestream.kafka.topics import device_topic, dlq_topic, ps_topic
+
+DEVICE = re.compile(r"^(?P<run>.+)\.dev\.(?P<device>\d+)$")
+
+
+class StatusError(ValueError):
+    """The run cannot be found on the broker (one line naming what was looked for)."""
+
+
+def find_run(topics: list[str], run: str) -> str:
+    """The run name (`<name>-<run id>`) that `run` means: itself, or the one run whose id it is."""
+    runs = sorted({m.group("run") for t in topics if (m := DEVICE.match(t))})
+    if run in runs:
+        return run
+    matches = [r for r in runs if r.endswith(f"-{run}")]
+    if len(matches) == 1:
+        return matches[0]
+    if len(matches) > 1:
+        raise StatusError(f"run id {run!r} matches several runs on the broker: {', '.join(matches)}; give the full "
+                          "run name (<name>-<run id>)")
+    shown = ", ".join(runs[:8]) + (", ..." if len(runs) > 8 else "") if runs else "none"
+    raise StatusError(f"no run {run!r} on the broker (no topic {run}.dev.<i> or <name>-{run}.dev.<i>); runs there: "
+                      f"{shown}")
+
+
+def run_status(bootstrap: str, run: str, *, interval_s: float = 2.0,
+               security: Mapping[str, str] | None = None, timeout_s: float = 10.0) -> dict[str, Any]:
+    """The figures of the module doc for `run` (a run name or a run id); StatusError when it is not there."""
+    from edgestream.consumers.device_stream import trainer_group
+
+    topics = sorted(admin_client(bootstrap, security).list_topics(timeout=timeout_s).topics)
+    run = find_run(topics, run)
+    devices = sorted(int(m.group("device")) for t in topics if (m := DEVICE.match(t)) and m.group("run") == run)
+    push = ps_topic(run, "push")
+    watched = [device_topic(run, d) for d in devices] + ([push] if push in topics else [])
+    reader = Consumer(consumer_config(bootstrap, f"{run}.status", security))
+    try:
+        def ends() -> dict[str, int]:
+            return {t: reader.get_watermark_offsets(TopicPartition(t, 0), timeout=timeout_s)[1] for t in watched}
+
+        t0, first = time.monotonic(), ends()
+        if interval_s > 0:
+            time.sleep(interval_s)
+        second, dt = ends(), time.monotonic() - t0
+        rows = []
+        for d in devices:
+            topic = device_topic(run, d)
+            group = Consumer(consumer_config(bootstrap, trainer_group(run, d), security))
+            try:
+                (tp,) = group.committed([TopicPartition(topic, 0)], timeout=timeout_s)
+            finally:
+                group.close()
+            committed = tp.offset if tp.offset >= 0 else None
+            end = second[topic]
+            rows.append({"device": d, "produced": end, "rate": (end - first[topic]) / dt if interval_s > 0 else None,
+                         "acknowledged": committed, "lag": end - (committed or 0)})
+        dlq = dlq_topic(run)
+        out: dict[str, Any] = {"run": run, "interval_s": round(dt, 3), "devices": rows,
+                               "dlq": (reader.get_watermark_offsets(TopicPartition(dlq, 0), timeout=timeout_s)[1]
+                                       if dlq in topics else None)}
+        if push in topics:
+            out["ps_push"] = {"messages": second[push],
+                              "rate": (second[push] - first[push]) / dt if interval_s > 0 else None}
+        return out
+    finally:
+        reader.close()
+
+
+def format_status(st: dict[str, Any]) -> str:
+    """The table `edgestream status` prints."""
+    lines = [f"run {st['run']} (rates over {st['interval_s']:g} s)",
+             f"{'device':>6} {'produced':>10} {'rate/s':>9} {'acknowledged':>13} {'lag':>9}"]
+    for r in st["devices"]:
+        rate = "-" if r["rate"] is None else f"{r['rate']:.1f}"
+        acked = "none" if r["acknowledged"] is None else f"{r['acknowledged']:,}"
+        lines.append(f"{r['device']:>6} {r['produced']:>10,} {rate:>9} {acked:>13} {r['lag']:>9,}")
+    total = sum(r["lag"] for r in st["devices"])
+    lines.append(f"total lag {total:,} samples; DLQ {('no topic' if st['dlq'] is None else format(st['dlq'], ','))}")
+    if "ps_push" in st:
+        p = st["ps_push"]
+        rate = "-" if p["rate"] is None else f"{p['rate']:.1f}/s"
+        lines.append(f"parameter server: {p['messages']:,} push-topic messages ({rate})")
+    return "\n".join(lines)
