@@ -1,8 +1,13 @@
 """The docker-compose testbed, proven without a Docker engine.
 
-Structure: docker-compose.yml and the split-deployment files parse, their services, healthcheck,
+Structure: docker-compose.yml and the split-deployment files parse and are valid under the official
+Compose Specification JSON schema (vendored in tests/compose_spec/), their services, healthcheck,
 depends_on conditions and profiles are right, every ${VAR} is defined, every command is a real
-`edgestream` subcommand with real flags; the Dockerfiles pass a basic lint.
+`edgestream` subcommand with real flags; the Dockerfiles pass a basic lint. Every `docker compose`
+command of docs/TESTBED.md and of the compose files' headers is loaded the way Compose v2 loads it
+(project directory, .env, interpolation; tests/compose_check.py) and must find every bind-mount
+source, build context and experiment config; the settings the docs send through .env must reach the
+containers. None of this runs a compose binary, so which one is installed (or none) does not matter.
 
 Behaviour: the compose file's own services run as processes, each in its own Linux network namespace
 (veth pairs on a bridge the test creates, addresses in 10.213.<k>.0/24), with the commands and the
@@ -29,6 +34,7 @@ import sys
 import time
 from pathlib import Path
 
+import compose_check as cc
 import pytest
 import yaml
 
@@ -40,8 +46,11 @@ ROOT = Path(__file__).resolve().parents[1]
 COMPOSE = ROOT / "docker-compose.yml"
 SPLIT = [ROOT / "docker" / "compose.broker.yml", ROOT / "docker" / "compose.trainers.yml"]
 DOCKERFILES = [ROOT / "docker" / n for n in ("Dockerfile", "Dockerfile.cuda", "Dockerfile.jetson")]
+DOC = ROOT / "docs" / "TESTBED.md"
 EDGESTREAM = str(Path(sys.executable).with_name("edgestream"))
-VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-?])((?:[^{}]|\{[^{}]*\})*))?\}")
+# what the split hosts must say on the command line (their files' `:?` variables), for the checks below
+SPLIT_SHELL = {"RANK": "0", "MASTER_ADDR": "10.0.0.11", "KAFKA_ADVERTISED_HOST": "10.0.0.5",
+               "KAFKA_BOOTSTRAP": "10.0.0.5:9094"}
 
 
 def _load(path: Path) -> dict:
@@ -59,27 +68,27 @@ def _env_example() -> dict[str, str]:
 
 
 def _interpolate(value: str, env: dict[str, str]) -> str:
-    """Compose's ${VAR}, ${VAR:-default}, ${VAR-default}, ${VAR:?error} against env."""
-    def sub(m: re.Match) -> str:
-        name, op, arg = m.group(1), m.group(2), m.group(3)
-        if name in env and (env[name] != "" or op in ("-", "?")):
-            return env[name]
-        if op in (":-", "-"):
-            return _interpolate(arg, env)
-        raise KeyError(f"${{{name}}} is not set ({arg})")
-    return VAR.sub(sub, value)
+    """Compose v2's interpolation (tests/compose_check.py) against env, strict: an unset `${VAR}` without
+    a default raises KeyError here (Compose would warn and use a blank)."""
+    missing: set[str] = set()
+    out = cc.interpolate(value, env, missing)
+    if missing:
+        raise KeyError(f"not set: {sorted(missing)} in {value!r}")
+    return out
 
 
-def _strings(node):
-    if isinstance(node, str):
-        yield node
-    elif isinstance(node, dict):
-        for k, v in node.items():
-            yield from _strings(k)
-            yield from _strings(v)
-    elif isinstance(node, list):
-        for v in node:
-            yield from _strings(v)
+_strings = cc.strings
+
+
+def _project(path: Path, shell: dict[str, str] | None = None) -> cc.Project:
+    """`path` loaded as documented: from the repository root with `--project-directory .` for the split
+    files, .env = .env.example copied, the split hosts' required settings on the command line."""
+    return cc.load_project(path, project_dir=ROOT, shell=SPLIT_SHELL | (shell or {}),
+                           dotenv_text_override=(ROOT / ".env.example").read_text())
+
+
+def _volume_targets(project: cc.Project, service: str) -> dict[str, cc.Mount]:
+    return {m.target: m for m in project.mounts(service)}
 
 
 _HELP: dict[str, str] = {}
@@ -122,16 +131,15 @@ def test_compose_services_health_and_profiles():
 
     trainers = {n: s for n, s in svcs.items() if s.get("command", [None])[0] == "train"}
     assert len(trainers) >= 4
+    project = _project(COMPOSE)
     for name, s in _edgestream_services(doc).items():
         deps = s.get("depends_on", {})
         if name != "collect":
             assert deps.get("broker", {}).get("condition") == "service_healthy", name
-        for mount in s["volumes"]:
-            if mount.endswith(":/config:ro"):
-                break
-        else:
-            raise AssertionError(f"{name}: the config is not mounted read-only at /config")
-        assert "runs:/runs" in s["volumes"], f"{name}: run outputs are not on the runs volume"
+        mounts = _volume_targets(project, name)
+        assert "/config" in mounts and mounts["/config"].path and mounts["/config"].read_only, \
+            f"{name}: the config is not bind-mounted read-only at /config"
+        assert "/runs" in mounts and mounts["/runs"].source == "runs", f"{name}: run outputs are not on the runs volume"
     assert "runs" in doc["volumes"]
 
     groups: dict[str, dict[int, str]] = {}
@@ -207,11 +215,6 @@ def test_compose_commands_are_real_edgestream_commands(path):
             assert cmd[cmd.index("--out") + 1] == "/runs", f"{name}: outputs off the runs volume"
         for v in (s.get("environment") or {}).values():
             assert "localhost" not in str(v) and "127.0.0.1" not in str(v), f"{name}: {v}"
-    if shutil.which("docker-compose"):  # Debian's docker-compose, when installed
-        proc = subprocess.run(["docker-compose", "-f", str(path), "--env-file", str(ROOT / ".env.example"),
-                               "config", "-q"], capture_output=True, text=True, timeout=60,
-                              env=os.environ | {k: v for k, v in env.items() if k not in os.environ})
-        assert proc.returncode == 0, proc.stderr
 
 
 @pytest.mark.parametrize("path", [COMPOSE, *SPLIT], ids=lambda p: p.name)
@@ -220,9 +223,8 @@ def test_compose_every_variable_is_defined(path):
     defined = set(_env_example())
     undefined = set()
     for s in _strings(doc):
-        for m in VAR.finditer(s):
-            name, op = m.group(1), m.group(2)
-            if op in (":-", "-"):
+        for name, op, _ in cc.variables(s):
+            if op in (":-", "-", ":+", "+"):
                 continue
             if op in (":?", "?") and path != COMPOSE:
                 continue  # a split host must say it (documented in the file's header)
@@ -236,6 +238,7 @@ def test_compose_every_variable_is_defined(path):
 
 
 def test_split_deployment_files():
+    broker_project, trainers_project = _project(SPLIT[0]), _project(SPLIT[1])
     broker_doc = _load(SPLIT[0])
     broker = broker_doc["services"]
     adv = broker["broker"]["environment"]["KAFKA_ADVERTISED_LISTENERS"]
@@ -248,9 +251,12 @@ def test_split_deployment_files():
     assert ps["depends_on"] == {"broker": {"condition": "service_healthy"}}
     cmd = " ".join(ps["command"])
     assert "--bootstrap ${KAFKA_BOOTSTRAP:-broker:9092}" in cmd  # the inside listener, as the producer's
-    assert "--out /runs" in cmd and "runs:/runs" in ps["volumes"] and "runs" in broker_doc["volumes"]
+    ps_mounts = _volume_targets(broker_project, "ps")
+    assert "--out /runs" in cmd and ps_mounts["/runs"].source == "runs" and "runs" in broker_doc["volumes"]
     assert (ps["image"], ps["build"]) == (broker["producer"]["image"], broker["producer"]["build"])
-    assert any(v.endswith(":/certs:ro") for v in ps["volumes"])  # TLS material for runtime.kafka_client
+    for name in ("producer", "ps"):  # TLS material for runtime.kafka_client
+        assert _volume_targets(broker_project, name)["/certs"].read_only, name
+    assert _volume_targets(broker_project, "broker")["/etc/kafka/secrets"].read_only
     assert not {"ports", "expose", "network_mode"} & set(ps), "nothing connects to the PS"
     trainers = _load(SPLIT[1])["services"]
     assert not any(s["command"][0] == "ps" for s in trainers.values()), "the PS belongs to the broker host"
@@ -260,10 +266,222 @@ def test_split_deployment_files():
         assert s["network_mode"] == "host" and s["profiles"]
         assert s["environment"]["MASTER_ADDR"].startswith("${MASTER_ADDR:?")
         assert "${KAFKA_BOOTSTRAP:?" in " ".join(s["command"])
-        assert any(v.endswith(":/certs:ro") for v in s["volumes"])  # TLS material for runtime.kafka_client
+        assert _volume_targets(trainers_project, name)["/certs"].read_only  # TLS material for runtime.kafka_client
     assert trainers["trainer-jetson"]["runtime"] == "nvidia"
     assert "jetson" in trainers["trainer-jetson"]["build"]["dockerfile"].lower()
     assert trainers["trainer-gpu"]["deploy"]["resources"]["reservations"]["devices"][0]["capabilities"] == ["gpu"]
+
+
+# ================================================================ Compose v2's view, no compose binary
+SCHEMA_DIR = ROOT / "tests" / "compose_spec"
+# the settings docs/TESTBED.md and .env.example send through .env, and the services that must get them
+TRAINER_SETTINGS = ("EDGESTREAM_DEVICE", "EDGESTREAM_BACKEND")
+BROKER_TLS_SETTINGS = ("KAFKA_SSL_KEYSTORE_TYPE", "KAFKA_SSL_KEYSTORE_LOCATION", "KAFKA_SSL_KEYSTORE_PASSWORD",
+                       "KAFKA_SSL_KEY_PASSWORD", "KAFKA_SSL_CLIENT_AUTH", "KAFKA_SASL_ENABLED_MECHANISMS",
+                       "KAFKA_OPTS")
+
+
+def test_compose_interpolation_follows_compose_v2():
+    env = {"SET": "v", "EMPTY": ""}
+    i = cc.interpolate
+    assert i("${SET} $SET $${SET} $$SET", env) == "v v ${SET} $SET"
+    assert (i("${UNSET:-d}", env), i("${EMPTY:-d}", env), i("${SET:-d}", env)) == ("d", "d", "v")
+    assert (i("${UNSET-d}", env), i("${EMPTY-d}", env)) == ("d", "")            # `-`: only unset
+    assert (i("${SET:+alt}", env), i("${EMPTY:+alt}", env), i("${EMPTY+alt}", env)) == ("alt", "", "alt")
+    assert i("${UNSET:-${SET:-x}-y}", env) == "v-y"                              # nested defaults
+    assert i("${UNSET:--Xmx1g -Xms256m}", env) == "-Xmx1g -Xms256m"
+    assert i("${EMPTY?e}", env) == ""
+    for text in ("${UNSET:?say it}", "${EMPTY:?say it}", "${UNSET?say it}"):
+        with pytest.raises(cc.MissingVariable, match="say it"):
+            i(text, env)
+    missing: set[str] = set()
+    assert i("a${UNSET}b", env, missing) == "ab" and missing == {"UNSET"}      # blank, as Compose (with a warning)
+    with pytest.raises(ValueError):
+        i("${1BAD}", env)
+    assert [n for n, _, _ in cc.variables("${A:-${B}} $C $$D")] == ["A", "B", "C"]
+    parsed = cc.dotenv_text('# c\nexport A=1\nB="x y" # c\nC=\'${A}\'\nD=${A}2 # c\nE=a#b\nF=\n', {})
+    assert parsed == {"A": "1", "B": "x y", "C": "${A}", "D": "12", "E": "a#b", "F": ""}
+    # the documented commands are read with their VAR=value prefixes, flags and continuation lines
+    (cmd,) = cc.documented_commands("```bash\nA=1 B='x y' \\\n  docker compose --project-directory . -f f.yml "
+                                    "--profile p run --rm svc # comment\n```\n")
+    assert (cmd.assignments, cmd.project_dir, cmd.files, cmd.profiles, cmd.subcommand, cmd.target_service()) \
+        == ({"A": "1", "B": "x y"}, ".", ["f.yml"], ["p"], "run", "svc")
+
+
+def test_compose_spec_schema_is_vendored_with_its_licence():
+    readme = (SCHEMA_DIR / "README.md").read_text()
+    assert "github.com/compose-spec/compose-spec" in readme and "schema/compose-spec.json" in readme
+    assert re.search(r"\b[0-9a-f]{40}\b", readme), "the README names the commit it was taken from"
+    assert "Apache License" in (SCHEMA_DIR / "LICENSE").read_text()
+    schema = json.loads((SCHEMA_DIR / "compose-spec.json").read_text())
+    assert schema["title"] == "Compose Specification" and "service" in schema["definitions"]
+
+
+@pytest.mark.parametrize("path", [COMPOSE, *SPLIT], ids=lambda p: p.name)
+def test_compose_files_are_valid_under_the_compose_spec_schema(path):
+    raw = _load(path)
+    assert cc.validate(raw) == []                   # as written
+    assert cc.validate(_project(path).doc) == []    # interpolated with the documented .env
+    # not vacuous: an unknown key or a wrong type is refused
+    assert cc.validate(raw | {"nmae": "x"})
+    broken = _project(path).doc
+    next(iter(broken["services"].values()))["depends_on"] = {"broker": {"condition": "healthy"}}
+    assert cc.validate(broken)
+
+
+def _documented_commands() -> list[tuple[str, cc.ComposeCommand]]:
+    out = [(DOC.name, c) for c in cc.documented_commands(DOC.read_text())]
+    for f in (COMPOSE, *SPLIT):
+        out += [(f.name, c) for c in cc.documented_commands(f.read_text(), comment_prefix="#")]
+    return out
+
+
+DOCUMENTED = _documented_commands()
+
+
+def _documented_project(cmd: cc.ComposeCommand) -> cc.Project:
+    """The project `cmd` loads when run as documented: from the repository root, in a clean shell plus the
+    command's own VAR=value settings, after `cp .env.example .env` (and nothing else)."""
+    file = cmd.project_file(ROOT)
+    pdir = (ROOT / cmd.project_dir).resolve() if cmd.project_dir else file.parent
+    env_file = (ROOT / cmd.env_files[0]).resolve() if cmd.env_files else pdir / ".env"
+    if env_file == ROOT / ".env":
+        text = (ROOT / ".env.example").read_text()
+    elif cmd.env_files:
+        text = env_file.read_text()
+    else:
+        text = ""  # Compose reads <project dir>/.env, which the documented set-up does not create
+    return cc.load_project(file, project_dir=pdir, shell=cmd.assignments, dotenv_text_override=text)
+
+
+def test_documentation_has_the_split_deployment_commands():
+    files = {Path(f).name for _, c in DOCUMENTED if c.subcommand == "up" for f in c.files}
+    assert {"compose.broker.yml", "compose.trainers.yml"} <= files, files
+    assert len(DOCUMENTED) >= 15
+
+
+@pytest.mark.parametrize("where,cmd", DOCUMENTED, ids=[f"{w}:{i}:{c.subcommand}" for i, (w, c) in enumerate(DOCUMENTED)])
+def test_documented_compose_commands_work_as_written(where, cmd):
+    """Every mount, build and config the command's services use exists where Compose v2 will look."""
+    try:
+        project = _documented_project(cmd)
+    except cc.MissingVariable as exc:
+        pytest.fail(f"{where}: `{cmd.text}`: {exc}")
+    problems = [f"schema: {e}" for e in cc.validate(project.doc)]
+    declared = {p for s in project.services.values() for p in s.get("profiles") or []}
+    # the profiles the command names (COMPOSE_PROFILES from .env may name another file's: no service, no harm)
+    for prof in cmd.profiles or [x for x in cmd.assignments.get("COMPOSE_PROFILES", "").split(",") if x]:
+        if prof != "*" and prof not in declared:
+            problems.append(f"profile {prof} is declared by no service")
+    target = cmd.target_service()
+    if target is not None and target not in project.services:
+        problems.append(f"no service {target}")
+    for name, s in project.services.items():
+        config_dir = None
+        for m in project.mounts(name):
+            if m.path is None:
+                continue
+            if not m.path.is_dir():
+                problems.append(f"{name}: bind-mount source {m.source!r} -> {m.path} does not exist (for {m.target})")
+            if m.target == "/config":
+                config_dir = m.path
+        build = project.build(name)
+        if build is not None:
+            ctx, dockerfile = build
+            if not (ctx / "pyproject.toml").is_file():
+                problems.append(f"{name}: build context {ctx} is not the repository root")
+            if not dockerfile.is_file():
+                problems.append(f"{name}: no Dockerfile {dockerfile}")
+        for arg in s.get("command") or []:
+            if isinstance(arg, str) and arg.startswith("/config/") and config_dir is not None:
+                if not (config_dir / arg.removeprefix("/config/")).is_file():
+                    problems.append(f"{name}: {arg} is not in the mounted {config_dir}")
+    assert not problems, f"{where}: `{cmd.text}`:\n  " + "\n  ".join(problems)
+
+
+@pytest.mark.parametrize("path", [COMPOSE, *SPLIT], ids=lambda p: p.name)
+def test_compose_bind_mounts_fail_loudly(path):
+    """A bind mount whose source is missing (a wrong project directory, a typo in CONFIG_DIR) must stop
+    `up` with an error, not become an empty directory (the short syntax's create_host_path)."""
+    project = _project(path)
+    binds = [m for n in project.services for m in project.mounts(n) if m.path is not None]
+    assert binds
+    for m in binds:
+        assert not m.create_host_path, f"{m.service}: {m.source}:{m.target} would be created empty if missing"
+
+
+@pytest.mark.parametrize("path", [COMPOSE, *SPLIT], ids=lambda p: p.name)
+def test_env_settings_reach_the_containers(path):
+    """.env only feeds interpolation: a setting a container reads must be passed in `environment:`."""
+    trainers = [n for n, s in _load(path)["services"].items() if (s.get("command") or [None])[0] == "train"]
+    assert bool(trainers) == (path != SPLIT[0])  # the broker host runs none
+    settings = {v: f"set-{v.lower()}" for v in TRAINER_SETTINGS + (BROKER_TLS_SETTINGS if path == SPLIT[0] else ())}
+    project = _project(path, settings)
+    for name in trainers:
+        env = project.services[name]["environment"]
+        for var in TRAINER_SETTINGS:
+            assert env.get(var) == settings[var], f"{path.name} {name}: {var} from .env does not reach the container"
+    if path == SPLIT[0]:
+        env = project.services["broker"]["environment"]
+        for var in BROKER_TLS_SETTINGS:
+            assert env.get(var) == settings[var], f"{path.name} broker: {var} from .env does not reach the container"
+    # unset, they change nothing: empty (= automatic) for the trainers, Kafka's own defaults for the broker
+    plain = _project(path)
+    for name in trainers:
+        assert all(plain.services[name]["environment"][v] == "" for v in TRAINER_SETTINGS)
+    if path == SPLIT[0]:
+        env = plain.services["broker"]["environment"]
+        assert (env["KAFKA_SSL_CLIENT_AUTH"], env["KAFKA_SSL_KEYSTORE_TYPE"], env["KAFKA_SASL_ENABLED_MECHANISMS"]) \
+            == ("none", "JKS", "GSSAPI")
+
+
+def test_env_example_and_docs_name_the_container_settings():
+    example = _env_example()
+    doc = DOC.read_text()
+    for var in TRAINER_SETTINGS + BROKER_TLS_SETTINGS:
+        assert var in example, f".env.example does not list {var}"
+        assert f"`{var}`" in doc, f"docs/TESTBED.md does not name {var}"
+    # and nothing in .env.example is read by no compose file (a setting that silently does nothing)
+    used = {name for f in (COMPOSE, *SPLIT) for s in _strings(_load(f)) for name, _, _ in cc.variables(s)}
+    dead = {k for k in example if k not in used and not k.startswith("COMPOSE_")}
+    assert not dead, f".env.example settings no compose file reads: {sorted(dead)}"
+
+
+def test_jetson_trainer_can_open_the_gpu():
+    """JetPack's GPU device nodes belong to the group video; uid 10001 needs it or trains on the CPU."""
+    jetson = _load(SPLIT[1])["services"]["trainer-jetson"]
+    assert "video" in [str(g) for g in jetson.get("group_add") or []]
+    assert jetson["runtime"] == "nvidia"
+    useradd = [rest for op, rest in _instructions(DOCKERFILES[2]) if op == "RUN" and "useradd" in rest]
+    assert useradd and re.search(r"(--groups|-G)\s+\S*\bvideo\b", useradd[0]), useradd
+    doc = DOC.read_text()
+    assert "group_add" in doc and "Python 3.12" in doc
+
+
+def test_testbed_doc_states_the_minimum_compose_version():
+    """The newest Compose feature the files use is the top-level `name:` (Docker Compose v2.3.0)."""
+    m = re.search(r"Docker Compose v?(\d+)\.(\d+)\.(\d+) or newer", DOC.read_text())
+    assert m, "docs/TESTBED.md does not state the minimum Docker Compose version"
+    assert tuple(map(int, m.groups())) >= (2, 3, 0)
+    assert all("name" in _load(f) for f in (COMPOSE, *SPLIT))  # what makes it >= 2.3.0
+
+
+def test_compose_checks_need_no_compose_binary(tmp_path, monkeypatch):
+    """Debian's v1 `docker-compose` refuses `name:`: the checks must not run whichever compose binary (or
+    docker) is on PATH. Fakes that fail and record being called stand in for them."""
+    calls = tmp_path / "calls"
+    for tool in ("docker-compose", "docker", "podman-compose", "podman"):
+        exe = tmp_path / tool
+        exe.write_text(f'#!/bin/sh\necho "{tool} $*" >> {calls}\n'
+                       'echo "(root) Additional property name is not allowed" >&2\nexit 1\n')
+        exe.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ.get('PATH', '')}")
+    for path in (COMPOSE, *SPLIT):
+        test_compose_commands_are_real_edgestream_commands(path)
+        test_compose_every_variable_is_defined(path)
+        test_compose_files_are_valid_under_the_compose_spec_schema(path)
+    _documented_project(DOCUMENTED[0][1])
+    assert not calls.exists(), calls.read_text()
 
 
 def _instructions(path: Path) -> list[tuple[str, str]]:
