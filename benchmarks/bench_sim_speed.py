@@ -19,6 +19,10 @@ noisy machine); every run is in the recorded JSON.
 
     python benchmarks/bench_sim_speed.py [--devices 16,64,256,1024] [--device-steps 4096] [--model mlp]
                                          [--paths per-device,batched] [--threads 1] [--repeat 3]
+    python benchmarks/bench_sim_speed.py --plot docs/img/sim_scale.png   # from the recorded JSON
+
+`--plot PATH` draws the recorded table (bench-out/sim_speed.json, or `--from FILE`) as a PNG:
+device-steps per wall second and per CPU second vs devices, and peak resident memory vs devices, per path.
 """
 
 from __future__ import annotations
@@ -134,6 +138,38 @@ def table(rows: list[dict], paths: list[str]) -> str:
     return "\n".join(lines)
 
 
+def plot(rows: list[dict], paths: list[str], out: Path, title: str) -> None:
+    """Device-steps per wall second and per CPU second (left) and peak RSS and its growth during the
+    run (right) vs devices, one line per path."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for p, color in zip(paths, ("tab:gray", "tab:blue", "tab:green"), strict=False):
+        rs = sorted((r for r in rows if r["path"] == p), key=lambda r: r["devices"])
+        d = [r["devices"] for r in rs]
+        ax_t.plot(d, [r["device_steps_per_wall_s"] for r in rs], "o-", color=color, label=f"{p}: per wall s")
+        ax_t.plot(d, [r["device_steps_per_cpu_s"] for r in rs], "s:", color=color, label=f"{p}: per CPU s")
+        ax_m.plot(d, [r["rss_peak_mb"] for r in rs], "o-", color=color, label=f"{p}: peak RSS")
+        ax_m.plot(d, [r["rss_growth_mb"] for r in rs], "s--", color=color, alpha=0.6, label=f"{p}: growth in run")
+    for ax in (ax_t, ax_m):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("simulated devices")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7)
+    ax_t.set_ylabel("simulated device-steps per second")
+    ax_t.set_ylim(bottom=0)
+    ax_m.set_ylabel("MB")
+    ax_t.set_title("speed (wall: on a shared machine; CPU: the process's own time)", fontsize=9)
+    ax_m.set_title("memory (peak RSS of the process; growth = during the run)", fontsize=9)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+
+
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--devices", default="16,64,256,1024")
@@ -142,13 +178,23 @@ if __name__ == "__main__":
     ap.add_argument("--paths", default="per-device,batched", help="compute paths to compare, in table order")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (0: torch's default)")
     ap.add_argument("--repeat", type=int, default=3, help="runs per configuration; the table keeps the fastest")
+    ap.add_argument("--plot", type=Path, help="draw the recorded table to this PNG (runs nothing)")
+    ap.add_argument("--from", dest="source", type=Path, help="recorded JSON for --plot (default bench-out/sim_speed.json)")
     ap.add_argument("--child-devices", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--child-path", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child_devices:
         child(args)
         sys.exit(0)
-    from common import record  # noqa: E402
+    from common import OUT, record  # noqa: E402
+
+    if args.plot is not None:
+        rec = json.loads((args.source or OUT / "sim_speed.json").read_text())
+        plot(rec["rows"], rec["paths"], args.plot,
+             f"simulator cost vs devices: digits/{rec['model']}, {rec['algorithm']}, {rec['torch_threads']} torch "
+             f"thread(s), best of {rec['repeat']} ({rec['when']})")
+        print(f"wrote {args.plot}", file=sys.stderr)
+        sys.exit(0)
 
     paths = [p.strip() for p in args.paths.split(",") if p.strip()]
     runs: list[dict] = []

@@ -237,3 +237,62 @@ def test_epoch_permutations_are_the_producers_order():
         order = ShardOrder(plan.shards[device], plan.seed, device)
         got = engine.data.stream_indices(device, 3, 250)
         assert got.tolist() == [order.index(k) for k in range(3, 250)]
+
+
+def test_stream_blocks_span_epochs_and_seed_blocks():
+    """EpochOrders.indices: read-only slices of per-device blocks of whole epochs, equal to ShardOrder
+    across block ends and across the seed-word blocks (BLOCK epochs), for any (start, stop)."""
+    from edgestream.sim.orders import BLOCK, BLOCK_SAMPLES
+
+    for n in (1, 2, 5, SMALL_SHARD + 3):
+        shard = np.arange(500, 500 + n)
+        orders = [ShardOrder(shard, 7, d) for d in range(2)]
+        fast = EpochOrders(orders)
+        end = (BLOCK + 5) * n + BLOCK_SAMPLES  # past the first seed block and several sample blocks
+        want = [orders[1].index(k) for k in range(end)]
+        start = 0
+        for size in (3, 32, 1, BLOCK_SAMPLES + 9, 64):  # a batch may be larger than a block
+            while start + size <= end:
+                got = fast.indices(1, start, start + size)
+                assert got.dtype == np.int64 and not got.flags.writeable
+                assert got.tolist() == want[start:start + size], (n, start, size)
+                start += size
+            start = 0 if size != 64 else start
+
+
+def test_the_exchange_mean_is_computed_once_per_all_reduce_and_is_read_only():
+    """The simulated all-reduce hands each worker its own tensors, but the exchange's division by W is
+    shared (the same tensors for every worker: Replicas compares them by identity) and checked."""
+    import simpy
+
+    from edgestream.sim.collectives import Collectives
+    from edgestream.sim.costs import NetworkModel
+    from edgestream.sync.exchange import exchange
+
+    env = simpy.Environment()
+
+    def schedule(delay, callback):
+        env.timeout(delay).callbacks.append(lambda _ev: callback())
+
+    col = Collectives(3, NetworkModel(0.0, 1e9), schedule, env.event)
+    grads = [[torch.full((2, 2), float(r + 1)), torch.full((3,), -float(r))] for r in range(3)]
+    progs = [exchange(g, 1.0 + r) for r, g in enumerate(grads)]
+    ops = [col.post(r, next(p), 0.0) for r, p in enumerate(progs)]
+    env.run()
+    results = []
+    for r, (p, op) in enumerate(zip(progs, ops, strict=True)):
+        reduced = col.result(op, r)
+        with pytest.raises(StopIteration) as stop:
+            p.send(reduced)
+        results.append(stop.value.value)
+    w = np.array([1.0, 2.0, 3.0])
+    for res in results:
+        assert res.total_weight == 6.0 and not res.stop
+        assert res.update[0].flatten().tolist() == pytest.approx([float((w * [1, 2, 3]).sum() / 6)] * 4)
+        assert res.update[1].tolist() == pytest.approx([float((w * [0, -1, -2]).sum() / 6)] * 3)
+        assert all(a is b for a, b in zip(res.update, results[0].update, strict=True))  # shared, not copied
+    col.result(ops[0], 0)[0].add_(1.0)           # a worker's own all-reduce result: its own to modify
+    assert not torch.equal(col.result(ops[0], 0)[0], col.result(ops[1], 1)[0])
+    results[1].update[0].mul_(2.0)               # the shared mean is read-only
+    with pytest.raises(RuntimeError, match="derived from an AllReduce result.*read-only"):
+        col.check_gathers()

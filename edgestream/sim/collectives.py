@@ -8,10 +8,13 @@ Operations use the network one at a time: one that is ready while another is sti
 starts when that one ends (as NCCL serialises collectives on one communicator).
 
 Results: an all-reduce hands every worker its own fresh tensors (rows of one block per tensor:
-disjoint memory, so a worker may modify its own). An all-gather snapshots every
-contribution once and hands all receivers the same snapshots (copying them per receiver would cost
-O(M^2) per step); receivers must treat them as read-only, and `check_gathers` raises if one was
-modified in place (tensor version counters).
+disjoint memory, so a worker may modify its own), in a `ReduceResult`: a list that also carries the
+operation's `derive` memo, so a value every receiver computes from the result alike (the gradient
+exchange's mean, sum / W) is computed once per operation instead of once per worker; derived values
+are shared by the receivers and read-only. An all-gather snapshots every contribution once and hands
+all receivers the same snapshots (copying them per receiver would cost O(M^2) per step); receivers
+must treat them as read-only. `check_gathers` raises if a shared tensor (an all-gather payload or a
+derived value) was modified in place (tensor version counters).
 """
 
 from __future__ import annotations
@@ -43,6 +46,26 @@ def _copies(acc: list[Tensor], world: int) -> list[list[Tensor]]:
     return [acc] + [list(r) for r in zip(*rows, strict=True)]
 
 
+class ReduceResult(list):
+    """One worker's all-reduce result: its own tensors, plus `derive`, the memo of the operation it
+    belongs to (one memo shared by all the operation's receivers)."""
+
+    def __init__(self, tensors: list[Tensor], memo: dict[Any, Any], watch: Callable[[Any], None]) -> None:
+        super().__init__(tensors)
+        self._memo, self._watch = memo, watch
+
+    def derive(self, key: Any, make: Callable[[], Any]) -> Any:
+        """make()'s value for `key`, computed by the first receiver that asks (from its result as handed
+        out, which equals every receiver's) and shared with the others: treat it as read-only (its
+        tensors are watched like all-gather payloads)."""
+        try:
+            return self._memo[key]
+        except KeyError:
+            out = self._memo[key] = make()
+            self._watch(out)
+            return out
+
+
 @dataclass
 class CollectiveOp:
     """Operation `index`: the posted requests by rank, when each worker arrived, and the outcome."""
@@ -58,6 +81,7 @@ class CollectiveOp:
     done: bool = False
     event: Any = None            # engine event fired at completion
     taken: set[int] = field(default_factory=set)
+    kind: type | None = None     # the first request's type (every worker must post the same kind)
 
     def __post_init__(self) -> None:
         self.requests = [None] * self.world
@@ -83,7 +107,7 @@ class Collectives:
         self.completed = 0
         self.bytes_moved = 0
         self.reduce_s = 0.0
-        self._shared: list[tuple[CollectiveOp, Tensor, int]] = []  # (op, payload, version) to check
+        self._shared: list[tuple[CollectiveOp, Tensor, int, str]] = []  # (op, tensor, version, what) to check
 
     def post(self, rank: int, request: AllReduce | AllGather, now: float) -> CollectiveOp:
         """Worker `rank` contributes its next collective at virtual time `now`."""
@@ -95,7 +119,9 @@ class Collectives:
         if op is None:
             op = self.ops[slot] = CollectiveOp(slot, self.world)
             op.event = self._new_event()
-        if op.posted and type(request) is not type(next(r for r in op.requests if r is not None)):
+        if op.kind is None:
+            op.kind = type(request)
+        elif type(request) is not op.kind:
             kinds = sorted({type(r).__name__ for r in op.requests if r is not None}
                            | {type(request).__name__})
             raise RuntimeError(f"collective #{slot} mismatch: workers issued {kinds}")
@@ -117,13 +143,15 @@ class Collectives:
         t0 = time.perf_counter()
         reqs = op.requests
         if isinstance(reqs[0], AllReduce):
-            op.results = _copies(reduce_all(reqs), self.world)
+            memo: dict[Any, Any] = {}
+            watch = self._watcher(op, "a value derived from an AllReduce result (shared by the receivers)")
+            op.results = [ReduceResult(r, memo, watch) for r in _copies(reduce_all(reqs), self.world)]
             nbytes = max(_nbytes(r.tensors) for r in reqs)
             op.comm_s = self.network.allreduce(nbytes, self.world)
             self.bytes_moved += nbytes * self.world
         else:
             payloads = [r.payload for r in reqs]
-            self._shared.extend((op, t, t._version) for p in payloads for t in p)
+            self._shared.extend((op, t, t._version, "an AllGather result") for p in payloads for t in p)
             op.results = [list(payloads) for _ in range(self.world)]
             sizes = [_nbytes(p) for p in payloads]
             op.comm_s = self.network.allgather(sizes)
@@ -162,11 +190,19 @@ class Collectives:
                 raise RuntimeError(f"deadlock: worker {rank} finished without joining collective "
                                    f"#{op.index}, which worker(s) {waiting} wait on")
 
+    def _watcher(self, op: CollectiveOp, what: str) -> Callable[[Any], None]:
+        """A function that records the tensors of a value shared by `op`'s receivers, to check them."""
+        def watch(value: Any) -> None:
+            items = value if isinstance(value, (list, tuple)) else [value]
+            self._shared.extend((op, t, t._version, what) for t in items if isinstance(t, Tensor))
+        return watch
+
     def check_gathers(self) -> None:
-        """Raise if an algorithm modified a handed-out all-gather payload in place; then forget the
-        payloads of completed operations (they were checked at least once after being read)."""
-        for _, t, version in self._shared:
+        """Raise if an algorithm modified a shared tensor (an all-gather payload, a derived all-reduce
+        value) in place; then forget those of completed operations (they were checked at least once
+        after being read: the next operation completes only once every worker has moved on)."""
+        for _, t, version, what in self._shared:
             if t._version != version:
-                raise RuntimeError("an algorithm modified an AllGather result in place; all-gather results "
-                                   "are shared between receivers in the simulator and must be read-only")
+                raise RuntimeError(f"an algorithm modified {what} in place; such tensors are shared between "
+                                   "receivers in the simulator and must be read-only")
         self._shared = [entry for entry in self._shared if not entry[0].done]

@@ -68,20 +68,13 @@ class SimData:
 
     def stream_indices(self, device: int, start: int, stop: int) -> np.ndarray:
         """Dataset indices of own-stream positions [start, stop) of `device` (= ShardOrder.index(k) for
-        each k, taken a whole epoch slice at a time from the epoch's permutation)."""
+        each k; int64, read-only on the fast path: `EpochOrders.indices`)."""
         order = self.orders[device]
         if hasattr(order, "indices"):
             return np.asarray(order.indices(start, stop), dtype=np.int64)
+        if self._fast:  # a read-only view of the device's precomputed block of epochs
+            return self.epochs.indices(device, start, stop)
         n = len(order.shard)
-        if self._fast:
-            parts, k = [], start
-            while k < stop:
-                epoch, pos = divmod(k, n)
-                take = min(stop - k, n - pos)
-                parts.append(self.epochs.order(device, epoch)[pos:pos + take])
-                k += take
-            out = np.concatenate(parts) if len(parts) != 1 else parts[0]
-            return np.asarray(out, dtype=np.int64)
         parts, k = [], start
         while k < stop:
             pos = k % n
@@ -95,6 +88,10 @@ class SimData:
                 parts.append(np.asarray(perm[pos:pos + take], dtype=np.int64))
             k += take
         return np.concatenate(parts) if len(parts) != 1 else parts[0]
+
+    def labels(self, indices: np.ndarray) -> np.ndarray:
+        """The labels of dataset `indices` as a numpy array (the engine's per-batch label checksum)."""
+        return self._y_np[indices]
 
     def batch(self, device: int, indices: np.ndarray, own: int) -> SimBatch:
         """The tensors of dataset `indices` (the first `own` from the device's stream, then injected)."""

@@ -30,7 +30,9 @@ from edgestream.data.order import ShardOrder
 #: shards up to this size use the vectorised seeding and the Python shuffle
 SMALL_SHARD = 32
 #: epochs seeded per block (per device)
-BLOCK = 64
+BLOCK = 256
+#: stream positions per device computed ahead (whole epochs; at least a batch)
+BLOCK_SAMPLES = 256
 
 _M32, _M64, _M128 = 2**32 - 1, 2**64 - 1, 2**128 - 1
 _INIT_A, _MULT_A, _INIT_B, _MULT_B = 0x43B0D7E5, 0x931E8875, 0x8B51F9DD, 0x58F38DED
@@ -89,7 +91,7 @@ _MASKS = [_mask(i) for i in range(SMALL_SHARD + 1)]
 def permutation(words: Any, n: int) -> list[int]:
     """default_rng(key).permutation(n) from the key's `seed_words` row (4 ints): PCG64 seeded as numpy
     seeds it, then numpy's shuffle (i from n-1 down to 1, j uniform in [0, i] by masked rejection)."""
-    w0, w1, w2, w3 = (int(w) for w in words)
+    w0, w1, w2, w3 = map(int, words)
     inc = ((((w2 << 64) | w3) << 1) | 1) & _M128
     state = ((inc + ((w0 << 64) | w1)) * _PCG_MULT + inc) & _M128
     arr = list(range(n))
@@ -126,39 +128,72 @@ def epoch_permutation(shard: np.ndarray, seed: int, device: int, epoch: int) -> 
 
 
 class EpochOrders:
-    """Per-epoch dataset-index orders of the devices of `orders` (their `ShardOrder`s)."""
+    """Per-epoch dataset-index orders of the devices of `orders` (their `ShardOrder`s).
+
+    `indices(device, start, stop)` is the simulator's hot path: each device keeps one block of its
+    stream, whole epochs covering at least `BLOCK_SAMPLES` positions, as ONE read-only int64 array, so
+    a batch is a slice of it (a batch that spans several tiny-shard epochs costs no per-epoch work);
+    the block is rebuilt further on when a batch runs past its end. The SeedSequence words of the
+    small-shard path are computed `BLOCK` epochs at a time per device (numpy's fixed per-call cost
+    shared by many epochs) and kept as a compact uint64 array.
+    """
 
     def __init__(self, orders: list[ShardOrder]) -> None:
         self.orders = orders
-        self._words: dict[int, tuple[int, list[list[int]]]] = {}  # device -> (first epoch, seed words)
-        self._last: dict[int, tuple[int, np.ndarray]] = {}   # device -> (epoch, its order)
+        self._words: dict[int, tuple[int, np.ndarray]] = {}   # device -> (first epoch, [E, 4] seed words)
+        self._blocks: dict[int, tuple[int, np.ndarray]] = {}  # device -> (first position, dataset indices)
+
+    def indices(self, device: int, start: int, stop: int) -> np.ndarray:
+        """Dataset indices of own-stream positions [start, stop) of `device` (= ShardOrder.index(k) for
+        each k), as a read-only int64 view of the device's block."""
+        block = self._blocks.get(device)
+        if block is None or not block[0] <= start <= stop <= block[0] + len(block[1]):
+            block = self._blocks[device] = self._block(device, start, max(stop, start + BLOCK_SAMPLES))
+        first = block[0]
+        return block[1][start - first:stop - first]
 
     def order(self, device: int, epoch: int) -> np.ndarray:
         """Dataset indices of `device`'s shard in epoch `epoch`'s order (= ShardOrder.index)."""
-        last = self._last.get(device)
-        if last is not None and last[0] == epoch:
-            return last[1]
+        n = len(self.orders[device].shard)
+        return self.indices(device, epoch * n, (epoch + 1) * n)
+
+    def _block(self, device: int, start: int, stop: int) -> tuple[int, np.ndarray]:
+        """(first position, dataset indices) of the whole epochs that cover positions [start, stop)."""
         o = self.orders[device]
         shard = np.asarray(o.shard)
         n = len(shard)
+        first, last = start // n, max(start, stop - 1) // n
+        count = last - first + 1
         if n == 1:
-            out = shard
-        elif n <= SMALL_SHARD and 0 <= o.seed <= _M32 and 0 <= device <= _M32 and 0 <= epoch:
-            out = shard[permutation(self._seed(device, o.seed, epoch), n)]
+            out = np.repeat(shard, count)
+        elif n <= SMALL_SHARD and 0 <= o.seed <= _M32 and 0 <= device <= _M32 and 0 <= first \
+                and last <= _M32:
+            positions: list[int] = []
+            for words in self._seeds(device, o.seed, first, last):
+                positions.extend(permutation(words, n))
+            out = shard[np.array(positions, dtype=np.int64)]
         else:
-            out = epoch_permutation(shard, o.seed, device, epoch)
-        self._last[device] = (epoch, out)
-        return out
+            out = np.concatenate([epoch_permutation(shard, o.seed, device, e) for e in range(first, last + 1)])
+        out = np.ascontiguousarray(out, dtype=np.int64)
+        out.flags.writeable = False  # batches hold views of it
+        return first * n, out
 
-    def _seed(self, device: int, seed: int, epoch: int) -> list[int]:
-        block = self._words.get(device)
-        if block is None or not block[0] <= epoch < block[0] + len(block[1]):
-            epochs = np.arange(epoch, epoch + BLOCK, dtype=np.int64)
-            if epochs[-1] > _M32:
+    def _seeds(self, device: int, seed: int, first: int, last: int) -> list[list[int]]:
+        """The seed words of epochs first..last of `device` (rows of 4 ints), from blocks of `BLOCK`
+        epochs seeded at once."""
+        rows: list[list[int]] = []
+        epoch = first
+        while epoch <= last:
+            block = self._words.get(device)
+            if block is None or not block[0] <= epoch < block[0] + len(block[1]):
+                epochs = np.arange(epoch, epoch + BLOCK, dtype=np.int64)
                 epochs = epochs[epochs <= _M32]
-            keys = np.stack([np.full(len(epochs), seed), np.full(len(epochs), device), epochs], axis=1)
-            block = self._words[device] = (epoch, seed_words(keys).tolist())
-        return block[1][epoch - block[0]]
+                keys = np.stack([np.full(len(epochs), seed), np.full(len(epochs), device), epochs], axis=1)
+                block = self._words[device] = (epoch, seed_words(keys))
+            stop = min(last + 1, block[0] + len(block[1]))
+            rows += block[1][epoch - block[0]:stop - block[0]].tolist()
+            epoch = stop
+        return rows
 
     def agrees(self, epochs: tuple[int, ...] = (0, 1, 7, BLOCK + 3)) -> bool:
         """Whether these orders equal fresh `ShardOrder`s on device 0 and the first device of each
