@@ -47,14 +47,16 @@ def config_validate(files: list[Path] = typer.Argument(..., help="experiment YAM
             cfg = load_config(file)
         except ConfigError as exc:
             bad += 1
-            for line in exc.problems:
-                typer.echo(line if line.startswith(str(file)) else f"{file}: {line}", err=True)
+            for line in exc.problems:  # with several files, every line names its file
+                several = len(files) > 1 and not line.startswith(str(file))
+                typer.echo(f"{file}: {line}" if several else line, err=True)
             continue
         for line in optimizer_notes(cfg):
-            typer.echo(f"{file}: warning: {line}", err=True)
+            typer.echo(f"{file}: warning: {line}" if len(files) > 1 else f"warning: {line}", err=True)
         typer.echo(f"{file}: valid")
     if bad:
-        typer.echo(f"{bad} of {len(files)} config(s) invalid", err=True)
+        if len(files) > 1:
+            typer.echo(f"{bad} of {len(files)} config(s) invalid", err=True)
         raise typer.Exit(2)
 
 
@@ -367,7 +369,7 @@ def rates_cmd(config: Path = typer.Argument(None, help="experiment YAML file (it
     typer.echo(format_report(rep, model.describe()))
     if plot is not None:
         plot.parent.mkdir(parents=True, exist_ok=True)
-        plot_rates(rep, str(plot), f"{cfg.name}: {cfg.devices.count} devices, seed {cfg.seed}")
+        plot_rates(rep, str(plot), f"{plan.name}: {plan.world} devices, seed {plan.seed}")
         typer.echo(f"plot: {plot}", err=True)
 
 

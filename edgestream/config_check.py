@@ -222,10 +222,24 @@ def _client_problems(client: dict[str, str]) -> list[str]:
     return []
 
 
+#: a secret value shorter than this is masked only where it stands as its key's value (key=value,
+#: key: value): as a bare token it would hide ordinary words ("o" in "No such ... property")
+MASK_MIN_LEN = 4
+
+
 def _masked(text: Any, client: dict[str, str]) -> str:
-    """`text` on one line with every secret value of `client` replaced by the mask."""
+    """`text` on one line with the secret values of `client` masked by key, not by substring: a value
+    right after its key (`key=value`, `key: value`, quoted or not) always, and elsewhere as a whole
+    token (not inside a longer word) when it has at least MASK_MIN_LEN characters."""
+    import re
+
     line = _line(text)
     for key, value in client.items():
-        if is_secret_key(key) and value:
-            line = line.replace(value, SECRET_MASK)
+        if not (is_secret_key(key) and value):
+            continue
+        v = re.escape(value)
+        line = re.sub(rf"({re.escape(key)}[\"'`]?\s*[=:]\s*[\"'`]?){v}(?=[\"'`]?(?:[\s,;)}}\]]|$))",
+                      lambda m: m.group(1) + SECRET_MASK, line)
+        if len(value) >= MASK_MIN_LEN:
+            line = re.sub(rf"(?<![\w]){v}(?![\w])", lambda m: SECRET_MASK, line)
     return line

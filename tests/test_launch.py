@@ -106,7 +106,8 @@ def test_local_run_writes_the_run_directory(bootstrap, run_prefix, tmp_path):
     printed = json.loads(out.strip().splitlines()[-1])
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["engine"] == "local" and summary["stop_reason"] == "max_steps" == printed["stop_reason"]
-    assert summary["device_steps"] == {"0": 8, "1": 8} and summary["steps"] == 16 == printed["steps"]
+    assert summary["device_steps"] == {"0": 8, "1": 8} and summary["steps"] == 8 == printed["steps"]
+    assert summary["device_steps_total"] == 16
     events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
     steps = [e for e in events if e["kind"] == "step"]
     assert len(steps) == 16 and {e["device"] for e in steps} == {0, 1}
@@ -184,7 +185,7 @@ def resume_after_signal(cfg: Path, bootstrap: str, run_dir: Path) -> None:
         assert len(step_lines(run_dir / "ranks" / f"{r}.jsonl")) > before[r]  # appended, not rewritten
         steps = [e["step"] for e in events if e["kind"] == "step" and e["device"] == r]
         assert steps == sorted(set(steps)) and steps[-1] == target - 1 and steps[0] == 0
-    assert summary["steps"] == sum(1 for e in events if e["kind"] == "step")
+    assert summary["device_steps_total"] == sum(1 for e in events if e["kind"] == "step")
     assert_no_child_left(run_dir)
 
 
@@ -259,11 +260,17 @@ def test_merged_events_stitch_a_resumed_session(tmp_path):
         ("step", 0, 1.0), ("step", 1, 1.5), ("step", 0, 2.0), ("step", 0, 2.9), ("step", 0, 3.9), ("eval", None, 4.0)]
 
 
-def test_secrets_reach_the_children_only_through_a_private_file(tmp_path, run_prefix):
-    """config.yaml shows secrets as ***; the children read a 0600 copy; a resume from the masked
-    config.yaml alone is refused (the secret is not there to give them)."""
+def test_secrets_reach_the_children_only_through_their_environment(tmp_path, run_prefix, monkeypatch):
+    """config.yaml shows secrets as ***, and it is what the children read: the secret values travel in
+    EDGESTREAM_KAFKA_SECRETS (never on disk), which the child's config loading puts back in place of the
+    masks and removes from its environment; a resume from the masked config.yaml alone is refused (the
+    secret is not there to give them)."""
+    import json
+    import os
+
     from edgestream.config import load_config
     from edgestream.launch import LaunchError, LocalRun
+    from edgestream.launch.command import SECRET_ENV, load_or_exit
 
     raw = yaml.safe_load(write_cfg(tmp_path / "c.yaml", run_prefix, max_steps=5, every_steps=5).read_text())
     raw["runtime"] = {"kafka_client": {"sasl.username": "u", "sasl.password": "s3cret"}}
@@ -272,9 +279,12 @@ def test_secrets_reach_the_children_only_through_a_private_file(tmp_path, run_pr
     run = LocalRun(cfg, out=tmp_path / "runs", run_id="r1", bootstrap="127.0.0.1:1")
     run.path.mkdir(parents=True)
     child = run._child_config()
-    assert child.name == ".child-config.yaml" and child.stat().st_mode & 0o777 == 0o600
-    assert load_config(child).runtime.kafka_client["sasl.password"] == "s3cret"
-    assert "s3cret" not in (run.path / "config.yaml").read_text()
+    assert child == run.path / "config.yaml"
+    assert not any(b"s3cret" in f.read_bytes() for f in run.path.rglob("*") if f.is_file())
+    assert json.loads(run._secret_env[SECRET_ENV]) == {"sasl.password": "s3cret"}
+    monkeypatch.setenv(SECRET_ENV, run._secret_env[SECRET_ENV])
+    assert load_or_exit(child).runtime.kafka_client["sasl.password"] == "s3cret"  # what a child sees
+    assert SECRET_ENV not in os.environ  # and nothing it starts inherits them
     masked = load_config(run.path / "config.yaml")
     with pytest.raises(LaunchError, match=r"sasl.password: the value is \*\*\*") as err:
         LocalRun(masked, resume=run.path)

@@ -24,6 +24,7 @@ the trainer process).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -96,6 +97,7 @@ class KafkaStreamDataset(IterableDataset):
         self.step = 0
         self.totals = {"samples": 0, "dropped": 0, "injected_in": 0, "injected_out": 0, "injected_bytes": 0,
                        "dlq": 0}
+        self._carry = self._no_carry()  # what takes whose messages were all rejected counted (next_batch)
         # how far each stream was consumed: the next offset after the last batch handed out
         self._consumed: dict[str, int | None] = {
             "dev": self.stream.reader.next_offset,
@@ -109,6 +111,10 @@ class KafkaStreamDataset(IterableDataset):
             m = messages[index]
             self.dlq.send(m.value(), reason, source_topic=topic, offset=m.offset(), key=m.key())
         return out, len(bad)
+
+    @staticmethod
+    def _no_carry() -> dict[str, Any]:
+        return {"dropped": 0, "dlq": 0, "wait_s": 0.0, "inj_next": None}
 
     def inject(self, batch: StreamBatch, indices: list[int], targets: list[int]) -> tuple[int, int]:
         """Send the rows `indices` of `batch` to each of `targets`' injection topics (their original bytes).
@@ -131,14 +137,35 @@ class KafkaStreamDataset(IterableDataset):
 
     def next_batch(self, size: int | None = None) -> StreamBatch | None:
         """One batch, or None when `timeout` passed without the policy's samples arriving. `size`
-        overrides the batch policy's b_i (an algorithm's explicit TakeBatch size)."""
-        raw = self.stream.take(timeout=self.timeout, size=size)
-        if raw is None:
-            return None
-        own, bad_own = self._decode(raw.messages, self._own_rule, self.stream.reader.topic)
-        injected, inj_next = self.channel.receive() if self.channel else ([], None)
-        inj, bad_inj = (self._decode(injected, self._inj_rule, self.channel.reader.topic) if injected
-                        else (None, 0))
+        overrides the batch policy's b_i (an algorithm's explicit TakeBatch size).
+
+        A take whose messages were all rejected (a burst of malformed messages) is no batch: its messages
+        go to the DLQ and the take is repeated until valid samples arrive (or `timeout` passes); the
+        rejected messages are counted (dlq, dropped, wait) and acknowledged with the next batch handed
+        out. So a batch is empty only when the algorithm asked for zero samples (`size=0`)."""
+        deadline = None if self.timeout is None else time.monotonic() + self.timeout
+        while True:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            raw = self.stream.take(timeout=left, size=size)
+            if raw is None:
+                return None
+            own, bad_own = self._decode(raw.messages, self._own_rule, self.stream.reader.topic)
+            injected, inj_next = self.channel.receive() if self.channel else ([], None)
+            inj, bad_inj = (self._decode(injected, self._inj_rule, self.channel.reader.topic) if injected
+                            else (None, 0))
+            if own is not None or inj is not None or raw.target == 0:
+                break
+            c = self._carry  # nothing valid: carried to the batch that acknowledges these offsets
+            c["dropped"] += raw.dropped
+            c["dlq"] += bad_own + bad_inj
+            c["wait_s"] += raw.wait_s
+            if inj_next is not None:
+                c["inj_next"] = inj_next
+            if deadline is not None and time.monotonic() >= deadline:
+                return None
+        carry, self._carry = self._carry, self._no_carry()
+        if inj_next is None:
+            inj_next = carry["inj_next"]
         parts = [p for p in (own, inj) if p is not None]
         if len(parts) == 1:
             p = parts[0]
@@ -164,14 +191,15 @@ class KafkaStreamDataset(IterableDataset):
             # seqs: uint64 on the wire, int64 here (the same bits below 2**63: a view, not a copy)
             seqs=seq.view(np.int64) if seq.dtype == np.uint64 else np.asarray(seq, dtype=np.int64),
             produce_times=pt if pt.dtype == np.float64 else pt.astype(np.float64), device=self.device, step=self.step,
-            target=raw.target, wait_s=raw.wait_s, rate=raw.rate, dropped=raw.dropped, injected=n_inj,
-            dlq=bad_own + bad_inj, buffer_samples=raw.buffer_samples, buffer_bytes=raw.buffer_bytes,
+            target=raw.target, wait_s=raw.wait_s + carry["wait_s"], rate=raw.rate,
+            dropped=raw.dropped + carry["dropped"], injected=n_inj, dlq=bad_own + bad_inj + carry["dlq"],
+            buffer_samples=raw.buffer_samples, buffer_bytes=raw.buffer_bytes,
             next_offset=raw.next_offset, inj_next_offset=inj_next, messages=messages)
         self._consumed = {"dev": raw.next_offset, "inj": inj_next if inj_next is not None else self._consumed["inj"]}
         self.step += 1
         t = self.totals
         t["samples"] += batch.n
-        t["dropped"] += raw.dropped
+        t["dropped"] += batch.dropped
         t["injected_in"] += n_inj
         t["dlq"] += batch.dlq
         return batch

@@ -8,6 +8,9 @@ from pathlib import Path
 
 import typer
 
+#: the environment variable that hands runtime.kafka_client's secret values to the orchestrator's
+#: children (a JSON object), so that they never reach the disk
+SECRET_ENV = "EDGESTREAM_KAFKA_SECRETS"
 #: summary.json keys printed as the one-line JSON summary on stdout
 PRINTED = ("time_to_target_s", "final_accuracy", "steps", "buffer_max_samples", "dropped_total",
            "floats_sent_total", "cnc_ratio", "stop_reason", "run_time_s", "wall_s")
@@ -45,7 +48,30 @@ def load_or_exit(config: Path, overrides: list[str] | None = None, *, notes: boo
         raise typer.Exit(2) from None
     for line in optimizer_notes(cfg) if notes else []:
         typer.echo(f"warning: {line}", err=True)
+    child_secrets(cfg)
     return cfg
+
+
+def child_secrets(cfg, environ=None) -> None:
+    """A child of the orchestrator reads the run's config.yaml, where secret runtime.kafka_client values
+    are masked: put the values the orchestrator handed over in EDGESTREAM_KAFKA_SECRETS (JSON, never on
+    disk) back in place of the masks, and drop the variable so that nothing this process starts sees it."""
+    import os
+
+    from edgestream.config import SECRET_MASK
+
+    env = os.environ if environ is None else environ
+    raw = env.pop(SECRET_ENV, None)
+    if not raw:
+        return
+    try:
+        values = json.loads(raw)
+    except ValueError:
+        _fail(f"{SECRET_ENV}: not a JSON object of runtime.kafka_client secrets")
+    client = cfg.runtime.kafka_client
+    for key, value in values.items():
+        if client.get(key) == SECRET_MASK:
+            client[key] = str(value)
 
 
 def run_local_command(cfg, *, out: Path | None, run_id: str | None, bootstrap: str | None,

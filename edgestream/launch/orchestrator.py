@@ -25,9 +25,11 @@ ends, the trainers get `--resume` (checkpoint and committed offsets), the rank f
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -37,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from edgestream.kafka.broker import pid_alive
+from edgestream.launch.command import SECRET_ENV
 from edgestream.launch.procs import Child, ChildSet, describe_status, tail_lines
 from edgestream.launch.tail import JsonlTail, RanksTail
 from edgestream.launch.view import LiveState, View
@@ -53,7 +56,10 @@ GRACE_S = float(os.environ.get("EDGESTREAM_LAUNCH_GRACE_S", "10"))
 PRODUCER_STOP_S = 40.0
 #: broker reachability attempts (wait_for_broker backoff 0.5, 1 s: about 8 s before giving up)
 BROKER_ATTEMPTS = 3
+#: where an orchestrator of an earlier version left the revealed config (removed when found)
 SECRET_FILE = ".child-config.yaml"
+#: the run's claim: an exclusive flock held for the orchestrator's lifetime (pid, host inside)
+LOCK_FILE = ".orchestrator.lock"
 #: times the orchestrator restarts a parameter server that died before the run ended
 PS_RESTARTS = int(os.environ.get("EDGESTREAM_PS_RESTARTS", "3"))
 
@@ -224,6 +230,10 @@ class LocalRun:
         self.ps_family = self.plan.algorithm.family == "ps"
         self.broker = None          # the managed LocalBroker when this run started it
         self.broker_pid: int | None = None
+        self._lock_fd: int | None = None      # the run's claim (LOCK_FILE), held while this LocalRun runs
+        self._created: list[Path] = []        # folders the claim created (removed if the run never started)
+        self._secret_env: dict[str, str] = {}
+        self._disk_trouble: str | None = None  # a write of the run directory the disk refused
 
     # ------------------------------------------------------------ helpers
     def echo(self, msg: str) -> None:
@@ -231,6 +241,75 @@ class LocalRun:
             self._console.print(msg, markup=False, highlight=False, soft_wrap=True)
         else:
             self._echo(msg)
+
+    # ------------------------------------------------------------ the run's claim
+    def _claim(self) -> None:
+        """Hold the run: an exclusive, non-blocking flock on `<run dir>/LOCK_FILE`, kept until `_release`.
+        Held by a live orchestrator (of this host, whichever run directory path it was given): LaunchError
+        (exit 2) naming the run and the holder's pid and host. A dead holder's lock is free (the kernel
+        drops a flock with its process), so it is taken over."""
+        missing = [p for p in (self.path, *self.path.parents) if not p.exists()]
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise LaunchError(f"cannot create the run directory {self.path}: {exc.strerror}", 1) from None
+        self._created = missing  # deepest first
+        lock = self.path / LOCK_FILE
+        while True:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = self._lock_holder(fd)
+                os.close(fd)
+                self._remove_created()
+                raise LaunchError(f"run {self.run_name} is held by {holder} (lock {lock}); wait for it to end or "
+                                  "stop it", 2) from None
+            try:  # the file we locked may have been removed by a holder that just ended: lock the current one
+                same = os.fstat(fd).st_ino == os.stat(lock).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            os.close(fd)
+        info = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "run": self.run_name,
+                           "since": time.strftime("%Y-%m-%dT%H:%M:%S")})
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, info.encode(), 0)
+        except OSError:
+            pass  # a full disk: the lock holds all the same (the holder is then named without its pid)
+        self._lock_fd = fd
+
+    @staticmethod
+    def _lock_holder(fd: int) -> str:
+        deadline = time.monotonic() + 1.0  # the holder writes its pid just after it took the lock
+        while True:
+            with contextlib.suppress(OSError, ValueError):
+                info = json.loads(os.pread(fd, 4096, 0).decode() or "{}")
+                if info.get("pid"):
+                    return f"another orchestrator (pid {info['pid']} on {info.get('host', '?')}, since " \
+                           f"{info.get('since', '?')})"
+            if time.monotonic() > deadline:
+                return "another orchestrator"
+            time.sleep(0.02)
+
+    def _remove_created(self) -> None:
+        for folder in self._created:  # only while empty: nothing of the run was written
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+        self._created = []
+
+    def _release(self) -> None:
+        """Give the claim up: remove the lock file (while still holding it), then unlock; folders the
+        claim created are removed when the run never wrote anything."""
+        if self._lock_fd is None:
+            return
+        with contextlib.suppress(OSError):
+            (self.path / LOCK_FILE).unlink()
+        os.close(self._lock_fd)
+        self._lock_fd = None
+        self._remove_created()
 
     def _check_fresh(self) -> None:
         if self.resumed:
@@ -242,7 +321,7 @@ class LocalRun:
                     raise LaunchError(f"{self.path}: another orchestrator (pid {other}) runs this run", 2)
             self._check_checkpoints()
             return
-        if self.path.exists() and any(self.path.iterdir()):
+        if self.path.exists() and any(p.name != LOCK_FILE for p in self.path.iterdir()):
             raise LaunchError(f"run directory {self.path} exists; continue it with --resume {self.path}, or choose "
                               "another --run-id", 2)
 
@@ -252,8 +331,26 @@ class LocalRun:
                 "ps": self.ps.pid if self.ps else None,
                 "trainers": {str(r): c.pid for r, c in sorted(self.trainers.items())}}
         tmp = self.path / "pids.json.tmp"
-        tmp.write_text(json.dumps(data, indent=2) + "\n")
-        tmp.replace(self.path / "pids.json")
+        try:
+            tmp.write_text(json.dumps(data, indent=2) + "\n")
+            tmp.replace(self.path / "pids.json")
+        except OSError as exc:  # a full disk: the run goes on; the failure names it
+            self._note_disk(tmp, exc)
+
+    def _note_disk(self, path: Path, exc: OSError) -> None:
+        if self._disk_trouble is None:
+            self._disk_trouble = f"writing {path} failed: {exc.strerror or exc}"
+
+    def _disk_line(self) -> str:
+        """'; <out>: no space left on device (...)' when the run's folder is full or a write failed, else ''."""
+        full = False
+        with contextlib.suppress(OSError):
+            st = os.statvfs(self.path if self.path.exists() else self.out)
+            full = st.f_bavail * st.f_frsize < 64 * 1024
+        if not full and self._disk_trouble is None:
+            return ""
+        what = "no space left on device" if full else "a write failed"
+        return f"; {self.out}: {what}" + (f" ({self._disk_trouble})" if self._disk_trouble else "")
 
     def _connect(self, signals: _Signals) -> str:
         """The bootstrap address of an answering broker (starting the managed one if none was given)."""
@@ -327,28 +424,39 @@ class LocalRun:
         if missing:
             raise LaunchError(f"--resume {self.path}: no checkpoint of rank(s) {', '.join(missing)} in "
                               f"{self.path / 'checkpoints'} (the run stopped before its first checkpoint)", 2)
+        # every file whole (checksum), of this run, rank and config (identity), and, where the workers
+        # move in lockstep (not the PS family), all at one step: else one line naming the file
+        from edgestream.trainer.checkpoint import CheckpointError, check_checkpoints, config_pin
+
+        try:
+            check_checkpoints(self.path, self.world, run=self.run_name, pin=config_pin(self.cfg),
+                              agree=not self.ps_family)
+        except CheckpointError as exc:
+            raise LaunchError(f"--resume: {exc}", 2) from None
 
     def _child_config(self) -> Path:
-        """config.yaml (secrets masked) for the record; the file the children read: config.yaml itself,
-        or, when the config holds secrets, a private copy (mode 0600) removed at the end of the run."""
-        masked = self.cfg.to_yaml()
-        (self.path / "config.yaml").write_text(masked)
-        revealed = self.cfg.to_yaml(reveal_secrets=True)
-        if revealed == masked:
-            return self.path / "config.yaml"
-        secret = self.path / SECRET_FILE
-        with contextlib.suppress(FileNotFoundError):
-            secret.unlink()
-        fd = os.open(secret, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(revealed)
-        return secret
+        """config.yaml (secrets masked): the record, and the file the children read. Secret
+        runtime.kafka_client values never reach the disk: they go to the children in the environment
+        variable SECRET_ENV (JSON; `edgestream.launch.command.load_or_exit` puts them back in place of
+        the masks), readable only by this user (/proc/<pid>/environ) and gone with the processes."""
+        from edgestream.config import is_secret_key
+
+        with contextlib.suppress(OSError):  # left in clear by an earlier version's orchestrator
+            (self.path / SECRET_FILE).unlink()
+        try:
+            (self.path / "config.yaml").write_text(self.cfg.to_yaml())
+        except OSError as exc:
+            raise LaunchError(f"{self.path / 'config.yaml'}: cannot write the run's config ({exc.strerror}); "
+                              f"the out folder is {self.out}", 1) from None
+        secrets = {k: v for k, v in self.cfg.runtime.kafka_client.items() if is_secret_key(k)}
+        self._secret_env = {SECRET_ENV: json.dumps(secrets)} if secrets else {}
+        return self.path / "config.yaml"
 
     def _start_children(self, config_file: Path) -> None:
         from edgestream.kafka.broker import free_port
 
         common = ["--bootstrap", self.bootstrap, "--run-id", self.run_id]
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        env = dict(os.environ, PYTHONUNBUFFERED="1", **self._secret_env)
         self._producer_args = (config_file, common, env)
         for stale in (self.path / "ranks").glob("*.ready"):  # a resumed run's previous session
             stale.unlink()
@@ -406,8 +514,18 @@ class LocalRun:
         self._write_pids()
 
     # ------------------------------------------------------------ the children's phase
+    def _poll_trainers(self, died: dict[int, float]) -> dict[int, int | None]:
+        """{rank: exit status or None}; `died` gets the time each trainer was first seen exited."""
+        codes = {r: c.poll() for r, c in self.trainers.items()}
+        now = time.monotonic()
+        for r, code in codes.items():
+            if code is not None:
+                died.setdefault(r, now)
+        return codes
+
     def _watch(self, signals: _Signals, state: LiveState, view: View, tail: RanksTail) -> _Outcome:
         first_done: float | None = None
+        died: dict[int, float] = {}
         ps_tail = JsonlTail(self.path / "ranks" / PS_FILE) if self.ps_family else None
         while True:
             self._start_producer_when_ready()
@@ -418,15 +536,18 @@ class LocalRun:
             if signals.signum is not None:
                 return _Outcome("signal", f"interrupted by {signal.Signals(signals.signum).name}",
                                 signum=signals.signum)
-            codes = {r: c.poll() for r, c in self.trainers.items()}
+            codes = self._poll_trainers(died)
             failed = [r for r, code in codes.items() if code is not None and code != 0]
             if failed:
                 # when one trainer dies its peers fail soon after (a collective loses them): let them
-                # settle, then name a trainer killed by a signal first, else the lowest rank
-                time.sleep(0.5)
-                codes = {r: c.poll() for r, c in self.trainers.items()}
+                # settle (polling often, to see who went when), then name the first to die; among those
+                # seen in the same poll, one killed by a signal, else the lowest rank
+                settle = time.monotonic() + 0.5
+                while time.monotonic() < settle:
+                    time.sleep(0.02)
+                    codes = self._poll_trainers(died)
                 failed = [r for r, code in codes.items() if code is not None and code != 0]
-                failed.sort(key=lambda r: (codes[r] >= 0, r))
+                failed.sort(key=lambda r: (died[r], codes[r] >= 0, r))
                 r = failed[0]
                 also = "; ".join(f"device {o} {describe_status(codes[o])}" for o in failed[1:])
                 return _Outcome("failed", f"device {r} (trainer rank {r}) {describe_status(codes[r])}"
@@ -460,6 +581,13 @@ class LocalRun:
 
     # ------------------------------------------------------------ the run
     def run(self) -> tuple[Path, dict]:
+        self._claim()  # one orchestrator per run, for its whole life (the run directory's lock)
+        try:
+            return self._run()
+        finally:
+            self._release()
+
+    def _run(self) -> tuple[Path, dict]:
         t0 = time.monotonic()
         previous_wall = 0.0
         if self.resumed:
@@ -468,7 +596,6 @@ class LocalRun:
         outcome = _Outcome()
         view: View | None = None
         producer_summary = None
-        secret_file: Path | None = None
         with _Signals() as signals:
             try:
                 self._check_fresh()
@@ -478,7 +605,6 @@ class LocalRun:
                 (self.path / "ranks").mkdir(exist_ok=True)
                 offsets = record_session(self.path / "ranks", self.world) if self.resumed else {}
                 config_file = self._child_config()
-                secret_file = config_file if config_file.name == SECRET_FILE else None
                 if signals.signum is not None:
                     raise LaunchError(f"interrupted by {signal.Signals(signals.signum).name} before the run started",
                                       128 + signals.signum)
@@ -516,9 +642,6 @@ class LocalRun:
                     view.close()
                 self._console = None
                 self.children.close()
-                if secret_file is not None:
-                    with contextlib.suppress(OSError):
-                        secret_file.unlink()
                 if self.broker is not None:
                     self.broker.stop()
         return self._finish(outcome, t0, previous_wall, producer_summary)
@@ -547,8 +670,13 @@ class LocalRun:
         if self.ps_family:
             extra["ps"] = {**(ps_summary or {"status": "no summary (the parameter server did not finish)"}),
                            "restarts": self.ps_restarts}
-        summary = write_local_rundir(self.path, self.plan, self.run_name, wall_s=previous_wall + wall,
-                                     stop_reason=reason, extra=extra)
+        try:
+            summary = write_local_rundir(self.path, self.plan, self.run_name, wall_s=previous_wall + wall,
+                                         stop_reason=reason, extra=extra)
+        except OSError as exc:  # a full or read-only disk: named below, after the run's own outcome
+            self._note_disk(Path(exc.filename) if exc.filename else self.path, exc)
+            summary = {**extra, "stop_reason": reason}
+        disk = self._disk_line()
         if outcome.kind == "failed":
             child = outcome.child
             detail = []
@@ -562,10 +690,13 @@ class LocalRun:
                         detail.append(f"last lines of {p}:")
                         detail += ["  " + ln for ln in lines]
             stopped = f"; stopped {', '.join(outcome.stopped)}" if outcome.stopped else ""
-            raise LaunchError(f"{outcome.reason}{stopped}; run directory {self.path}", 1, detail, self.path)
+            raise LaunchError(f"{outcome.reason}{disk}{stopped}; run directory {self.path}", 1, detail, self.path)
         if outcome.kind == "signal":
-            raise LaunchError(f"{outcome.reason}: stopped every child; run directory {self.path} (continue with "
+            raise LaunchError(f"{outcome.reason}{disk}: stopped every child; run directory {self.path} (continue with "
                               f"--resume {self.path})", 128 + (outcome.signum or signal.SIGINT), run_dir=self.path)
+        if self._disk_trouble is not None:
+            raise LaunchError(f"the run finished but its run directory is incomplete{disk}; run directory "
+                              f"{self.path}", 1, run_dir=self.path)
         return self.path, summary
 
 

@@ -18,6 +18,11 @@ STEP_FIELDS = ("time", "device", "step", "batch", "wait_s", "compute_s", "comm_s
 
 
 def _clean(v):
+    kind = type(v)  # the common plain types first: a step line has ~25 fields, written per device-step
+    if kind is float:
+        return round(v, 6) if math.isfinite(v) else None
+    if kind is int or kind is bool or kind is str or v is None:
+        return v
     if isinstance(v, float):
         return None if math.isnan(v) or math.isinf(v) else round(v, 6)
     if hasattr(v, "item"):
@@ -27,6 +32,10 @@ def _clean(v):
 
 def _plain(v):
     return str(v)
+
+
+#: one encoder for every line (json.dumps with options builds a new encoder per call)
+_ENCODER = json.JSONEncoder(separators=(",", ":"), default=_plain)
 
 
 class EventLog:
@@ -45,7 +54,8 @@ class EventLog:
                    if path is not None else None)
         self._lock = threading.Lock()
         self.records: list[dict] | None = [] if keep else None
-        self.steps = 0
+        self.steps = 0                          # step lines, all devices together (device-steps)
+        self.device_steps: dict[int, int] = {}  # per device: the steps it took (its last step index + 1)
         self.samples = 0
         self.buffer_max = 0
         self.dropped = 0
@@ -60,6 +70,9 @@ class EventLog:
     def step(self, **fields) -> None:
         rec = {"kind": "step", **{k: _clean(v) for k, v in fields.items()}}
         self.steps += 1
+        device, step = fields.get("device", 0), fields.get("step")
+        if isinstance(device, int) and isinstance(step, int):
+            self.device_steps[device] = max(self.device_steps.get(device, 0), step + 1)
         self.samples += int(fields.get("batch", 0) or 0)
         self.buffer_max = max(self.buffer_max, int(fields.get("buffer_samples", 0) or 0))
         self.dropped += int(fields.get("dropped", 0) or 0)
@@ -84,7 +97,7 @@ class EventLog:
         self._write({"kind": kind, **{k: _clean(v) for k, v in fields.items()}})
 
     def _write(self, rec: dict) -> None:
-        text = json.dumps(rec, separators=(",", ":"), default=_plain) + "\n"
+        text = _ENCODER.encode(rec) + "\n" if self._f is not None else ""  # no file: nothing to encode
         with self._lock:
             if self.records is not None:
                 self.records.append(rec)
@@ -104,7 +117,10 @@ class EventLog:
             "time_to_target_s": ttt,
             "final_accuracy": self.evals[-1][1] if self.evals else None,
             "best_accuracy": max((a for _, a in self.evals), default=None),
-            "steps": self.steps,
+            # the run's steps: the most any device took (a synchronous run's max_steps); every device's
+            # steps added up are device_steps_total
+            "steps": max(self.device_steps.values(), default=self.steps),
+            "device_steps_total": self.steps,
             "samples_trained": self.samples,
             "buffer_max_samples": self.buffer_max,
             "dropped_total": self.dropped,

@@ -125,8 +125,8 @@ def topk_vs_dense(model: str, target: float, out: Path, devices: int = 16) -> di
     fields = ("time_to_target_s", "final_accuracy", "floats_sent_total", "cnc_ratio", "steps")
     return {
         "floats_reduction": ratio(dense["floats_sent_total"], ad["floats_sent_total"]),
-        "floats_per_step_reduction": ratio(dense["floats_sent_total"] / max(1, dense["steps"]),
-                                           ad["floats_sent_total"] / max(1, ad["steps"])),
+        "floats_per_step_reduction": ratio(dense["floats_sent_total"] / max(1, dense["device_steps_total"]),
+                                           ad["floats_sent_total"] / max(1, ad["device_steps_total"])),
         "dense": keep(dense, *fields), "adaptive_topk": keep(ad, *fields),
     }
 

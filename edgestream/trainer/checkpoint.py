@@ -1,40 +1,174 @@
-"""Checkpoints of a real run: one file per rank, tensors and plain types only.
+"""Checkpoints of a real run: one file per rank, tensors and plain types only, checked on load.
 
 `<run dir>/checkpoints/rank<i>.pt` holds the model's state_dict, the optimizer's, the algorithm's
 explicit state (WorkerContext.step and .state), the device's stream state
-(`KafkaStreamDataset.state_dict()`: how far its streams were consumed) and the run's elapsed time.
-It is written to a temporary file and renamed, so a crash leaves the previous checkpoint whole;
-it loads with `torch.load(..., weights_only=True)` (no pickle of arbitrary objects).
+(`KafkaStreamDataset.state_dict()`: how far its streams were consumed when the checkpoint was taken:
+the source of truth on resume, whatever the consumer groups still hold), the run's elapsed time, and
+its identity: the run, the rank, the config pin (`config_pin`) and the step.
+
+On disk (format 3) the file is a torch zip of {"format", "sha256", "body"}: `body` is the torch.save
+bytes of the payload above as a uint8 tensor and `sha256` its checksum, so a flipped bit anywhere in
+the payload is found before anything is restored. Both levels load with
+`torch.load(..., weights_only=True)` (no pickle of arbitrary objects).
+
+Writing: a temporary file, fsynced, renamed over the previous checkpoint, then the directory fsynced:
+a crash or power loss leaves the previous checkpoint or the new one whole, never a mix.
+
+Loading (`load_checkpoint(path, expect=...)`) and the orchestrator's check of all ranks before a resume
+(`check_checkpoints`) raise `CheckpointError`: one line naming the file and what is wrong (unreadable,
+empty, checksum, another run, another rank, another config, ranks at different steps).
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import io
+import json
 import os
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import torch
 
-FORMAT = 2
+FORMAT = 3
+#: config sections outside the pin: a resumed run may change them (where it stops, when it evaluates,
+#: how it connects); everything else decides what the model learns
+PIN_EXCLUDES = ("runtime", "stop", "eval")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be written or must not be resumed; `str()` is one line naming the file."""
 
 
 def checkpoint_path(run_dir: Path, rank: int) -> Path:
     return run_dir / "checkpoints" / f"rank{rank}.pt"
 
 
+def config_pin(cfg: Any) -> str:
+    """A short hash of the resolved config's training-relevant part (all but PIN_EXCLUDES)."""
+    import yaml
+
+    doc = yaml.safe_load(cfg.to_yaml()) or {}
+    for section in PIN_EXCLUDES:
+        doc.pop(section, None)
+    return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def identity(run: str, rank: int, pin: str) -> dict:
+    """What a checkpoint must match to be resumed: the run, the rank, the config pin."""
+    return {"run": str(run), "rank": int(rank), "pin": str(pin)}
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def save_checkpoint(path: Path, *, model, optimizer, step: int, state: dict, stream: dict, elapsed_s: float,
-                    samples: int) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    payload = {"format": FORMAT, "model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": int(step),
-               "state": state, "stream": stream, "elapsed_s": float(elapsed_s), "samples": int(samples)}
+                    samples: int, ident: dict | None = None) -> None:
+    """Write the checkpoint atomically and durably (see module doc); CheckpointError naming the file when
+    the disk refuses (full, read-only): the previous checkpoint stays whole."""
+    payload = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": int(step),
+               "state": state, "stream": stream, "elapsed_s": float(elapsed_s), "samples": int(samples),
+               "identity": {**(ident or {}), "step": int(step)}}
+    buf = io.BytesIO()
+    torch.save(payload, buf)
+    body = buf.getbuffer()
+    outer = {"format": FORMAT, "sha256": hashlib.sha256(body).hexdigest(),
+             "body": torch.frombuffer(bytearray(body), dtype=torch.uint8)}
     tmp = path.with_suffix(".tmp")
-    torch.save(payload, tmp)
-    os.replace(tmp, path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(tmp, "wb") as f:
+            torch.save(outer, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        _fsync_dir(path.parent)
+    except (OSError, RuntimeError) as exc:  # torch's zip writer reports a failed write as RuntimeError
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else " ".join(str(exc).split())[:160]
+        who = f"device {ident['rank']}: " if ident and "rank" in ident else ""
+        raise CheckpointError(f"{who}cannot write the checkpoint {path}: {reason}") from None
 
 
-def load_checkpoint(path: Path, map_location: Any = "cpu") -> dict:
-    """The checkpoint at `path` (weights_only: tensors and plain types only)."""
-    data = torch.load(path, map_location=map_location, weights_only=True)
-    if data.get("format") != FORMAT:
-        raise ValueError(f"{path}: checkpoint format {data.get('format')!r}, this edgestream reads {FORMAT}")
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return (text.splitlines()[0][:160] if text else type(exc).__name__)
+
+
+def load_checkpoint(path: Path, map_location: Any = "cpu", *, expect: dict | None = None) -> dict:
+    """The checkpoint at `path` (weights_only: tensors and plain types only), its checksum verified and,
+    with `expect` (see `identity`), its run, rank and config pin; CheckpointError (one line naming the
+    file) otherwise."""
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+    except OSError as exc:
+        raise CheckpointError(f"{path}: cannot read the checkpoint ({exc.strerror})") from None
+    if size == 0:
+        raise CheckpointError(f"{path}: empty file, not a checkpoint (a write interrupted, or a full disk)")
+    try:
+        outer = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - torch raises many kinds for a damaged zip or pickle
+        raise CheckpointError(f"{path}: not a readable checkpoint ({_first_line(exc)})") from None
+    if not isinstance(outer, dict) or outer.get("format") != FORMAT:
+        found = outer.get("format") if isinstance(outer, dict) else type(outer).__name__
+        raise CheckpointError(f"{path}: checkpoint format {found!r}, this edgestream reads {FORMAT}")
+    body = outer.get("body")
+    if not isinstance(body, torch.Tensor) or body.dtype != torch.uint8 or not isinstance(outer.get("sha256"), str):
+        raise CheckpointError(f"{path}: not a checkpoint of format {FORMAT} (no body or checksum)")
+    raw = body.numpy().tobytes()
+    if hashlib.sha256(raw).hexdigest() != outer["sha256"]:
+        raise CheckpointError(f"{path}: checksum mismatch: the file is corrupted (a flipped bit or a damaged "
+                              "disk); restore it or resume from another copy")
+    try:
+        data = torch.load(io.BytesIO(raw), map_location=map_location, weights_only=True)
+    except Exception as exc:  # noqa: BLE001
+        raise CheckpointError(f"{path}: not a readable checkpoint ({_first_line(exc)})") from None
+    ident = data.get("identity") if isinstance(data, dict) else None
+    if not isinstance(ident, dict):
+        raise CheckpointError(f"{path}: the checkpoint has no identity (run, rank, config pin)")
+    if expect is not None:
+        if ident.get("run") != expect["run"]:
+            raise CheckpointError(f"{path}: a checkpoint of run {ident.get('run')}, not of run {expect['run']}")
+        if ident.get("rank") != expect["rank"]:
+            raise CheckpointError(f"{path}: rank {ident.get('rank')}'s checkpoint, not rank {expect['rank']}'s "
+                                  "(a file copied from another rank)")
+        if ident.get("pin") != expect["pin"]:
+            raise CheckpointError(f"{path}: written under another config (pin {ident.get('pin')}, this config's "
+                                  f"pin {expect['pin']}); a resumed run may change only {', '.join(PIN_EXCLUDES)}")
     return data
+
+
+def step_disagreement(where: str, steps: dict[int, int], paths: dict[int, Any] | None = None) -> str | None:
+    """None when every rank is at the same step, else one line naming the ranks and their steps."""
+    if len(set(steps.values())) <= 1:
+        return None
+    counts = Counter(steps.values())
+    common = max(counts, key=lambda s: (counts[s], s))
+    odd = sorted(r for r, s in steps.items() if s != common)
+    agree = sorted(r for r, s in steps.items() if s == common)
+    first = paths[odd[0]] if paths else where
+    others = "; ".join(f"rank {r} at step {steps[r]}" for r in odd)
+    return (f"{first}: the ranks' checkpoints are at different steps ({others}; rank{'s' if len(agree) > 1 else ''} "
+            f"{', '.join(map(str, agree))} at step {common}): all ranks must resume from one step")
+
+
+def check_checkpoints(run_dir: Path, world: int, *, run: str, pin: str, agree: bool = True) -> dict[int, int]:
+    """Verify every rank's checkpoint (checksum, identity) and, with `agree`, that they hold one step;
+    returns {rank: step}, or CheckpointError naming the file (the orchestrator's check before a resume)."""
+    steps, paths = {}, {}
+    for rank in range(world):
+        paths[rank] = checkpoint_path(run_dir, rank)
+        steps[rank] = int(load_checkpoint(paths[rank], expect=identity(run, rank, pin))["step"])
+    problem = step_disagreement(str(run_dir / "checkpoints"), steps, paths) if agree else None
+    if problem:
+        raise CheckpointError(problem)
+    return steps

@@ -91,7 +91,7 @@ class DistCollectives:
     """Performs AllReduce / AllGather (blocking or started) for this process's rank."""
 
     def __init__(self, rank: int, world: int, group: Any = None, *, reduction: Reduction = "allreduce",
-                 bucket_mb: float = DEFAULT_BUCKET_MB) -> None:
+                 bucket_mb: float = DEFAULT_BUCKET_MB, host_staging: bool = False) -> None:
         if reduction not in REDUCTIONS:
             raise ValueError(f"reduction must be one of {', '.join(REDUCTIONS)}, got {reduction!r}")
         if not (isinstance(bucket_mb, (int, float)) and math.isfinite(bucket_mb) and bucket_mb > 0):
@@ -99,6 +99,9 @@ class DistCollectives:
         self.rank, self.world, self.group = rank, world, group
         self.reduction: Reduction = reduction
         self.bucket_bytes = max(1, int(bucket_mb * 2**20))
+        # gloo reduces CUDA tensors but cannot all-gather them: a GPU rank in a gloo group (a mixed
+        # cluster, edgestream.trainer.backend) stages its all-gathers through host memory
+        self.host_staging = bool(host_staging)
 
     # ------------------------------------------------------------------ all-reduce
     def start_all_reduce(self, req: AllReduce) -> Pending:
@@ -188,6 +191,9 @@ class DistCollectives:
         payload = [t.detach().contiguous() for t in req.payload]
         if self.world == 1:
             return Pending([], lambda: [[t.clone() for t in payload]], nbytes=0)
+        home = payload[0].device if payload else torch.device("cpu")
+        if self.host_staging and home.type != "cpu":
+            payload = [t.cpu() for t in payload]
         device = payload[0].device if payload else torch.device("cpu")
         k = len(payload)
         # sizes first (blocking, tiny): numel and shape (ndim <= 4) of every payload tensor
@@ -210,7 +216,7 @@ class DistCollectives:
             gathered.append(bufs)
 
         def finish() -> list[list[Tensor]]:
-            return [[gathered[j][r][:_numel(sizes[r][j])].reshape(sizes[r][j]).clone() for j in range(k)]
+            return [[gathered[j][r][:_numel(sizes[r][j])].reshape(sizes[r][j]).to(home, copy=True) for j in range(k)]
                     for r in range(self.world)]
 
         nbytes = sum(t.numel() * t.element_size() for t in payload)

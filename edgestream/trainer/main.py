@@ -19,6 +19,7 @@ a rank outside the config's devices, a rendezvous that times out (naming MASTER_
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
@@ -92,8 +93,58 @@ def param_digest(params: list[torch.Tensor]) -> str:
     return h.hexdigest()
 
 
+class _RankLogHandler(logging.FileHandler):
+    """The rank's log file. A write that fails (a full disk) is remembered in `error` and logging to the
+    file stops, instead of logging's "--- Logging error ---" traceback on stderr: the trainer's own writes
+    then fail too and end it with one line naming the path (`_disk_error`)."""
+
+    error: OSError | None = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.error is None:
+            super().emit(record)
+
+    def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802 - logging's name
+        exc = sys.exc_info()[1]
+        if isinstance(exc, OSError) and self.error is None:
+            self.error = exc
+            return
+        super().handleError(record)
+
+
+class _GuardedEvents:
+    """The rank's EventLog as the evaluation thread sees it: a write that fails with an OSError (a full
+    disk) is remembered in `error`, not raised in the thread (the training thread's next write names it)."""
+
+    def __init__(self, events: Any) -> None:
+        self._events, self.error = events, None
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._events, name)
+        if not callable(attr):
+            return attr
+
+        def call(*args: Any, **kw: Any) -> Any:
+            try:
+                return attr(*args, **kw)
+            except OSError as exc:
+                self.error = self.error or exc
+                return None
+        return call
+
+
+def _disk_error(rank: Any, exc: OSError, where: Path | str) -> str:
+    """One line for a file the trainer could not write: the path (the error's own, else `where`), why, and
+    the device."""
+    path = exc.filename if exc.filename is not None else where
+    why = exc.strerror or type(exc).__name__
+    hint = {errno.ENOSPC: " (the disk is full)", errno.EROFS: " (choose a writable --out)",
+            errno.EACCES: " (choose a writable --out)"}.get(exc.errno, "")
+    return f"device {rank}: cannot write {path}: {why}{hint}"
+
+
 def _setup_logging(path: Path) -> logging.Handler:
-    handler = logging.FileHandler(path)
+    handler = _RankLogHandler(path)
     handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
     root = logging.getLogger("edgestream")
     root.addHandler(handler)
@@ -101,16 +152,40 @@ def _setup_logging(path: Path) -> logging.Handler:
     return handler
 
 
-def _rendezvous(env: DistEnv, backend: str, timeout_s: float) -> None:
-    """init_process_group over env://; a missing peer ends in TrainerError naming the address."""
+def _rendezvous(env: DistEnv, cuda: bool, requested: str, timeout_s: float) -> str:
+    """The env:// rendezvous, where the ranks agree on one backend (edgestream.trainer.backend), then
+    init_process_group with it; returns the backend. A missing peer ends in TrainerError naming the
+    address; ranks that cannot agree end in the same one line on every rank."""
+    from torch.distributed import rendezvous
+
+    from edgestream.trainer.backend import BackendError, negotiate
+
     os.environ.update(MASTER_ADDR=env.master_addr, MASTER_PORT=str(env.master_port))
     try:
-        dist.init_process_group(backend, init_method="env://", rank=env.rank, world_size=env.world,
+        store, _, _ = next(rendezvous("env://", rank=env.rank, world_size=env.world,
+                                      timeout=timedelta(seconds=timeout_s)))
+        backend, announced = negotiate(store, env.rank, env.world, cuda=cuda, requested=requested,
+                                       timeout_s=timeout_s)
+        log.info("backend %s agreed by %d ranks (%s)", backend, env.world, announced)
+        dist.init_process_group(backend, store=store, rank=env.rank, world_size=env.world,
                                 timeout=timedelta(seconds=timeout_s))
+        return backend
+    except BackendError as exc:
+        raise TrainerError(f"device {env.rank}: {exc}") from None
     except Exception as exc:  # noqa: BLE001 - torch raises several kinds (DistStoreError, RuntimeError, ...)
         detail = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
         raise TrainerError(f"rendezvous at {env.master_addr}:{env.master_port} failed: not all {env.world} trainers "
                            f"joined within {timeout_s:.0f} s ({detail})") from None
+
+
+def _agree_on_step(env: DistEnv, step: int, device: torch.device, path: Path, describe) -> None:
+    """All-gather the step each rank's checkpoint holds; TrainerError on every rank when they differ."""
+    mine = torch.tensor([step], dtype=torch.int64, device=device)
+    steps = [torch.zeros_like(mine) for _ in range(env.world)]
+    dist.all_gather(steps, mine)
+    problem = describe(str(path.parent), {r: int(t.item()) for r, t in enumerate(steps)})
+    if problem:
+        raise TrainerError(f"device {env.rank}: {problem}")
 
 
 def _join_ps(plan: Any, bootstrap: str, run: str, env: DistEnv, model: torch.nn.Module, device: torch.device,
@@ -142,7 +217,19 @@ def _join_ps(plan: Any, bootstrap: str, run: str, env: DistEnv, model: torch.nn.
 
 def train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: bool = False, digest: bool = True,
           environ: dict | None = None) -> dict:
-    """Run this process's worker until the group stops; returns the rank's summary (see module doc)."""
+    """Run this process's worker until the group stops; returns the rank's summary (see module doc).
+    A file it cannot write (a read-only or full output folder) ends it with one line naming the path and
+    the device (TrainerError)."""
+    try:
+        return _train(cfg, run_id=run_id, bootstrap=bootstrap, out=out, resume=resume, digest=digest,
+                      environ=environ)
+    except OSError as exc:
+        rank = (os.environ if environ is None else environ).get("RANK", "?")
+        raise TrainerError(_disk_error(rank, exc, Path(out))) from None
+
+
+def _train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: bool = False, digest: bool = True,
+           environ: dict | None = None) -> dict:
     from edgestream.kafka.admin import KafkaUnavailable
     from edgestream.kafka.topics import run_name
     from edgestream.metrics import EventLog
@@ -152,9 +239,18 @@ def train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: boo
     from edgestream.runner.evaluate import BackgroundEvaluation
     from edgestream.runner.plan import RunPlan
     from edgestream.runner.session import WorkerSession
-    from edgestream.trainer.checkpoint import checkpoint_path, load_checkpoint, save_checkpoint
+    from edgestream.trainer.backend import BackendError, check_requested
+    from edgestream.trainer.checkpoint import (
+        CheckpointError,
+        checkpoint_path,
+        config_pin,
+        identity,
+        load_checkpoint,
+        save_checkpoint,
+        step_disagreement,
+    )
     from edgestream.trainer.collectives import DistCollectives
-    from edgestream.trainer.performer import ACK_INTERVAL_S, Stopped, TrainerPerformer
+    from edgestream.trainer.performer import ACK_INTERVAL_S, Diverged, Stopped, TrainerPerformer
 
     try:
         plan = RunPlan.resolve(cfg)
@@ -171,20 +267,31 @@ def train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: boo
     device = torch.device(f"cuda:{env.local_rank}" if cuda else "cpu")
     if cuda:
         torch.cuda.set_device(device)
-    backend = os.environ.get("EDGESTREAM_BACKEND") or ("nccl" if cuda else "gloo")
+    try:  # what this rank was told (empty: automatic); the ranks agree at the rendezvous
+        requested = check_requested(os.environ.get("EDGESTREAM_BACKEND"))
+    except BackendError as exc:
+        raise TrainerError(f"device {env.rank}: {exc}") from None
+    backend = requested or ("nccl" if cuda else "gloo")  # this rank's wish, until the rendezvous
     log.info("rank %d/%d run %s device %s backend %s reduction %s bootstrap %s", env.rank, env.world, run, device,
              backend, cfg.runtime.reduction, bootstrap)
 
     model = plan.build_model().to(device).train()  # every rank (and every engine) starts from the same model
     optimizer = plan.build_optimizer(model)
     ckpt_file = checkpoint_path(run_dir, env.rank)
+    ckpt_ident = identity(run, env.rank, config_pin(cfg))  # checked on load, written into every checkpoint
     ckpt = None
     if resume:
         if not ckpt_file.exists():
             raise TrainerError(f"--resume: no checkpoint {ckpt_file} (set checkpoint.every_steps to write them)")
-        ckpt = load_checkpoint(ckpt_file, map_location=device)
-        model.load_state_dict(ckpt["model"])
-        optimizer.load_state_dict(ckpt["optimizer"])
+        try:  # checksum, run, rank and config pin: one line naming the file when any differs
+            ckpt = load_checkpoint(ckpt_file, map_location=device, expect=ckpt_ident)
+            model.load_state_dict(ckpt["model"])
+            optimizer.load_state_dict(ckpt["optimizer"])
+        except CheckpointError as exc:
+            raise TrainerError(f"device {env.rank}: {exc}") from None
+        except (RuntimeError, ValueError, KeyError) as exc:  # a state that does not fit this model/optimizer
+            raise TrainerError(f"device {env.rank}: {ckpt_file}: does not fit this run's model or optimizer "
+                               f"({' '.join(str(exc).split())[:160]})") from None
 
     stop_event = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -197,8 +304,10 @@ def train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: boo
     # CPU than the trainer's own per-step overhead: benchmarks/bench_vs_ddp.py.)
     commit = "sync" if plan.checkpoint_every is not None else "async"
     try:
-        dataset = plan.kafka_dataset(bootstrap, run, env.rank, timeout=1.0, commit=commit, broker_timeout_s=float(
-            os.environ.get("EDGESTREAM_BROKER_TIMEOUT_S", BROKER_TIMEOUT_S)))
+        # on a GPU the batch crosses as uint8 and is normalised there (consumers/dataset.py)
+        dataset = plan.kafka_dataset(bootstrap, run, env.rank, timeout=1.0, commit=commit, torch_device=device,
+                                     broker_timeout_s=float(os.environ.get("EDGESTREAM_BROKER_TIMEOUT_S",
+                                                                           BROKER_TIMEOUT_S)))
         if ckpt is not None:  # the stream positions that match the restored model
             dataset.load_state_dict(ckpt["stream"])
     except KafkaUnavailable as exc:
@@ -215,7 +324,9 @@ def train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: boo
     else:
         timeout_s = float(os.environ.get("EDGESTREAM_RENDEZVOUS_TIMEOUT_S", RENDEZVOUS_TIMEOUT_S))
         try:
-            _rendezvous(env, backend, timeout_s)
+            backend = _rendezvous(env, cuda, requested, timeout_s)
+            if ckpt is not None:  # every rank resumes from the same step, or none does
+                _agree_on_step(env, int(ckpt["step"]), device, ckpt_file, step_disagreement)
         except TrainerError:
             dataset.close()
             raise
@@ -227,7 +338,9 @@ def train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: boo
     performer = TrainerPerformer(env.rank, model, optimizer, dataset,
                                  None if ps_run else DistCollectives(env.rank, env.world,
                                                                      reduction=cfg.runtime.reduction,
-                                                                     bucket_mb=cfg.runtime.bucket_mb), meters,
+                                                                     bucket_mb=cfg.runtime.bucket_mb,
+                                                                     host_staging=backend == "gloo" and cuda),
+                                 meters,
                                  device=device, static=compute.factor(env.rank), dynamic=compute.dynamic,
                                  curve=compute.curve,
                                  seed=plan.seed, defer_acks=every is not None,
@@ -243,7 +356,7 @@ def train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: boo
         ds = plan.dataset
         x_test = ds.normalize(torch.from_numpy(ds.x_test)).to(device)
         y_test = torch.from_numpy(ds.y_test).long().to(device)
-        evaluation = BackgroundEvaluation(model, x_test, y_test, events, stop, plan.eval_every_s,
+        evaluation = BackgroundEvaluation(model, x_test, y_test, _GuardedEvents(events), stop, plan.eval_every_s,
                                           lock=performer.model_lock,
                                           on_eval=lambda now, step, acc: log.info("eval t=%.1fs step %d accuracy "
                                                                                   "%.4f", now, step, acc))
@@ -255,8 +368,12 @@ def train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: boo
         # contract); the stream's state holds how far it was consumed, so a restarted worker
         # continues from exactly here
         ctx = session.ctx
-        save_checkpoint(ckpt_file, model=model, optimizer=optimizer, step=ctx.step, state=ctx.state,
-                        stream=dataset.state_dict(), elapsed_s=performer.now(env.rank), samples=performer.samples)
+        try:
+            save_checkpoint(ckpt_file, model=model, optimizer=optimizer, step=ctx.step, state=ctx.state,
+                            stream=dataset.state_dict(), elapsed_s=performer.now(env.rank),
+                            samples=performer.samples, ident=ckpt_ident)
+        except CheckpointError as exc:  # a full or read-only disk: one line naming the file and the device
+            raise TrainerError(str(exc)) from None
         performer.commit_pending()  # acks become durable only with the checkpoint that holds their model
         saved_at["step"] = ctx.step
         log.info("checkpoint: step %d", ctx.step)
@@ -274,6 +391,7 @@ def train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: boo
                             param_names=param_names(model), signal=stop_event.is_set, on_log=[at_log])
     performer.push_id = lambda: session.ctx.step  # a push's id: the worker's step (the PS drops repeats)
     performer.stop_reason = lambda: session.stop.reason
+    performer.step = lambda: session.ctx.step  # the step an error names (as the step lines count it)
     if ckpt is not None:
         session.resume(ckpt["step"], ckpt["state"])
     t_start = time.monotonic()
@@ -286,15 +404,27 @@ def train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: boo
     except PSStopped as exc:
         status = "stopped"
         raise TrainerError(f"device {env.rank}: {exc}") from None
-    except (RuntimeError, dist.DistError) as exc:  # a peer died or the group broke: one line, details in the log
+    except (TrainerError, Diverged) as exc:  # already one line naming the device (and the step or the file)
+        status = "failed"
+        log.error("%s", exc)
+        raise TrainerError(str(exc)) from None
+    except OSError as exc:  # a full or read-only disk under the rank's files
+        status = "failed"
+        raise TrainerError(_disk_error(env.rank, exc, ranks)) from None
+    except Exception as exc:  # a peer died or the group broke, or an unexpected error: one line, details in the log
         status = "failed"
         text = " ".join(str(exc).split())
-        if not isinstance(exc, dist.DistError) and not any(w in text.lower() for w in ("gloo", "nccl", "connection",
-                                                                                       "peer", "timed out")):
-            raise
-        log.exception("collective failed")
-        raise TrainerError(f"device {env.rank}: a collective with the other trainers failed (a peer died or the "
-                           f"network broke): {text[:160]}") from None
+        if isinstance(exc, dist.DistError) or (isinstance(exc, RuntimeError) and any(
+                w in text.lower() for w in ("gloo", "nccl", "connection", "peer", "timed out"))):
+            log.exception("collective failed")
+            raise TrainerError(f"device {env.rank}: a collective with the other trainers failed (a peer died or "
+                               f"the network broke): {text[:160]}") from None
+        log.exception("unexpected error at step %d", session.ctx.step)
+        raise TrainerError(f"device {env.rank}: unexpected {type(exc).__name__} at step {session.ctx.step}: "
+                           f"{text[:200]} (traceback in {ranks / f'{env.rank}.log'})") from None
+    except BaseException:
+        status = "failed"
+        raise
     finally:
         if evaluation is not None:
             if status == "finished":
@@ -311,6 +441,7 @@ def train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: boo
             ps_client.close()
         if dist.is_initialized():
             dist.destroy_process_group()
+        log.info("rank %d: status %s at step %d", env.rank, status, session.ctx.step)
         logging.getLogger("edgestream").removeHandler(handler)
         handler.close()
     totals = dataset.totals
