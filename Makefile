@@ -8,7 +8,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: demo test bench reproduce lint install jars clean help
+.PHONY: demo test test-py312 bench reproduce lint install jars clean help
 
 help:
 	@echo "make demo   run the main job (managed Kafka broker + streaming + training demo)"
@@ -36,6 +36,28 @@ demo: jars
 test: jars
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
 
+# Python 3.12 (the Jetson image's Python): a second venv runs the tests that cover every package under
+# 3.12 -- config, wire, serde, sync, simulator, collectives, PS wire, decode, CLI, backend agreement,
+# TensorBoard, and real trainers on the broker. CI runs it after `make test`.
+PYTHON312 ?= $(shell command -v python3.12 >/dev/null 2>&1 && python3.12 -c 'import sys' 2>/dev/null && command -v python3.12 || ls -d $$HOME/.pyenv/versions/3.12*/bin/python3.12 2>/dev/null | tail -1)
+VENV312   := .venv312
+STAMP312  := $(VENV312)/.installed
+PY312_TESTS ?= tests/test_config.py tests/test_data_wire.py tests/test_data_serde.py tests/test_sync_exchange.py \
+	tests/test_sim_engine.py tests/test_sim_batched.py tests/test_collectives.py tests/test_ps_wire.py \
+	tests/test_consumer_device_decode.py tests/test_cli.py tests/test_backend.py tests/test_tensorboard.py \
+	tests/test_trainer.py::test_ddl_two_ranks_learn_with_identical_replicas
+
+$(STAMP312): pyproject.toml setup.py edgestream/data/_wirefast.c
+	@test -n "$(PYTHON312)" || { echo "python3.12 not found: install it or set PYTHON312=/path/to/python3.12"; exit 1; }
+	@test -x $(VENV312)/bin/python || $(PYTHON312) -m venv $(VENV312)
+	$(VENV312)/bin/python -m pip install -q --upgrade pip
+	$(VENV312)/bin/python -m pip install -q -e ".[dev]"
+	@touch $(STAMP312)
+
+test-py312: jars $(STAMP312)
+	$(VENV312)/bin/python -c 'import sys; assert sys.version_info[:2] == (3, 12), sys.version'
+	$(VENV312)/bin/pytest -p no:cacheprovider $(PY312_TESTS)
+
 bench: jars
 	$(PY) benchmarks/run_all.py
 
@@ -47,5 +69,5 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check edgestream tests benchmarks
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache build
+	rm -rf $(VENV) $(VENV312) runs .pytest_cache build
 	rm -f edgestream/data/_wirefast*.so

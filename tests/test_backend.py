@@ -65,7 +65,7 @@ import json  # noqa: E402
 import os  # noqa: E402
 import time  # noqa: E402
 
-from tests.test_trainer import _config, _finish, _free_port, _produce, _start  # noqa: E402
+from test_trainer import _config, _finish, _free_port, _produce, _start  # noqa: E402
 
 
 def _run(tmp_path, bootstrap, name, told: list[str], *, max_steps: int = 4):
