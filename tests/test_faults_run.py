@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from test_launch import finish  # the launch tests' helper: an orchestrator's exit, or a failure if it hangs
 
 CLI = [sys.executable, "-m", "edgestream.cli"]
 HANG_S = 240
@@ -49,14 +50,6 @@ def start(cfg: Path, bootstrap: str, *args: str, out: Path | None = None, run_id
                              *where, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def finish(proc: subprocess.Popen) -> tuple[int, str, str]:
-    try:
-        out, err = proc.communicate(timeout=HANG_S)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        out, err = proc.communicate()
-        pytest.fail(f"the orchestrator hung; stderr:\n{err}")
-    return proc.returncode, out, err
 
 
 def run(cfg: Path, bootstrap: str, *args: str, **kw) -> tuple[int, str, str]:

@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 import yaml
 from confluent_kafka import Consumer, Producer, TopicPartition
+from test_trainer import _finish  # noqa: E402  (the trainer tests' helper: wait for every process, kill on a hang)
 
 from edgestream.config import load_config, validate_dict
 from edgestream.kafka import consumer_config, device_topic, dlq_topic, producer_config
@@ -81,17 +82,6 @@ def _start(cfg_path: Path, bootstrap: str, run_id: str, out: Path, world: int, *
     return procs
 
 
-def _finish(procs: list[subprocess.Popen], timeout: float = 180) -> list[tuple[int, str, str]]:
-    results = []
-    for p in procs:
-        try:
-            out, err = p.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()
-            raise
-        results.append((p.returncode, out, err))
-    return results
 
 
 def _one_line(err: str) -> str:
