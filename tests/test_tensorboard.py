@@ -89,3 +89,19 @@ def test_a_real_run_writes_tensorboard_scalars(bootstrap, tmp_path):
                                   progress=False)
     assert summary["stop_reason"] == "max_steps"
     _check(run_dir, 2)
+
+
+def test_the_optional_mlflow_logger_never_fails_a_run(tmp_path, monkeypatch):
+    """mlflow is not a dependency: with MLFLOW_TRACKING_URI set and mlflow absent (or failing), a run still
+    writes its whole run directory, and the logger says it did nothing."""
+    import importlib.util
+
+    from edgestream.metrics.tensorboard import log_mlflow
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"file://{tmp_path / 'mlruns'}")
+    run_dir, summary = run_config(_cfg("tb-mlflow", "ddl", 2, steps=4), "sim", out=tmp_path, progress=False)
+    assert (run_dir / "summary.json").is_file() and (run_dir / "tensorboard").is_dir()
+    if importlib.util.find_spec("mlflow") is None:
+        assert log_mlflow(run_dir, _events(run_dir), summary) is False
+    monkeypatch.delenv("MLFLOW_TRACKING_URI")
+    assert log_mlflow(run_dir, _events(run_dir), summary) is False  # not asked for: nothing done

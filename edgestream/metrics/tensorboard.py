@@ -25,6 +25,7 @@ An optional MLflow copy (`log_mlflow`) runs when the `mlflow` package is importa
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -123,10 +124,16 @@ def log_mlflow(run_dir: str | Path, records: Iterable[dict], summary: dict[str, 
         import mlflow  # type: ignore[import-not-found]
     except ImportError:
         return False
-    with mlflow.start_run(run_name=Path(run_dir).name):
-        mlflow.log_params({k: v for k, v in summary.items() if isinstance(v, str)})
-        mlflow.log_metrics({k: float(v) for k, v in summary.items()
-                            if isinstance(v, (int, float)) and not isinstance(v, bool)})
-        for tag, value, step, _ in scalars(records):
-            mlflow.log_metric(tag.replace("/", "."), value, step=step)
+    try:  # the experiment: MLFLOW_EXPERIMENT_NAME, else "edgestream" (created when missing)
+        mlflow.set_experiment(os.environ.get("MLFLOW_EXPERIMENT_NAME") or "edgestream")
+        with mlflow.start_run(run_name=Path(run_dir).name):
+            mlflow.log_params({k: v for k, v in summary.items() if isinstance(v, str)})
+            mlflow.log_metrics({k: float(v) for k, v in summary.items()
+                                if isinstance(v, (int, float)) and not isinstance(v, bool)})
+            for tag, value, step, _ in scalars(records):
+                mlflow.log_metric(tag.replace("/", "."), value, step=step)
+    except Exception as exc:  # noqa: BLE001 -- an optional logger never fails the run
+        first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
+        print(f"warning: MLflow logging to {os.environ['MLFLOW_TRACKING_URI']} failed: {first}", file=sys.stderr)
+        return False
     return True
