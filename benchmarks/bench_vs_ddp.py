@@ -445,7 +445,8 @@ def plot(rows: list[dict], path: str) -> None:
         ax.set_xlabel("world size (trainer processes, gloo)")
         ax.set_ylabel("step time, slowest rank (ms)")
         ax.set_title(f"{model}, batch {mine[0]['batch']} per rank (labels: edgestream / DDP)")
-        ax.set_ylim(bottom=0)
+        top = max(1000.0 / min(r["ddp_steps_per_s"], r["edgestream_steps_per_s"]) for r in mine)
+        ax.set_ylim(0, top * 1.15)  # room for the ratio labels
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8, loc="lower right")
     fig.tight_layout()
