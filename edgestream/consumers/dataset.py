@@ -163,6 +163,8 @@ class KafkaStreamDataset(IterableDataset):
                 c["inj_next"] = inj_next
             if deadline is not None and time.monotonic() >= deadline:
                 return None
+            if not raw.messages:  # the stream said samples were there, none could be fetched yet (e.g. a
+                time.sleep(0.05)  # broker coming back): wait a moment rather than ask it again at once
         carry, self._carry = self._carry, self._no_carry()
         if inj_next is None:
             inj_next = carry["inj_next"]

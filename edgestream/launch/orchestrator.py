@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from edgestream.config import RESUME_MAY_CHANGE
 from edgestream.kafka.broker import pid_alive
 from edgestream.launch.command import SECRET_ENV
 from edgestream.launch.procs import Child, ChildSet, describe_status, tail_lines
@@ -139,7 +140,6 @@ def _first_difference(a: Any, b: Any, path: str = "") -> str | None:
 
 
 #: config sections a resumed run may change (where it stops, when it evaluates, how it connects)
-RESUME_MAY_CHANGE = ("runtime", "stop", "eval")
 
 
 def resume_target(resume: Path, cfg: Any) -> tuple[Path, str]:

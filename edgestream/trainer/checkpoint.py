@@ -32,10 +32,11 @@ from typing import Any
 
 import torch
 
+from edgestream.config import RESUME_MAY_CHANGE
+
 FORMAT = 3
-#: config sections outside the pin: a resumed run may change them (where it stops, when it evaluates,
-#: how it connects); everything else decides what the model learns
-PIN_EXCLUDES = ("runtime", "stop", "eval")
+#: config sections outside the pin: a resumed run may change them (edgestream.config.RESUME_MAY_CHANGE)
+PIN_EXCLUDES = RESUME_MAY_CHANGE
 
 
 class CheckpointError(ValueError):
