@@ -131,20 +131,14 @@ def main() -> None:
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp)
-        if "A" in args.parts:
-            print("\n".join(["### A: the critical batch (DDL, no data wait, lr linear in b)"]
-                            + part_a(args.devices, args.target, out)))
-        if "B" in args.parts:
-            print("\n".join(["### B: ScaDLES' lr rule at S2, batch nearly free"]
-                            + part_b(args.devices, args.target, out)))
-        if "C" in args.parts:
-            print("\n".join(["### C: S1' piece by piece"] + part_c(args.devices, args.target, out)))
-        if "D" in args.parts:
-            print("\n".join(["### D: compute-bound like the paper (t(64) = 1.2 s), S2 and S2'"]
-                            + part_d(args.devices, args.target, out)))
-        if "E" in args.parts:
-            print("\n".join(["### E: the K80 profile (resnet18-cifar), all four presets"]
-                            + part_e(args.devices, args.target, out)))
+        parts = {"A": ("the critical batch (DDL, no data wait, lr linear in b)", part_a),
+                 "B": ("ScaDLES' lr rule at S2, batch nearly free", part_b),
+                 "C": ("S1' piece by piece", part_c),
+                 "D": ("compute-bound like the paper (t(64) = 1.2 s), S2 and S2'", part_d),
+                 "E": ("the K80 profile (resnet18-cifar), all four presets", part_e)}
+        for key, (title, part) in parts.items():
+            if key in args.parts:
+                print("\n".join([f"### {key}: {title}"] + part(args.devices, args.target, out)))
     print(f"wall {time.perf_counter() - t0:.0f} s", file=sys.stderr)
 
 
