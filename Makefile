@@ -17,7 +17,7 @@ help:
 	@echo "make reproduce  the papers' claims, quick runs (REPRODUCE_ARGS= for the full ones) -> reproduce/"
 	@echo "make lint   ruff"
 
-$(STAMP): pyproject.toml setup.py edgestream/data/_wirefast.c
+$(STAMP): pyproject.toml setup.py edgestream/data/_wirefast.c edgestream/sim/_shuffle.c
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "edgestream needs Python 3.11+ (set PYTHON=...)")'
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
@@ -47,7 +47,7 @@ PY312_TESTS ?= tests/test_config.py tests/test_data_wire.py tests/test_data_serd
 	tests/test_consumer_device_decode.py tests/test_cli.py tests/test_backend.py tests/test_tensorboard.py \
 	tests/test_trainer.py::test_ddl_two_ranks_learn_with_identical_replicas
 
-$(STAMP312): pyproject.toml setup.py edgestream/data/_wirefast.c
+$(STAMP312): pyproject.toml setup.py edgestream/data/_wirefast.c edgestream/sim/_shuffle.c
 	@test -n "$(PYTHON312)" || { echo "python3.12 not found: install it or set PYTHON312=/path/to/python3.12"; exit 1; }
 	@test -x $(VENV312)/bin/python || $(PYTHON312) -m venv $(VENV312)
 	$(VENV312)/bin/python -m pip install -q --upgrade pip
@@ -70,4 +70,4 @@ lint: $(STAMP)
 
 clean:
 	rm -rf $(VENV) $(VENV312) runs .pytest_cache build
-	rm -f edgestream/data/_wirefast*.so
+	rm -f edgestream/data/_wirefast*.so edgestream/sim/_shuffle*.so

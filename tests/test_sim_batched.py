@@ -15,14 +15,24 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch import nn
 
 from edgestream.data.order import ShardOrder
 from edgestream.metrics import EventLog
 from edgestream.runner.plan import RunPlan
+from edgestream.sim import orders as orders_mod
 from edgestream.sim.batched import BatchedCompute, batch_independent
 from edgestream.sim.engine import COMPUTE_ENV, SimConfigError, SimEngine
-from edgestream.sim.orders import SMALL_SHARD, EpochOrders, epoch_permutation, permutation, seed_words
+from edgestream.sim.orders import (
+    SMALL_SHARD,
+    EpochOrders,
+    epoch_permutation,
+    permutation,
+    permutations,
+    seed_words,
+)
 from edgestream.sim.replicas import Replicas
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -237,6 +247,44 @@ def test_epoch_permutations_are_the_producers_order():
         order = ShardOrder(plan.shards[device], plan.seed, device)
         got = engine.data.stream_indices(device, 3, 250)
         assert got.tolist() == [order.index(k) for k in range(3, 250)]
+
+
+def test_the_c_shuffle_is_built_and_equals_python_and_numpy():
+    """The C extension (built by `make install`) and the Python fallback give numpy's permutations."""
+    assert orders_mod._shuffle is not None, "edgestream.sim._shuffle was not built (setup.py)"
+    keys = np.array([(s, d, e) for s in (0, 5, 2**32 - 1) for d in (0, 9, 4095) for e in (0, 1, 300)],
+                    dtype=np.uint32)
+    words = seed_words(keys)
+    for n in (1, 2, 3, 16, SMALL_SHARD, 257):
+        fast = permutations(words, n)
+        assert fast.shape == (len(keys), n) and fast.dtype == np.int64
+        for row, key, w in zip(fast.tolist(), keys.tolist(), words.tolist(), strict=True):
+            want = np.random.default_rng(key).permutation(n).tolist()
+            assert row == want == permutation(w, n), (key, n)
+    with pytest.raises(ValueError, match="out must hold"):
+        orders_mod._shuffle.permutations(words, 4, np.empty((len(keys), 3), dtype=np.int64))
+    with pytest.raises(ValueError, match="n must be"):
+        orders_mod._shuffle.permutations(words, 0, np.empty((len(keys), 0), dtype=np.int64))
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), device=st.integers(0, 2**32 - 1), epoch=st.integers(0, 2**32 - 1),
+       n=st.integers(1, 64))
+def test_permutations_equal_numpy_for_any_key(seed: int, device: int, epoch: int, n: int) -> None:
+    key = [seed, device, epoch]
+    got = permutations(seed_words(np.array([key], dtype=np.uint32)), n)[0].tolist()
+    assert got == np.random.default_rng(np.array(key, dtype=np.uint32)).permutation(n).tolist()
+
+
+def test_epoch_orders_without_the_c_shuffle(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Python fallback (no C compiler at install) gives the same blocks."""
+    shard = np.arange(40, 47)
+    orders = [ShardOrder(shard, 3, d) for d in range(2)]
+    with_c = EpochOrders(orders).indices(1, 5, 400).tolist()
+    monkeypatch.setattr(orders_mod, "_shuffle", None)
+    without = EpochOrders(orders)
+    assert without.agrees()
+    assert without.indices(1, 5, 400).tolist() == with_c == [orders[1].index(k) for k in range(5, 400)]
 
 
 def test_stream_blocks_span_epochs_and_seed_blocks():

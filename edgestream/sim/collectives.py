@@ -7,9 +7,9 @@ does not depend on arrival order) and the operation completes NetworkModel time 
 Operations use the network one at a time: one that is ready while another is still transferring
 starts when that one ends (as NCCL serialises collectives on one communicator).
 
-Results: an all-reduce hands every worker its own fresh tensors (rows of one block per tensor:
-disjoint memory, so a worker may modify its own), in a `ReduceResult`: a list that also carries the
-operation's `derive` memo, so a value every receiver computes from the result alike (the gradient
+Results: an all-reduce hands every worker its own fresh tensors (disjoint memory, so a worker may
+modify its own; copied from the sum when first read), in a `ReduceResult`: a sequence that also
+carries the operation's `derive` memo, so a value every receiver computes from the result alike (the gradient
 exchange's mean, sum / W) is computed once per operation instead of once per worker; derived values
 are shared by the receivers and read-only. An all-gather snapshots every contribution once and hands
 all receivers the same snapshots (copying them per receiver would cost O(M^2) per step); receivers
@@ -20,11 +20,10 @@ derived value) was modified in place (tensor version counters).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
 from torch import Tensor
 
 from edgestream.sim.costs import NetworkModel
@@ -36,23 +35,38 @@ def _nbytes(tensors: list[Tensor]) -> int:
     return sum(t.numel() * t.element_size() for t in tensors)
 
 
-def _copies(acc: list[Tensor], world: int) -> list[list[Tensor]]:
-    """`world` independent copies of `acc` (acc itself for rank 0): the other copies are rows of one
-    [world - 1, ...] block per tensor, a few torch calls in all instead of one per worker."""
-    if world == 1:
-        return [acc]
-    with torch.no_grad():
-        rows = [t.unsqueeze(0).expand(world - 1, *t.shape).clone().unbind(0) for t in acc]
-    return [acc] + [list(r) for r in zip(*rows, strict=True)]
+class ReduceResult(Sequence):
+    """One worker's all-reduce result: a sequence of its own fresh tensors, plus `derive`, the memo of
+    the operation it belongs to (one memo shared by all the operation's receivers).
 
+    Its tensors are copied from the operation's sum when the worker first reads them (copy on first
+    access, one tensor at a time): the exchange reads only the small [W, stop] tensor and takes the
+    mean through `derive`, so at M workers the M full copies an eager result would make (M x the
+    model, every step) are never made. A tensor once read is the worker's own (it may modify it)."""
 
-class ReduceResult(list):
-    """One worker's all-reduce result: its own tensors, plus `derive`, the memo of the operation it
-    belongs to (one memo shared by all the operation's receivers)."""
+    __slots__ = ("_sum", "_own", "_memo", "_watch")
 
-    def __init__(self, tensors: list[Tensor], memo: dict[Any, Any], watch: Callable[[Any], None]) -> None:
-        super().__init__(tensors)
+    def __init__(self, total: list[Tensor], memo: dict[Any, Any], watch: Callable[[Any], None]) -> None:
+        self._sum = total                       # the operation's result, never handed out itself
+        self._own: list[Tensor | None] = [None] * len(total)
         self._memo, self._watch = memo, watch
+
+    def __len__(self) -> int:
+        return len(self._sum)
+
+    def _at(self, i: int) -> Tensor:
+        t = self._own[i]
+        if t is None:
+            t = self._own[i] = self._sum[i].clone()
+        return t
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return [self._at(i) for i in range(*index.indices(len(self._sum)))]
+        return self._at(range(len(self._sum))[index])
+
+    def __iter__(self) -> Iterator[Tensor]:
+        return (self._at(i) for i in range(len(self._sum)))
 
     def derive(self, key: Any, make: Callable[[], Any]) -> Any:
         """make()'s value for `key`, computed by the first receiver that asks (from its result as handed
@@ -145,7 +159,8 @@ class Collectives:
         if isinstance(reqs[0], AllReduce):
             memo: dict[Any, Any] = {}
             watch = self._watcher(op, "a value derived from an AllReduce result (shared by the receivers)")
-            op.results = [ReduceResult(r, memo, watch) for r in _copies(reduce_all(reqs), self.world)]
+            total = reduce_all(reqs)
+            op.results = [ReduceResult(total, memo, watch) for _ in range(self.world)]
             nbytes = max(_nbytes(r.tensors) for r in reqs)
             op.comm_s = self.network.allreduce(nbytes, self.world)
             self.bytes_moved += nbytes * self.world

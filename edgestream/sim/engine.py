@@ -44,7 +44,9 @@ calibrated compute model depends on this machine's speed).
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import gc
 import itertools
 import os
 import time
@@ -101,6 +103,26 @@ COMPUTE_MODES = ("auto", "batched", "per-device")
 class SimConfigError(EngineError):
     """A config the simulator cannot run (bad algorithm params, rates, dataset sizes...); `problems`
     holds one line per problem, as `ConfigError` does."""
+
+
+#: the cyclic garbage collector's youngest-generation threshold while a simulation runs (Python's
+#: default is 700): every request allocates a few container objects (SimPy events, generator frames,
+#: dicts), so at the default a young collection ran every ~100 requests and each one walked the
+#: survivors; a run's garbage is almost all freed by reference counting anyway. 20,000 objects keep
+#: the memory a collection would reclaim small (about 15% more device-steps/s at 256 devices).
+GC_THRESHOLD_0 = 20_000
+
+
+@contextlib.contextmanager
+def fewer_gc_passes() -> Generator[None, None, None]:
+    """Raise the collector's youngest-generation threshold to GC_THRESHOLD_0 for the block (never lower
+    it), and restore the previous thresholds after."""
+    before = gc.get_threshold()
+    gc.set_threshold(max(before[0], GC_THRESHOLD_0), *before[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*before)
 
 
 @dataclass
@@ -277,6 +299,10 @@ class SimEngine:
     def run(self) -> SimStats:
         """Simulate until every worker returned (or the hard limit); returns the run's stats."""
         env, group = self.env, self.group
+        with fewer_gc_passes():
+            return self._run(env, group)
+
+    def _run(self, env: simpy.Environment, group: WorkerGroup) -> SimStats:
         try:
             procs = [env.process(d) for d in group.drivers(on_finish=self.collectives.worker_finished,
                                                            profile=self.stats.driver)]

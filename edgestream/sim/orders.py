@@ -9,8 +9,9 @@ largest data cost. `EpochOrders` gives the same permutations:
 * small shards (n <= `SMALL_SHARD`): numpy's SeedSequence hashing of the key [seed, device, epoch] is
   vectorised over a block of `BLOCK` epochs at once (`seed_words`: the same uint32 arithmetic, the
   hash constants do not depend on the data), then each epoch's PCG64 stream and numpy's Fisher-Yates
-  shuffle (`permutation`: bounded draws by masked rejection from 32-bit halves of the 64-bit outputs)
-  run in Python integers;
+  shuffle (bounded draws by masked rejection from 32-bit halves of the 64-bit outputs) run for the
+  whole block in one call of the C extension `_shuffle` (`permutations`), or in Python integers
+  (`permutation`) where the extension is not built;
 * larger shards: numpy itself, with the key as a uint32 array (the same SeedSequence, without the
   list's slow conversion).
 
@@ -26,6 +27,13 @@ from typing import Any
 import numpy as np
 
 from edgestream.data.order import ShardOrder
+
+try:  # optional C extension (setup.py); the Python `permutation` gives the same values
+    from edgestream.sim import _shuffle
+except ImportError:  # pragma: no cover - depends on the build
+    _shuffle = None
+if not hasattr(_shuffle, "permutations"):  # built without 128-bit integers
+    _shuffle = None
 
 #: shards up to this size use the vectorised seeding and the Python shuffle
 SMALL_SHARD = 32
@@ -115,6 +123,20 @@ def permutation(words: Any, n: int) -> list[int]:
     return arr
 
 
+def permutations(words: np.ndarray, n: int) -> np.ndarray:
+    """[E, n] int64: row e = default_rng(key e).permutation(n), from the keys' `seed_words` rows
+    ([E, 4] uint64): the C extension edgestream.sim._shuffle in one call when it is built, else
+    `permutation` row by row (the same values)."""
+    words = np.ascontiguousarray(words, dtype=np.uint64)
+    out = np.empty((len(words), n), dtype=np.int64)
+    if _shuffle is not None:
+        _shuffle.permutations(words, n, out)
+    else:
+        for e, row in enumerate(words.tolist()):
+            out[e] = permutation(row, n)
+    return out
+
+
 def epoch_permutation(shard: np.ndarray, seed: int, device: int, epoch: int) -> np.ndarray:
     """`shard` in epoch `epoch`'s order, through numpy (ShardOrder's formula; the key as a uint32
     array when it fits, which is the same SeedSequence)."""
@@ -168,20 +190,17 @@ class EpochOrders:
             out = np.repeat(shard, count)
         elif n <= SMALL_SHARD and 0 <= o.seed <= _M32 and 0 <= device <= _M32 and 0 <= first \
                 and last <= _M32:
-            positions: list[int] = []
-            for words in self._seeds(device, o.seed, first, last):
-                positions.extend(permutation(words, n))
-            out = shard[np.array(positions, dtype=np.int64)]
+            out = shard[permutations(self._seeds(device, o.seed, first, last), n).reshape(-1)]
         else:
             out = np.concatenate([epoch_permutation(shard, o.seed, device, e) for e in range(first, last + 1)])
         out = np.ascontiguousarray(out, dtype=np.int64)
         out.flags.writeable = False  # batches hold views of it
         return first * n, out
 
-    def _seeds(self, device: int, seed: int, first: int, last: int) -> list[list[int]]:
-        """The seed words of epochs first..last of `device` (rows of 4 ints), from blocks of `BLOCK`
+    def _seeds(self, device: int, seed: int, first: int, last: int) -> np.ndarray:
+        """The seed words of epochs first..last of `device` ([E, 4] uint64), from blocks of `BLOCK`
         epochs seeded at once."""
-        rows: list[list[int]] = []
+        rows: list[np.ndarray] = []
         epoch = first
         while epoch <= last:
             block = self._words.get(device)
@@ -191,9 +210,9 @@ class EpochOrders:
                 keys = np.stack([np.full(len(epochs), seed), np.full(len(epochs), device), epochs], axis=1)
                 block = self._words[device] = (epoch, seed_words(keys))
             stop = min(last + 1, block[0] + len(block[1]))
-            rows += block[1][epoch - block[0]:stop - block[0]].tolist()
+            rows.append(block[1][epoch - block[0]:stop - block[0]])
             epoch = stop
-        return rows
+        return rows[0] if len(rows) == 1 else np.concatenate(rows)
 
     def agrees(self, epochs: tuple[int, ...] = (0, 1, 7, BLOCK + 3)) -> bool:
         """Whether these orders equal fresh `ShardOrder`s on device 0 and the first device of each

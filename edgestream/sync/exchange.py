@@ -177,12 +177,13 @@ def exchange(
             out.append(_meta(float(weight), flag, dtype, device))
         sent += _nbytes(out)
         reduced = yield AllReduce(out, op="sum")
+        derive = getattr(reduced, "derive", None)
         if meta_known is None:
-            w_sum, stop_sum = reduced[-1].tolist()
+            w_sum, stop_sum = (reduced[-1].tolist() if derive is None
+                               else derive(("meta",), lambda: tuple(reduced[-1].tolist())))
             meta_known = (float(w_sum), bool(stop_sum > 0))
         total, any_stop = meta_known
         n = len(ts)
-        derive = getattr(reduced, "derive", None)
         if derive is not None:
             # the simulator's all-reduce result (edgestream.sim.collectives.ReduceResult): every worker
             # would divide the same sum by the same W, so the first does it and the others share the

@@ -21,20 +21,21 @@ def reduce_all(requests: list[AllReduce]) -> list[Tensor]:
         raise RuntimeError(f"all-reduce mismatch: workers asked for ops {sorted(ops)}")
     shapes = [t.shape for t in first.tensors]
     for r in requests[1:]:
-        if len(r.tensors) != len(shapes) or any(t.shape != s for t, s in zip(r.tensors, shapes, strict=True)):
+        if [t.shape for t in r.tensors] != shapes:
             raise RuntimeError(f"all-reduce mismatch: tensor shapes differ between workers "
                                f"({[tuple(s) for s in shapes]} vs {[tuple(t.shape) for t in r.tensors]})")
+    # under no_grad the inputs are only read (no detach needed: nothing is recorded)
     with torch.no_grad():
         if first.op == "sum":
             acc = [t.detach().clone() for t in first.tensors]
             for r in requests[1:]:
-                torch._foreach_add_(acc, [t.detach() for t in r.tensors])
+                torch._foreach_add_(acc, r.tensors)
             return acc
         total = float(sum(float(r.weight) for r in requests))
         if total <= 0:
             raise RuntimeError("weighted_mean all-reduce with total weight <= 0")
         acc = torch._foreach_mul([t.detach() for t in first.tensors], float(first.weight))
         for r in requests[1:]:
-            torch._foreach_add_(acc, [t.detach() for t in r.tensors], alpha=float(r.weight))
+            torch._foreach_add_(acc, r.tensors, alpha=float(r.weight))
         torch._foreach_div_(acc, total)
         return acc
