@@ -72,12 +72,14 @@ class StepMeter:
         """The worker's own-stream samples of a batch (their sequence numbers and labels, int arrays):
         `seq_first`, `seq_last`, `seq_count` and `labels_crc` (CRC-32 of the int64 labels, chained over
         the step's batches). Every engine notes the same fields, so runs can be compared sample by sample."""
-        seqs = np.asarray(seqs, dtype=np.int64)
+        if type(seqs) is not range:  # a range (the simulator's consecutive positions) needs no array
+            seqs = np.asarray(seqs, dtype=np.int64)
         if len(seqs) == 0:
             return
-        self.gauges.setdefault("seq_first", int(seqs[0]))
-        crc = zlib.crc32(np.ascontiguousarray(labels, dtype=np.int64).tobytes(), int(self.gauges.get("labels_crc", 0)))
-        self.gauge(seq_last=int(seqs[-1]), seq_count=int(self.gauges.get("seq_count", 0)) + len(seqs), labels_crc=crc)
+        gauges = self.gauges
+        gauges.setdefault("seq_first", int(seqs[0]))
+        crc = zlib.crc32(np.ascontiguousarray(labels, dtype=np.int64).tobytes(), int(gauges.get("labels_crc", 0)))
+        gauges.update(seq_last=int(seqs[-1]), seq_count=int(gauges.get("seq_count", 0)) + len(seqs), labels_crc=crc)
 
     def fields(self) -> dict[str, Any]:
         return {"wait_s": self.wait_s, "compute_s": self.compute_s, "comm_s": self.comm_s,

@@ -27,12 +27,9 @@ from typing import Any
 from torch import Tensor
 
 from edgestream.sim.costs import NetworkModel
+from edgestream.sync.exchange import payload_nbytes
 from edgestream.sync.reduction import reduce_all
 from edgestream.sync.requests import AllGather, AllReduce
-
-
-def _nbytes(tensors: list[Tensor]) -> int:
-    return sum(t.numel() * t.element_size() for t in tensors)
 
 
 class ReduceResult(Sequence):
@@ -161,14 +158,14 @@ class Collectives:
             watch = self._watcher(op, "a value derived from an AllReduce result (shared by the receivers)")
             total = reduce_all(reqs)
             op.results = [ReduceResult(total, memo, watch) for _ in range(self.world)]
-            nbytes = max(_nbytes(r.tensors) for r in reqs)
+            nbytes = max(payload_nbytes(r.tensors) for r in reqs)
             op.comm_s = self.network.allreduce(nbytes, self.world)
             self.bytes_moved += nbytes * self.world
         else:
             payloads = [r.payload for r in reqs]
             self._shared.extend((op, t, t._version, "an AllGather result") for p in payloads for t in p)
             op.results = [list(payloads) for _ in range(self.world)]
-            sizes = [_nbytes(p) for p in payloads]
+            sizes = [payload_nbytes(p) for p in payloads]
             op.comm_s = self.network.allgather(sizes)
             self.bytes_moved += sum(sizes)
         op.requests = [None] * self.world  # free the contributions

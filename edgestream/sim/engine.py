@@ -356,7 +356,7 @@ class SimEngine:
         meter.gauge(buffer_samples=taken.backlog, buffer_bytes=taken.backlog * self.data.sample_bytes,
                     held_samples=taken.held, rate=plan.rate)
         own_labels = self.data.labels(indices[:plan.target])
-        meter.note_samples(np.arange(taken.start, taken.stop), own_labels)  # own stream: seq = position
+        meter.note_samples(range(taken.start, taken.stop), own_labels)  # own stream: seq = position
         self.last_backlog[rank], self.last_held[rank] = taken.backlog, taken.held
         self.stats.wall["data"] += wall + perf() - c0
         return batch

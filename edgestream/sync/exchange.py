@@ -106,8 +106,9 @@ def _meta(weight: float, flag: float, dtype: torch.dtype, device: Any) -> Tensor
     return torch.tensor([weight, flag], dtype=dtype, device=device)
 
 
-def _nbytes(tensors: Sequence[Tensor]) -> int:
-    return sum(t.numel() * t.element_size() for t in tensors)
+def payload_nbytes(tensors: Sequence[Tensor]) -> int:
+    """Bytes of `tensors` as they travel (numel x element size each)."""
+    return sum(t.nbytes for t in tensors)
 
 
 def _floats(nbytes: int) -> int:
@@ -155,7 +156,7 @@ def exchange(
     if compress and adaptive is not None:
         adaptive.observe(_compression_loss(compressor, memory, grads, names))
         meta = torch.tensor([float(adaptive.vote()), 1.0, float(weight), flag], dtype=torch.float64, device=device)
-        sent += _nbytes([meta])
+        sent += payload_nbytes([meta])
         (reduced,) = yield AllReduce([meta], op="sum")
         votes, m = int(round(float(reduced[0]))), int(round(float(reduced[1])))
         compress = 2 * votes >= m
@@ -175,7 +176,7 @@ def exchange(
             out = [weight * t for t in ts]
         if meta_known is None:
             out.append(_meta(float(weight), flag, dtype, device))
-        sent += _nbytes(out)
+        sent += payload_nbytes(out)
         reduced = yield AllReduce(out, op="sum")
         derive = getattr(reduced, "derive", None)
         if meta_known is None:
@@ -204,7 +205,7 @@ def exchange(
         sent_compressed.append(c)
         payload.extend(c.payload)
     payload.append(torch.tensor([float(weight), flag], dtype=dtype, device=device))
-    sent += _nbytes(payload)
+    sent += payload_nbytes(payload)
     gathered = yield AllGather(payload)
     weights = [float(p[-1][0]) for p in gathered]
     total = sum(weights)
