@@ -9,6 +9,9 @@ converted and normalised on the GPU, and each pass ends with torch.cuda.synchron
 work is inside the timed loop -- else the CPU, where the host normalises while it decodes. A third
 column, the dataset with normalize=None (raw uint8 batches on the host), is the host's share of the
 device path: what the host does per batch when a GPU normalises (less the pinned copy's launch).
+A fourth, the raw poll that also copies each batch's bytes into one contiguous buffer (b"".join), is
+the floor of any batch builder: a batch tensor needs its samples in one buffer, and the raw poll's
+messages each hold their own bytes.
 
     python benchmarks/bench_consumer_decode.py [--samples 200000] [--batches 256,64,1024] [--passes 15]
                                                [--device auto|cpu|cuda]
@@ -50,7 +53,9 @@ def fill(bootstrap: str, run: str, n: int) -> None:
     p.flush()
 
 
-def raw_poll(bootstrap: str, run: str, n: int, per_call: int, group: str = "raw") -> float:
+def raw_poll(bootstrap: str, run: str, n: int, per_call: int, group: str = "raw", copy: bool = False) -> float:
+    """Samples/s of a raw poll; copy=True also copies each call's message bytes into one contiguous
+    buffer (b"".join: one copy, no checks, no conversion) -- the least any batch builder must add."""
     c = Consumer(consumer_config(bootstrap, f"{run}.{group}"))
     c.assign([TopicPartition(device_topic(run, 0), 0, 0)])
     got, t0 = 0, time.perf_counter()
@@ -58,7 +63,10 @@ def raw_poll(bootstrap: str, run: str, n: int, per_call: int, group: str = "raw"
         # a raw poll that receives the bytes (value()), without decoding them, asking consume() for
         # `per_call` messages a call (the dataset asks for one batch; ask only for what remains:
         # consume() waits its full timeout for a count that never comes)
-        got += sum(1 for m in c.consume(min(per_call, n - got), timeout=1.0) if m.error() is None and m.value())
+        values = [m.value() for m in c.consume(min(per_call, n - got), timeout=1.0) if m.error() is None]
+        if copy and values:
+            np.frombuffer(b"".join(values), dtype=np.uint8)
+        got += sum(1 for v in values if v)
     dt = time.perf_counter() - t0
     c.close()
     return n / dt
@@ -98,6 +106,7 @@ def dataset_rate(bootstrap: str, run: str, n: int, batch: int, group: str = "ds"
 
 def measure(bootstrap: str, run: str, n: int, batch: int, passes: int, device: str) -> dict:
     kinds = {"raw": lambda g: raw_poll(bootstrap, run, n, batch, g),
+             "copy": lambda g: raw_poll(bootstrap, run, n, batch, g, copy=True),
              "ds": lambda g: dataset_rate(bootstrap, run, n, batch, g, device),
              "u8": lambda g: dataset_rate(bootstrap, run, n, batch, g, device, normalize=False)}
     for kind, rate in kinds.items():  # one pass each to warm the broker's JIT
@@ -105,18 +114,20 @@ def measure(bootstrap: str, run: str, n: int, batch: int, passes: int, device: s
     got: dict[str, list[float]] = {kind: [] for kind in kinds}
     order = list(kinds)
     for i in range(passes):  # interleaved, rotating which goes first, so all see the same machine
-        for kind in order[i % 3:] + order[:i % 3]:
+        k = i % len(order)
+        for kind in order[k:] + order[:k]:
             got[kind].append(kinds[kind](f"{kind}{batch}.{i}"))
-        print(f"  batch {batch} pass {i + 1}/{passes}: raw {got['raw'][-1]:,.0f}/s dataset {got['ds'][-1]:,.0f}/s "
-              f"uint8 {got['u8'][-1]:,.0f}/s", file=sys.stderr, flush=True)
-    raws, ourss, u8s = got["raw"], got["ds"], got["u8"]
-    raw, ours, u8 = (float(np.median(v)) for v in (raws, ourss, u8s))
+        print(f"  batch {batch} pass {i + 1}/{passes}: raw {got['raw'][-1]:,.0f}/s raw+copy {got['copy'][-1]:,.0f}/s "
+              f"dataset {got['ds'][-1]:,.0f}/s uint8 {got['u8'][-1]:,.0f}/s", file=sys.stderr, flush=True)
+    raws, ourss, u8s, copies = got["raw"], got["ds"], got["u8"], got["copy"]
+    raw, ours, u8, copied = (float(np.median(v)) for v in (raws, ourss, u8s, copies))
     pair_ratios = [o / r for o, r in zip(ourss, raws, strict=True)]
     return {"batch": batch, "raw_poll_per_s": round(raw), "dataset_float32_per_s": round(ours),
             "ratio": round(ours / raw, 3), "ratio_median_of_passes": round(float(np.median(pair_ratios)), 3),
             "dataset_uint8_per_s": round(u8), "uint8_ratio": round(u8 / raw, 3),
+            "raw_copy_per_s": round(copied), "raw_copy_ratio": round(copied / raw, 3),
             "passes": {"raw": [round(r) for r in raws], "dataset": [round(o) for o in ourss],
-                       "uint8": [round(u) for u in u8s]}}
+                       "uint8": [round(u) for u in u8s], "raw_copy": [round(c) for c in copies]}}
 
 
 def main() -> None:
