@@ -20,6 +20,7 @@ from edgestream.compression.base import (
     build_compressor,
     build_memory,
     k_of,
+    payload_nbytes,
     scatter_add_sparse,
 )
 from edgestream.compression.fp16 import FP16Compressor
@@ -52,6 +53,7 @@ __all__ = [
     "compression_loss_reference",
     "group_compress",
     "k_of",
+    "payload_nbytes",
     "scatter_add_sparse",
     "topk_tensor",
 ]

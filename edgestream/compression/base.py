@@ -88,9 +88,15 @@ class Memory(Protocol):
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
 
+def payload_nbytes(tensors: Sequence[torch.Tensor]) -> int:
+    """Bytes of `tensors` as they travel (numel x element size each): the one count every engine,
+    exchange, wire format and benchmark uses."""
+    return sum(t.nbytes for t in tensors)
+
+
 def wire_counts(payload: Sequence[torch.Tensor]) -> tuple[int, int]:
     """(floats, nbytes) of a payload: bytes summed over tensors, floats = ceil(bytes / 4)."""
-    nbytes = sum(t.numel() * t.element_size() for t in payload)
+    nbytes = payload_nbytes(payload)
     return math.ceil(nbytes / 4), nbytes
 
 

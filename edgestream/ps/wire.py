@@ -61,7 +61,7 @@ from torch import Tensor
 from xxhash import xxh3_64
 from xxhash import xxh3_64_intdigest as _xxh3
 
-from edgestream.sync.ps_worker import nbytes as tensor_bytes  # noqa: F401 (the one dense-bytes count)
+from edgestream.compression import payload_nbytes as tensor_bytes  # noqa: F401 (the one dense-bytes count)
 
 WIRE_VERSION = 2
 MAGIC = b"ESPS"

@@ -26,8 +26,8 @@ from typing import Any
 
 from torch import Tensor
 
+from edgestream.compression import payload_nbytes
 from edgestream.sim.costs import NetworkModel
-from edgestream.sync.exchange import payload_nbytes
 from edgestream.sync.reduction import reduce_all
 from edgestream.sync.requests import AllGather, AllReduce
 

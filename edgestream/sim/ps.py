@@ -25,6 +25,7 @@ from typing import Any
 
 import simpy
 
+from edgestream.compression import payload_nbytes
 from edgestream.runner.driver import StepMeter
 from edgestream.sim.costs import NetworkModel
 from edgestream.sync.coordinator import Coordinator
@@ -88,7 +89,7 @@ class PSNode:
             yield ev
         blocked = float(self.env.now) - t0
         reply = self.coord.pull(rank, float(self.env.now))
-        nbytes = sum(t.numel() * t.element_size() for t in reply.params)
+        nbytes = payload_nbytes(reply.params)
         end = self._send(self.down_free, rank, nbytes)
         yield self.env.timeout(end - self.env.now)
         self.blocked_s[rank] += blocked

@@ -25,6 +25,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from edgestream.compression import payload_nbytes
 from edgestream.sync.context import WorkerContext
 from edgestream.sync.params import Param, coerce
 from edgestream.sync.requests import (
@@ -93,7 +94,7 @@ def worker(ctx: WorkerContext) -> Generator[Any, Any, None]:
         yield Apply(g_tilde, lr)
         for b in pending:
             yield Ack(b)
-        nbytes = sum(t.numel() * t.element_size() for t in sent)
+        nbytes = payload_nbytes(sent)
         fields = dict(step=ctx.step, batch=n, global_batch=total_n, loss=loss_sum / max(n, 1), lr=lr,
                       ref_batches=refs, floats_sent=-(-nbytes // 4), bytes_sent=nbytes, compressed=False)
         ctx.step += 1

@@ -37,6 +37,7 @@ from edgestream.compression import (
     build_compressor,
     build_memory,
     compression_loss,
+    payload_nbytes,
     scatter_add_sparse,
 )
 from edgestream.sync.requests import Ack, AllGather, AllReduce, Apply
@@ -104,11 +105,6 @@ def _meta(weight: float, flag: float, dtype: torch.dtype, device: Any) -> Tensor
     per step and there are few distinct values (building a tensor costs more than the step's other
     bookkeeping); safe to share because no engine's all-reduce modifies its inputs."""
     return torch.tensor([weight, flag], dtype=dtype, device=device)
-
-
-def payload_nbytes(tensors: Sequence[Tensor]) -> int:
-    """Bytes of `tensors` as they travel (numel x element size each)."""
-    return sum(t.nbytes for t in tensors)
 
 
 def _floats(nbytes: int) -> int:

@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 
+from edgestream.compression import payload_nbytes
 from edgestream.sync.context import WorkerContext
 from edgestream.sync.params import Param, coerce
 from edgestream.sync.requests import (
@@ -115,7 +116,7 @@ def _periodic_averaging(
                 tau = adacomm_tau(f_group, f_0, tau_0, tau)
         done, loss_sum = 0, 0.0
         ctx.state.update(tau=tau, f_0=f_0, rounds=rounds, period_steps=done, loss_sum=loss_sum)
-        nbytes = sum(t.numel() * t.element_size() for t in sent)
+        nbytes = payload_nbytes(sent)
         yield Log(step=ctx.step, round=rounds, tau=tau, group_loss=f_group, floats_sent=-(-nbytes // 4),
                   bytes_sent=nbytes, compressed=False)
         if stop:

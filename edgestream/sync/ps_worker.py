@@ -28,7 +28,7 @@ from typing import Any
 
 from torch import Tensor
 
-from edgestream.compression import NoneCompressor
+from edgestream.compression import NoneCompressor, payload_nbytes
 from edgestream.sync.context import WorkerContext
 from edgestream.sync.exchange import Codec, _compression_loss
 from edgestream.sync.params import Param, coerce
@@ -41,17 +41,12 @@ BATCH = Param("batch", None, "int", ge=1, optional=True,
 _IDENTITY = NoneCompressor()
 
 
-def nbytes(tensors: Sequence[Tensor]) -> int:
-    """Bytes of dense tensors."""
-    return sum(t.numel() * t.element_size() for t in tensors)
-
-
 def encode(grads: Sequence[Tensor], codec: Codec, names: Sequence[str]) -> tuple[list[Tensor], int, bool]:
     """(dense update the PS receives, bytes on the wire, compressed?) for one push of `grads`."""
     grads = list(grads)
     compressor, memory = codec.compressor, codec.memory
     if compressor is None or compressor.name == "none":
-        return grads, nbytes(grads), False
+        return grads, payload_nbytes(grads), False
     compress = True
     if codec.adaptive is not None:
         codec.adaptive.observe(_compression_loss(compressor, memory, grads, names))
@@ -61,7 +56,7 @@ def encode(grads: Sequence[Tensor], codec: Codec, names: Sequence[str]) -> tuple
         if memory is not None:
             for t, n in zip(ts, names, strict=True):
                 memory.update(t, n, _IDENTITY, _IDENTITY.compress(t, n))
-        return ts, nbytes(ts), False
+        return ts, payload_nbytes(ts), False
     out, sent = [], 0
     for g, n in zip(grads, names, strict=True):
         t = g if memory is None else memory.compensate(g, n)

@@ -34,6 +34,8 @@ from typing import Any, Literal, Protocol
 
 from torch import Tensor
 
+from edgestream.compression.base import payload_nbytes
+
 ReduceOp = Literal["weighted_mean", "sum"]
 
 
@@ -203,7 +205,7 @@ class Push:
         """Bytes this push costs on the wire."""
         if self.nbytes is not None:
             return int(self.nbytes)
-        return sum(t.numel() * t.element_size() for t in self.update) + 16 * len(self.losses or ())
+        return payload_nbytes(self.update) + 16 * len(self.losses or ())
 
 
 @dataclass(frozen=True)

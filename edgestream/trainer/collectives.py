@@ -41,6 +41,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
+from edgestream.compression import payload_nbytes
 from edgestream.sync.reduction import reduce_all
 from edgestream.sync.requests import AllGather, AllReduce
 
@@ -116,7 +117,7 @@ class DistCollectives:
     def _start_bucketed(self, req: AllReduce) -> Pending:
         """torch.distributed.all_reduce per bucket (see the module doc)."""
         tensors = [t.detach() for t in req.tensors]
-        nbytes = sum(t.numel() * t.element_size() for t in tensors)
+        nbytes = payload_nbytes(tensors)
         weighted = req.op == "weighted_mean"
         w = float(req.weight)
         works: list[Any] = []
@@ -183,7 +184,7 @@ class DistCollectives:
                 per_rank.append(AllReduce(parts, weight=w if req.op == "weighted_mean" else 1.0, op=req.op))
             return reduce_all(per_rank)
 
-        nbytes = sum(t.numel() * t.element_size() for t in tensors)
+        nbytes = payload_nbytes(tensors)
         return Pending(works, finish, nbytes=nbytes)
 
     # ------------------------------------------------------------------ all-gather
@@ -219,7 +220,7 @@ class DistCollectives:
             return [[gathered[j][r][:_numel(sizes[r][j])].reshape(sizes[r][j]).to(home, copy=True) for j in range(k)]
                     for r in range(self.world)]
 
-        nbytes = sum(t.numel() * t.element_size() for t in payload)
+        nbytes = payload_nbytes(payload)
         return Pending(works, finish, nbytes=nbytes)
 
     def start(self, req: AllReduce | AllGather) -> Pending:
@@ -240,7 +241,7 @@ def _buckets(tensors: list[Tensor], cap: int) -> list[list[int]]:
     cur: list[int] = []
     size, key = 0, None
     for i, t in enumerate(tensors):
-        nb = t.numel() * t.element_size()
+        nb = t.nbytes
         k = (t.dtype, t.device)
         if cur and (k != key or size + nb > cap):
             buckets.append(cur)
