@@ -22,6 +22,7 @@ from edgestream.compression.base import (
     k_of,
     payload_nbytes,
     scatter_add_sparse,
+    wire_floats,
 )
 from edgestream.compression.fp16 import FP16Compressor
 from edgestream.compression.identity import NoneCompressor
@@ -56,4 +57,5 @@ __all__ = [
     "payload_nbytes",
     "scatter_add_sparse",
     "topk_tensor",
+    "wire_floats",
 ]

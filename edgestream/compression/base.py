@@ -94,10 +94,15 @@ def payload_nbytes(tensors: Sequence[torch.Tensor]) -> int:
     return sum(t.nbytes for t in tensors)
 
 
+def wire_floats(nbytes: int) -> int:
+    """The float32 count of `nbytes` on the wire (ceil(bytes / 4)): step lines' `floats_sent`."""
+    return -(-int(nbytes) // 4)
+
+
 def wire_counts(payload: Sequence[torch.Tensor]) -> tuple[int, int]:
     """(floats, nbytes) of a payload: bytes summed over tensors, floats = ceil(bytes / 4)."""
     nbytes = payload_nbytes(payload)
-    return math.ceil(nbytes / 4), nbytes
+    return wire_floats(nbytes), nbytes
 
 
 def tensor_ctx(tensor: torch.Tensor) -> tuple:

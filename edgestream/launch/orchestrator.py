@@ -39,7 +39,6 @@ from pathlib import Path
 from typing import Any
 
 from edgestream.config import RESUME_MAY_CHANGE
-from edgestream.kafka.broker import pid_alive
 from edgestream.launch.command import SECRET_ENV
 from edgestream.launch.procs import Child, ChildSet, describe_status, tail_lines
 from edgestream.launch.tail import JsonlTail, RanksTail
@@ -137,9 +136,6 @@ def _first_difference(a: Any, b: Any, path: str = "") -> str | None:
                 return d
         return None
     return None if a == b else path
-
-
-#: config sections a resumed run may change (where it stops, when it evaluates, how it connects)
 
 
 def resume_target(resume: Path, cfg: Any) -> tuple[Path, str]:
@@ -312,13 +308,7 @@ class LocalRun:
         self._remove_created()
 
     def _check_fresh(self) -> None:
-        if self.resumed:
-            pids = self.path / "pids.json"
-            with contextlib.suppress(ValueError, OSError):
-                other = json.loads(pids.read_text()).get("orchestrator")
-                if other and other != os.getpid() and pid_alive(int(other)) and (
-                        b"edgestream" in Path(f"/proc/{other}/cmdline").read_bytes()):
-                    raise LaunchError(f"{self.path}: another orchestrator (pid {other}) runs this run", 2)
+        if self.resumed:  # another live orchestrator of this run was refused by the claim (`_claim`)
             self._check_checkpoints()
             return
         if self.path.exists() and any(p.name != LOCK_FILE for p in self.path.iterdir()):

@@ -68,15 +68,7 @@ class EventLog:
         self.last_loss: float | None = None
 
     def step(self, **fields) -> None:
-        rec = {"kind": "step"}
-        for k, v in fields.items():  # _clean, its common cases inline (~25 fields per device-step)
-            kind = type(v)
-            if kind is float:
-                rec[k] = round(v, 6) if v - v == 0.0 else None  # v - v is nan for inf and nan
-            elif kind is int or kind is str or v is None or kind is bool:
-                rec[k] = v
-            else:
-                rec[k] = _clean(v)
+        rec = {"kind": "step", **{k: _clean(v) for k, v in fields.items()}}
         self.steps += 1
         device, step = fields.get("device", 0), fields.get("step")
         if isinstance(device, int) and isinstance(step, int):

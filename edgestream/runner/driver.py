@@ -126,33 +126,24 @@ def drive(rank: int, program: Generator[Any, Any, Any], performer: Performer,
     # this loop runs once per request of every worker (the simulator: ~6 per device-step), so it keeps
     # to plain local lookups
     while True:
-        if profile is None:
-            try:
-                req = program.send(send)
-            except StopIteration as stop:
-                return stop.value
-        else:
-            t_alg = perf()
-            try:
-                req = program.send(send)
-            except StopIteration as stop:
+        t_alg = perf() if profile is not None else 0.0
+        try:
+            req = program.send(send)
+        except StopIteration as stop:
+            if profile is not None:
                 profile["algorithm"] += perf() - t_alg
-                return stop.value
+            return stop.value
+        if profile is not None:
             profile["algorithm"] += perf() - t_alg
             profile["requests"] += 1
         if on_request is not None:
             on_request(rank, req)
-        kind = type(req)
-        timed = TIMED.get(kind)
-        if timed is None:
-            out = perform(rank, req)
-            if type(out) is GeneratorType:
-                out = yield from out
-        else:
-            t0 = now(rank)
-            out = perform(rank, req)
-            if type(out) is GeneratorType:
-                out = yield from out
+        timed = TIMED.get(type(req))
+        t0 = now(rank) if timed is not None else 0.0
+        out = perform(rank, req)
+        if type(out) is GeneratorType:
+            out = yield from out
+        if timed is not None:
             setattr(meter, timed, getattr(meter, timed) + now(rank) - t0)
         if isinstance(req, Log):
             sink(step_line(now(rank), rank, req.fields, meter.fields()))

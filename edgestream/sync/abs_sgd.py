@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from edgestream.compression import payload_nbytes
+from edgestream.compression import payload_nbytes, wire_floats
 from edgestream.sync.context import WorkerContext
 from edgestream.sync.params import Param, coerce
 from edgestream.sync.requests import (
@@ -96,7 +96,7 @@ def worker(ctx: WorkerContext) -> Generator[Any, Any, None]:
             yield Ack(b)
         nbytes = payload_nbytes(sent)
         fields = dict(step=ctx.step, batch=n, global_batch=total_n, loss=loss_sum / max(n, 1), lr=lr,
-                      ref_batches=refs, floats_sent=-(-nbytes // 4), bytes_sent=nbytes, compressed=False)
+                      ref_batches=refs, floats_sent=wire_floats(nbytes), bytes_sent=nbytes, compressed=False)
         ctx.step += 1
         w_prev, G, n, loss_sum, pending = w_t, G_new, n_new, loss_new, batches
         ctx.state.update(w_prev=w_prev, G=G, n=n, loss_sum=loss_sum)

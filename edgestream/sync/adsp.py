@@ -92,6 +92,7 @@ from typing import Any
 import numpy as np
 from torch import Tensor
 
+from edgestream.compression import wire_floats
 from edgestream.sync.context import WorkerContext
 from edgestream.sync.coordinator import Coordinator, ServerContext
 from edgestream.sync.exchange import Codec
@@ -562,7 +563,7 @@ def worker(ctx: WorkerContext) -> Generator[Any, Any, None]:
                       "c_target": st["c_target"], "overhead_s": st["overhead"]}
             if pulled.stop:
                 stop = True
-        yield Log(step=ctx.step - 1, batch=res.n, loss=res.loss, lr=lr, floats_sent=-(-sent // 4), bytes_sent=sent,
+        yield Log(step=ctx.step - 1, batch=res.n, loss=res.loss, lr=lr, floats_sent=wire_floats(sent), bytes_sent=sent,
                   compressed=compressed, version=st["version"], **fields)
         if stop and fields["commit"]:
             return

@@ -39,6 +39,7 @@ from edgestream.compression import (
     compression_loss,
     payload_nbytes,
     scatter_add_sparse,
+    wire_floats,
 )
 from edgestream.sync.requests import Ack, AllGather, AllReduce, Apply
 
@@ -103,12 +104,9 @@ class Codec:
 def _meta(weight: float, flag: float, dtype: torch.dtype, device: Any) -> Tensor:
     """The [w, stop] tensor that rides along with the dense payload. Cached: every worker sends one
     per step and there are few distinct values (building a tensor costs more than the step's other
-    bookkeeping); safe to share because no engine's all-reduce modifies its inputs."""
+    bookkeeping); safe to share because no engine's collective modifies its inputs (all-gathers
+    copy them: the simulator snapshots, the real runtime packs into its own buffers)."""
     return torch.tensor([weight, flag], dtype=dtype, device=device)
-
-
-def _floats(nbytes: int) -> int:
-    return -(-nbytes // 4)
 
 
 def _compression_loss(compressor: Compressor, memory: Memory | None, grads: Sequence[Tensor],
@@ -188,7 +186,7 @@ def exchange(
             update = list(derive(("mean", n, total), lambda: [s / total for s in reduced[:n]]))
         else:
             update = [s / total for s in reduced[:n]]
-        return ExchangeResult(update, total, False, _floats(sent), sent, any_stop, votes)
+        return ExchangeResult(update, total, False, wire_floats(sent), sent, any_stop, votes)
 
     assert compressor is not None
     sent_compressed: list[Compressed] = []
@@ -200,7 +198,7 @@ def exchange(
             memory.update(t, n, compressor, c)
         sent_compressed.append(c)
         payload.extend(c.payload)
-    payload.append(torch.tensor([float(weight), flag], dtype=dtype, device=device))
+    payload.append(_meta(float(weight), flag, dtype, device))
     sent += payload_nbytes(payload)
     gathered = yield AllGather(payload)
     weights = [float(p[-1][0]) for p in gathered]
@@ -222,7 +220,7 @@ def exchange(
                 dense = compressor.decompress(Compressed(list(part), c.ctx, 0, 0))
                 acc += w_j * dense.reshape(-1).to(g.dtype)
         update.append((acc / total).reshape(g.shape))
-    return ExchangeResult(update, total, True, _floats(sent), sent, any_stop, votes)
+    return ExchangeResult(update, total, True, wire_floats(sent), sent, any_stop, votes)
 
 
 def synchronous_step(ctx: Any, codec: Any, grads: Sequence[Tensor], weight: float, batch: Any,

@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from edgestream.compression import payload_nbytes
+from edgestream.compression import payload_nbytes, wire_floats
 from edgestream.sync.context import WorkerContext
 from edgestream.sync.params import Param, coerce
 from edgestream.sync.requests import (
@@ -117,7 +117,7 @@ def _periodic_averaging(
         done, loss_sum = 0, 0.0
         ctx.state.update(tau=tau, f_0=f_0, rounds=rounds, period_steps=done, loss_sum=loss_sum)
         nbytes = payload_nbytes(sent)
-        yield Log(step=ctx.step, round=rounds, tau=tau, group_loss=f_group, floats_sent=-(-nbytes // 4),
+        yield Log(step=ctx.step, round=rounds, tau=tau, group_loss=f_group, floats_sent=wire_floats(nbytes),
                   bytes_sent=nbytes, compressed=False)
         if stop:
             return

@@ -41,6 +41,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from edgestream.compression import wire_floats
 from edgestream.models.optim import lr_at
 from edgestream.sync.bsp import BSPCoordinator
 from edgestream.sync.context import WorkerContext
@@ -101,7 +102,7 @@ def _commit_worker(ctx: WorkerContext, params: dict[str, Any]) -> Generator[Any,
         done, loss_sum, samples = 0, 0.0, 0
         save()
         yield Log(step=ctx.step, round=rounds, tau=tau, group_loss=pulled.info.get("group_loss"),
-                  floats_sent=-(-sent // 4), bytes_sent=sent, compressed=compressed, version=version)
+                  floats_sent=wire_floats(sent), bytes_sent=sent, compressed=compressed, version=version)
         if pulled.stop:
             return
 

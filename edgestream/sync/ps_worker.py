@@ -28,7 +28,7 @@ from typing import Any
 
 from torch import Tensor
 
-from edgestream.compression import NoneCompressor, payload_nbytes
+from edgestream.compression import NoneCompressor, payload_nbytes, wire_floats
 from edgestream.sync.context import WorkerContext
 from edgestream.sync.exchange import Codec, _compression_loss
 from edgestream.sync.params import Param, coerce
@@ -88,7 +88,7 @@ def gradient_worker(ctx: WorkerContext) -> Generator[Any, Any, None]:
         version = pulled.version
         ctx.state["version"] = version
         ctx.state["codec"] = codec.state_dict()
-        yield Log(step=ctx.step - 1, batch=res.n, loss=res.loss, lr=lr, floats_sent=-(-sent // 4),
+        yield Log(step=ctx.step - 1, batch=res.n, loss=res.loss, lr=lr, floats_sent=wire_floats(sent),
                   bytes_sent=sent, compressed=compressed, version=version)
         if pulled.stop:
             return
