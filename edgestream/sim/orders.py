@@ -35,7 +35,7 @@ except ImportError:  # pragma: no cover - depends on the build
 if not hasattr(_shuffle, "permutations"):  # built without 128-bit integers
     _shuffle = None
 
-#: shards up to this size use the vectorised seeding and the Python shuffle
+#: shards up to this size use the vectorised seeding and the block shuffle (`permutations`)
 SMALL_SHARD = 32
 #: epochs seeded per block (per device)
 BLOCK = 256

@@ -35,8 +35,6 @@ import torch
 from edgestream.config import RESUME_MAY_CHANGE
 
 FORMAT = 3
-#: config sections outside the pin: a resumed run may change them (edgestream.config.RESUME_MAY_CHANGE)
-PIN_EXCLUDES = RESUME_MAY_CHANGE
 
 
 class CheckpointError(ValueError):
@@ -48,11 +46,12 @@ def checkpoint_path(run_dir: Path, rank: int) -> Path:
 
 
 def config_pin(cfg: Any) -> str:
-    """A short hash of the resolved config's training-relevant part (all but PIN_EXCLUDES)."""
+    """A short hash of the resolved config's training-relevant part: all but the sections a resumed run
+    may change (edgestream.config.RESUME_MAY_CHANGE)."""
     import yaml
 
     doc = yaml.safe_load(cfg.to_yaml()) or {}
-    for section in PIN_EXCLUDES:
+    for section in RESUME_MAY_CHANGE:
         doc.pop(section, None)
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
@@ -144,7 +143,7 @@ def load_checkpoint(path: Path, map_location: Any = "cpu", *, expect: dict | Non
                                   "(a file copied from another rank)")
         if ident.get("pin") != expect["pin"]:
             raise CheckpointError(f"{path}: written under another config (pin {ident.get('pin')}, this config's "
-                                  f"pin {expect['pin']}); a resumed run may change only {', '.join(PIN_EXCLUDES)}")
+                                  f"pin {expect['pin']}); a resumed run may change only {', '.join(RESUME_MAY_CHANGE)}")
     return data
 
 

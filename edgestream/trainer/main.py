@@ -178,12 +178,14 @@ def _rendezvous(env: DistEnv, cuda: bool, requested: str, timeout_s: float) -> s
                            f"joined within {timeout_s:.0f} s ({detail})") from None
 
 
-def _agree_on_step(env: DistEnv, step: int, device: torch.device, path: Path, describe) -> None:
+def _agree_on_step(env: DistEnv, step: int, device: torch.device, path: Path) -> None:
     """All-gather the step each rank's checkpoint holds; TrainerError on every rank when they differ."""
+    from edgestream.trainer.checkpoint import step_disagreement
+
     mine = torch.tensor([step], dtype=torch.int64, device=device)
     steps = [torch.zeros_like(mine) for _ in range(env.world)]
     dist.all_gather(steps, mine)
-    problem = describe(str(path.parent), {r: int(t.item()) for r, t in enumerate(steps)})
+    problem = step_disagreement(str(path.parent), {r: int(t.item()) for r, t in enumerate(steps)})
     if problem:
         raise TrainerError(f"device {env.rank}: {problem}")
 
@@ -247,7 +249,6 @@ def _train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: bo
         identity,
         load_checkpoint,
         save_checkpoint,
-        step_disagreement,
     )
     from edgestream.trainer.collectives import DistCollectives
     from edgestream.trainer.performer import ACK_INTERVAL_S, Diverged, Stopped, TrainerPerformer
@@ -326,7 +327,7 @@ def _train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: bo
         try:
             backend = _rendezvous(env, cuda, requested, timeout_s)
             if ckpt is not None:  # every rank resumes from the same step, or none does
-                _agree_on_step(env, int(ckpt["step"]), device, ckpt_file, step_disagreement)
+                _agree_on_step(env, int(ckpt["step"]), device, ckpt_file)
         except TrainerError:
             dataset.close()
             raise
