@@ -178,12 +178,17 @@ def test_an_unexpected_error_ends_the_rank_failed_without_a_final_checkpoint(boo
 
 
 # ---------------------------------------------------------------- 7. a diverging loss stops the run
-@pytest.mark.parametrize("model", ["mlp", "cnn-small"])
-def test_a_diverging_loss_stops_the_run_naming_the_step(bootstrap, tmp_path, model):
+@pytest.mark.parametrize("model,data", [
+    ("mlp", {"dataset": "digits"}),
+    # beyond the defaults: 3 channels, 12 x 12, 13 classes
+    ("cnn-small", {"dataset": "synthetic", "shape": [3, 12, 12], "num_classes": 13, "n_train": 600, "n_test": 100}),
+])
+def test_a_diverging_loss_stops_the_run_naming_the_step(bootstrap, tmp_path, model, data):
     name = f"nan-{model}"
     cfg_path = _config(tmp_path, name, 2, lr=1e6, max_steps=60)
     cfg = yaml.safe_load(cfg_path.read_text())
     cfg["model"]["name"] = model
+    cfg["data"] = data
     cfg_path.write_text(yaml.safe_dump(cfg))
     run_id = _run_id()
     _produce(cfg_path, bootstrap, run_id, 1.5)
