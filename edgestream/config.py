@@ -46,10 +46,7 @@ RATE_PRESETS = ("S1", "S2", "S1'", "S2'")
 PRESET_ALIASES = {"S1p": "S1'", "S2p": "S2'", "S1prime": "S1'", "S2prime": "S2'"}
 DISTRIBUTIONS = ("constant", "uniform", "normal", "lognormal", "exponential", "trace")
 VARIATIONS = ("none", "sinusoid", "random_walk", "bursts")
-DATASET_NAMES = ("digits", "synthetic", "cifar10", "cifar100", "mnist")
 PARTITIONS = ("iid", "labels", "dirichlet")
-MODEL_NAMES = ("mlp", "cnn-small", "resnet18", "resnet20", "vgg-small")
-COMPRESSORS = ("none", "fp16", "topk", "randomk", "qsgd", "adaptive-topk")
 MEMORIES = ("none", "residual", "dgc")
 ENGINES = ("sim", "local")
 #: Client settings a user may pass through to librdkafka (brokers on a WAN need them).
@@ -63,7 +60,7 @@ SECRET_MASK = "***"
 #: the highest per-device stream rate a config may ask for, in samples/s.
 MAX_RATE = 1e6
 #: config fields that hold file-system paths (resolved against the config file's folder).
-PATH_FIELDS = (("data", "root"), ("devices", "rates", "path"), ("devices", "compute", "profile"))
+PATH_FIELDS = (("data", "root"), ("data", "path"), ("devices", "rates", "path"), ("devices", "compute", "profile"))
 #: path fields that may also hold a bare name (a shipped compute profile): resolved only when path-like
 NAME_OR_PATH = {("devices", "compute", "profile")}
 NAME_REQUIRED = "name: required (the run name; topics are <name>-<run id>.dev.<i>)"
@@ -111,9 +108,34 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
+def _plugin_name(registry: Any, name: str) -> str:
+    """A name `registry` (edgestream.plugins) resolves: a built-in, an entry point or an import path
+    (imported now, so `config validate` refuses what `run` would). ValueError: one line."""
+    from edgestream.plugins import PluginError
+
+    if name in registry.builtins:
+        return name
+    try:
+        registry.load(name)
+    except PluginError as exc:
+        raise PluginError(str(exc)) from None
+    return name
+
+
 class DataConfig(_Model):
-    dataset: Literal["digits", "synthetic", "cifar10", "cifar100", "mnist"] = "digits"
+    """The dataset (a built-in of edgestream.data, a user's factory by import path or entry point) and how
+    it is split over the devices. Which fields a built-in takes: edgestream.data.formats."""
+
+    dataset: str = "digits"
     root: str | None = None
+    path: str | None = None  # npz / csv / parquet / windows: the file
+    target: str | list[str] | None = None  # csv / parquet / windows: the target column(s)
+    features: list[str] | None = None  # csv / parquet / windows: the input columns (default: all others)
+    window: Int | None = Field(None, ge=1)  # windows: samples per window
+    stride: Int | None = Field(None, ge=1)  # windows: step between windows (default 1)
+    horizon: Int | None = Field(None, ge=0)  # windows: how far past the window's end the target is (default 1)
+    test_fraction: Float | None = Field(None, gt=0, lt=1)  # held-out share when a file has no test split (0.2)
+    kwargs: dict[str, Any] = Field(default_factory=dict)  # a dataset factory's keyword arguments
     partition: Literal["iid", "labels", "dirichlet"] = "iid"
     labels_per_device: Int = Field(1, ge=1)
     alpha: Float = Field(0.5, gt=0)
@@ -123,17 +145,27 @@ class DataConfig(_Model):
     n_test: Int | None = Field(None, ge=10)
     signal: Float | None = Field(None, gt=0, le=10)  # synthetic only: class-pattern strength (1.0; lower is harder)
 
+    @field_validator("dataset")
+    @classmethod
+    def _dataset(cls, name: str) -> str:
+        from edgestream.plugins import DATASETS
+
+        return _plugin_name(DATASETS, name)
+
     @field_validator("shape")
     @classmethod
     def _shape(cls, v: list[int] | None) -> list[int] | None:
-        if v is not None and (len(v) != 3 or any(d < 1 for d in v)):
-            raise ValueError("must be [channels, height, width] with every entry >= 1")
+        if v is not None and (not 1 <= len(v) <= 3 or any(d < 1 for d in v)):
+            raise ValueError("must be [features], [channels, length] or [channels, height, width], "
+                             "every entry >= 1")
         return v
 
     @model_validator(mode="after")
     def _root(self) -> DataConfig:
-        if self.dataset in ("cifar10", "cifar100", "mnist") and not self.root:
+        if self.dataset in ("cifar10", "cifar100", "mnist", "folder") and not self.root:
             raise ValueError(f"root: required for dataset {self.dataset!r} (the folder holding its files)")
+        if self.dataset in ("npz", "csv", "parquet", "windows") and not self.path:
+            raise ValueError(f"path: required for dataset {self.dataset!r} (the file to read)")
         if self.signal is not None and self.dataset != "synthetic":
             raise ValueError(f"signal: only the synthetic dataset takes it (this is {self.dataset!r})")
         return self
@@ -276,7 +308,18 @@ class DevicesConfig(_Model):
 
 
 class ModelConfig(_Model):
-    name: Literal["mlp", "cnn-small", "resnet18", "resnet20", "vgg-small"] = "cnn-small"
+    """A built-in model, or a user's factory by import path / entry point, called as
+    factory(input_shape, num_outputs, **kwargs) -> torch.nn.Module (edgestream.plugins.MODELS)."""
+
+    name: str = "cnn-small"
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, name: str) -> str:
+        from edgestream.plugins import MODELS
+
+        return _plugin_name(MODELS, name)
 
 
 class ServerOptimConfig(_Model):
@@ -346,36 +389,57 @@ class AlgorithmConfig(_Model):
     @field_validator("name")
     @classmethod
     def _registered(cls, name: str) -> str:
-        """An algorithm name is valid exactly when the edgestream.sync registry has it."""
-        from edgestream.sync.registry import ALGORITHMS
+        """A built-in algorithm of edgestream.sync, or a user's AlgorithmSpec by import path / entry point."""
+        from edgestream.sync.registry import get_algorithm
 
-        if name not in ALGORITHMS:
-            raise ValueError("must be one of " + ", ".join(repr(n) for n in ALGORITHMS))
+        get_algorithm(name, field="")
         return name
 
     @model_validator(mode="after")
     def _default_batch(self) -> AlgorithmConfig:
         if self.batch is None:  # the algorithm declares its default batch policy in the registry
-            from edgestream.sync.registry import ALGORITHMS
+            from edgestream.sync.registry import get_algorithm
 
-            self.batch = BatchConfig(**ALGORITHMS[self.name].default_batch)
+            self.batch = BatchConfig(**get_algorithm(self.name).default_batch)
         return self
 
 
 class CompressionConfig(_Model):
-    name: Literal["none", "fp16", "topk", "randomk", "qsgd", "adaptive-topk"] = "none"
+    """A built-in compressor or a user's factory(spec) -> Compressor (edgestream.plugins.COMPRESSORS);
+    kwargs: a user compressor's own options (they reach its factory in the spec)."""
+
+    name: str = "none"
+    kwargs: dict[str, Any] = Field(default_factory=dict)
     ratio: Float = Field(0.1, gt=0, le=1)
     delta: Float = Field(0.3, ge=0)
     levels: Int = Field(256, ge=2)
     memory: Literal["none", "residual", "dgc"] | None = None
     statistic: Literal["ewma", "reference"] = "ewma"
 
+    @field_validator("name")
+    @classmethod
+    def _name(cls, name: str) -> str:
+        from edgestream.plugins import COMPRESSORS
+
+        return _plugin_name(COMPRESSORS, name)
+
     def spec(self) -> dict[str, Any]:
-        return self.model_dump(exclude_none=True)
+        out = self.model_dump(exclude_none=True)
+        if not out.get("kwargs"):
+            out.pop("kwargs", None)
+        return out
+
+
+class TargetMetricConfig(_Model):
+    """Stop when an evaluation reaches `value` of metric `name` (accuracy: >=; rmse, mae, loss: <=)."""
+
+    name: str
+    value: Float
 
 
 class StopConfig(_Model):
     target_accuracy: Float | None = Field(0.9, gt=0, le=1)
+    target_metric: TargetMetricConfig | None = None
     max_time_s: Float | None = Field(600.0, gt=0)
     max_steps: Int | None = Field(None, ge=1)
 
@@ -454,6 +518,7 @@ class ExperimentConfig(_Model):
     name: str = Field("edgestream", pattern=r"^[A-Za-z0-9][A-Za-z0-9_\-]*$", max_length=100)
     seed: Int = 0
     data: DataConfig = Field(default_factory=DataConfig)
+    task: Literal["classification", "regression"] = "classification"
     devices: DevicesConfig = Field(default_factory=DevicesConfig)
     model: ModelConfig = Field(default_factory=ModelConfig)
     optim: OptimConfig = Field(default_factory=OptimConfig)
@@ -463,6 +528,43 @@ class ExperimentConfig(_Model):
     eval: EvalConfig = Field(default_factory=EvalConfig)
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
     runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)
+
+    @model_validator(mode="after")
+    def _task_fits(self) -> ExperimentConfig:
+        """The stop target names a metric of the task; a regression run has no accuracy to stop at (the
+        default target_accuracy then does not apply)."""
+        from edgestream.tasks import get_task
+
+        task = get_task(self.task)
+        stop = self.stop
+        if task.name == "regression" and stop.target_accuracy is not None:
+            if "target_accuracy" in stop.model_fields_set:
+                raise ValueError("stop.target_accuracy: a regression task has no accuracy; use "
+                                 "stop.target_metric: {name: rmse, value: V} (or mae, loss)")
+            stop.target_accuracy = None
+        if stop.target_metric is not None:
+            if stop.target_metric.name not in task.metrics:
+                raise ValueError(f"stop.target_metric.name: {stop.target_metric.name!r} is not a metric of task "
+                                 f"{task.name!r}; must be one of {', '.join(task.metrics)}")
+            if "target_accuracy" in stop.model_fields_set and stop.target_accuracy is not None:
+                raise ValueError("stop.target_metric: give either target_accuracy or target_metric, not both")
+            stop.target_accuracy = None
+        if self.data.partition != "iid" and not task.labels:
+            raise ValueError(f"data.partition: {self.data.partition!r} splits by class labels; task {task.name!r} "
+                             "has none (use iid)")
+        inj = self.algorithm.injection
+        if inj is not None and inj.mode == "labels" and not task.labels:
+            raise ValueError(f"algorithm.injection.mode: 'labels' injects by class labels; task {task.name!r} "
+                             "has none (use samples)")
+        return self
+
+    def target(self) -> tuple[str, float] | None:
+        """(metric, value) a run stops at, or None: stop.target_metric, else stop.target_accuracy."""
+        if self.stop.target_metric is not None:
+            return self.stop.target_metric.name, float(self.stop.target_metric.value)
+        if self.stop.target_accuracy is not None:
+            return "accuracy", float(self.stop.target_accuracy)
+        return None
 
     def to_yaml(self, *, reveal_secrets: bool = False) -> str:
         """The fully resolved config as YAML (fields that do not apply to the chosen kind left out).
@@ -529,9 +631,13 @@ def _describe(err: dict, model: type[BaseModel]) -> str:
     if typ == "string_pattern_mismatch":
         return f"{path}: {shown} is not allowed; use letters, digits, '-' and '_' (starting with a letter or digit)"
     msg = err["msg"].removeprefix("Value error, ")
+    from edgestream.plugins import PluginError
+
+    if typ == "value_error" and isinstance(ctx.get("error"), PluginError):  # names the value itself
+        return f"{path}: {msg}"
     head, colon, rest = msg.partition(": ")
     if typ == "value_error" and colon and " " not in head:  # "field: message" from a model validator
-        return f"{path}.{head}: {rest}"
+        return f"{head}: {rest}" if not loc else f"{path}.{head}: {rest}"
     if typ == "value_error":
         if value is None or isinstance(value, dict):
             return f"{path}: {msg}"
@@ -557,10 +663,13 @@ def validate_dict(raw: Any, source: str = "config") -> ExperimentConfig:
 
 def algorithm_param_problems(name: str, params: dict) -> list[str]:
     """Problems with `algorithm.params` per the algorithm's own schema (edgestream.sync registry)."""
-    from edgestream.sync import ALGORITHMS
+    from edgestream.sync.registry import get_algorithm
 
-    spec = ALGORITHMS.get(name)
-    return spec.validate(params) if spec is not None else []
+    try:
+        spec = get_algorithm(name)
+    except ValueError:
+        return []  # the name's own problem is reported on algorithm.name
+    return spec.validate(params)
 
 
 #: the config sections a resumed run may change (where it stops, when it evaluates, how it connects);
@@ -602,6 +711,9 @@ def load_config(path: str | Path, overrides: list[str] | None = None, *, check: 
         key = apply_override(raw, item)
         from_cli |= {f for f in PATH_FIELDS if f[:len(key)] == key}
     folder = p.parent.absolute()
+    from edgestream.plugins import add_search_path
+
+    add_search_path(folder)  # import paths resolve from the config's folder, here and in child processes
     for field in PATH_FIELDS:
         _resolve_path(raw, field, Path.cwd() if field in from_cli else folder)
     problems = []

@@ -15,12 +15,14 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
-COMPRESSOR_NAMES = ("none", "fp16", "topk", "randomk", "qsgd", "adaptive-topk")
+from edgestream import plugins as _plugins
+
+COMPRESSOR_NAMES = _plugins.COMPRESSORS.builtins  # the built-ins (edgestream.compression.builtins)
 MEMORY_NAMES = ("none", "residual", "dgc")
 
 # Keys of the experiment config's `compression:` block that apply to some compressors only; a spec
 # built from that block carries all of them, so each compressor ignores the ones it does not use.
-_SHARED_KEYS = frozenset({"name", "ratio", "delta", "levels", "memory", "statistic", "seed", "beta"})
+_SHARED_KEYS = frozenset({"name", "ratio", "delta", "levels", "memory", "statistic", "seed", "beta", "kwargs"})
 
 
 @dataclass
@@ -120,42 +122,25 @@ def k_of(ratio: float, numel: int) -> int:
 def build_compressor(spec: dict[str, Any]) -> Compressor:
     """A compressor from a spec such as {"name": "topk", "ratio": 0.1}.
 
-    Names: none, fp16, topk(ratio), randomk(ratio, seed), qsgd(levels, seed),
-    adaptive-topk(ratio, delta, statistic, beta). Keys of the config block that a compressor does
-    not use (e.g. `delta` for topk, `memory`) are ignored; any other key is an error.
+    The name resolves through edgestream.plugins.COMPRESSORS (a built-in, an import path
+    'package.module:attribute' or an entry point in the group edgestream.compressors) to a factory called
+    as factory(spec) -> Compressor. Built-ins (edgestream.compression.builtins): none, fp16, topk(ratio),
+    randomk(ratio, seed), qsgd(levels, seed), adaptive-topk(ratio, delta, statistic, beta). Keys of the
+    config block that a compressor does not use (e.g. `delta` for topk, `memory`) are ignored; any other
+    key is an error (a user compressor's own options go in `kwargs`).
     """
-    from edgestream.compression.adaptive import AdaptiveTopKCompressor
-    from edgestream.compression.fp16 import FP16Compressor
-    from edgestream.compression.identity import NoneCompressor
-    from edgestream.compression.qsgd import QSGDCompressor
-    from edgestream.compression.randomk import RandomKCompressor
-    from edgestream.compression.topk import TopKCompressor
+    from edgestream.plugins import COMPRESSORS
 
     spec = dict(spec)
     name = spec.get("name", "none")
     unknown = set(spec) - _SHARED_KEYS
     if unknown:
         raise ValueError(f"unknown compression option(s) {sorted(unknown)}; allowed: {sorted(_SHARED_KEYS)}")
-    ratio = float(spec.get("ratio", 0.1))
-    seed = int(spec.get("seed", 0))
-    if name == "none":
-        return NoneCompressor()
-    if name == "fp16":
-        return FP16Compressor()
-    if name == "topk":
-        return TopKCompressor(ratio)
-    if name == "randomk":
-        return RandomKCompressor(ratio, seed=seed)
-    if name == "qsgd":
-        return QSGDCompressor(levels=int(spec.get("levels", 256)), seed=seed)
-    if name == "adaptive-topk":
-        return AdaptiveTopKCompressor(
-            ratio,
-            delta=float(spec.get("delta", 0.3)),
-            statistic=spec.get("statistic", "ewma"),
-            beta=float(spec.get("beta", 0.9)),
-        )
-    raise ValueError(f"unknown compressor {name!r}; allowed: {', '.join(COMPRESSOR_NAMES)}")
+    out = COMPRESSORS.load(name, "compression.name")(spec)
+    if not isinstance(out, Compressor):
+        raise ValueError(f"compression.name: {name!r} returned a {type(out).__name__}, not an "
+                         "edgestream.compression.Compressor")
+    return out
 
 
 def build_memory(name: str | None = "none", **params: Any) -> Memory:

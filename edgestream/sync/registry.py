@@ -14,6 +14,7 @@ from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from edgestream import plugins
 from edgestream.algorithm_names import NAMES, PS
 from edgestream.sync import (
     abs_sgd,
@@ -59,6 +60,9 @@ class AlgorithmSpec:
     coordinator: CoordinatorFactory | None = None
     batch_policies: tuple[str, ...] = ("fixed",)
     default_batch: Mapping[str, Any] = field(default_factory=lambda: dict(FIXED_BATCH))
+    #: the engines that can run it: "sim" (the simulator), "local" (real trainers; a PS algorithm on the
+    #: Kafka parameter server)
+    engines: tuple[str, ...] = ("sim", "local")
 
     def batch_for(self, given: Mapping[str, Any] | None) -> dict[str, Any]:
         """The batch policy a run of this algorithm uses: the config's algorithm.batch, or the
@@ -161,9 +165,15 @@ def algorithm_names(family: str | None = None) -> list[str]:
     return [n for n, s in ALGORITHMS.items() if family is None or s.family == family]
 
 
-def get_algorithm(name: str) -> AlgorithmSpec:
-    """The spec of `name`; ValueError naming the implemented algorithms otherwise."""
-    if name not in ALGORITHMS:
-        raise ValueError(f"algorithm.name: {name!r} is not implemented in edgestream.sync; "
-                         f"available: {', '.join(ALGORITHMS)}")
-    return ALGORITHMS[name]
+for _spec in ALGORITHMS.values():  # the built-ins, through the one extension mechanism
+    plugins.ALGORITHMS.register(_spec.name, _spec, _spec.summary)
+plugins.ALGORITHMS._check = lambda obj: (None if isinstance(obj, AlgorithmSpec) else
+                                         f"is a {type(obj).__name__}, not an edgestream.sync.AlgorithmSpec")
+
+
+def get_algorithm(name: str, field: str = "algorithm.name") -> AlgorithmSpec:
+    """The spec of `name`: a built-in, an import path 'package.module:attribute' to an AlgorithmSpec, or an
+    entry point in the group edgestream.algorithms; ValueError (edgestream.plugins.PluginError, one line)
+    otherwise."""
+    spec = ALGORITHMS.get(name)
+    return spec if spec is not None else plugins.ALGORITHMS.load(name, field)

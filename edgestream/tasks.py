@@ -1,0 +1,114 @@
+"""The learning task: ONE object that owns the loss and the metrics (`config.task`).
+
+    task = get_task("regression")
+    loss = task.loss(model(x), y)                 # the training loss, a mean over the batch
+    per = task.per_sample_loss(output, y)         # [B]: the batched simulator's weighted sums
+    sums = task.metric_sums(output, y)            # additive sums over a chunk (evaluation)
+    metrics = task.finish(sums, n)                # {"loss": .., "accuracy": ..} or {"loss", "rmse", "mae"}
+
+- classification: targets are class indices (int64 [B]); the model outputs logits [B, num_classes];
+  loss cross-entropy; metrics accuracy (higher is better) and loss.
+- regression: targets are float scalars [B] or float vectors [B, K]; the model outputs [B, K] (K = 1 for
+  a scalar target); loss mean squared error; metrics rmse and mae (lower is better) and loss.
+
+`DIRECTIONS` says which way each metric improves (stop.target_metric and time-to-target use it).
+Importing this module does not import torch (the config schema uses the names).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+TASKS = ("classification", "regression")
+#: metric name -> True when higher is better
+DIRECTIONS: dict[str, bool] = {"accuracy": True, "loss": False, "rmse": False, "mae": False}
+
+
+@dataclass(frozen=True)
+class Task:
+    """The loss and metrics of one task (see the module doc)."""
+
+    name: str
+    metrics: tuple[str, ...]  # what evaluation reports, the primary metric first
+    labels: bool              # targets are class indices (label-based features apply)
+
+    @property
+    def primary(self) -> str:
+        """The metric a run is judged by (summary's final metric, the default stop target)."""
+        return self.metrics[0]
+
+    def better(self, name: str, value: float, target: float) -> bool:
+        """Whether `value` of metric `name` reached `target` (>= for accuracy, <= for errors)."""
+        return value >= target if DIRECTIONS[name] else value <= target
+
+    def num_outputs(self, num_classes: int | None, target_shape: tuple[int, ...] = ()) -> int:
+        """How many outputs the model needs: the classes, or the target's length (1 for a scalar)."""
+        if self.labels:
+            return int(num_classes or 0)
+        return int(math.prod(target_shape)) if target_shape else 1
+
+    # ------------------------------------------------------------------ torch side
+    def _match(self, output: Any, target: Any) -> Any:
+        """A regression output shaped as the target ([B] for scalar targets, [B, K] for vectors)."""
+        if output.shape == target.shape:
+            return output
+        if output.numel() != target.numel():
+            raise ValueError(f"task regression: the model's output {tuple(output.shape)} does not match the "
+                             f"targets {tuple(target.shape)} (num_outputs must be the target's length)")
+        return output.reshape(target.shape)
+
+    def loss(self, output: Any, target: Any) -> Any:
+        """The mean training loss of a batch."""
+        import torch.nn.functional as F
+
+        if self.labels:
+            return F.cross_entropy(output, target)
+        return F.mse_loss(self._match(output, target), target.to(output.dtype))
+
+    def per_sample_loss(self, output: Any, target: Any) -> Any:
+        """The loss of each sample, [B] (mean over a vector target's elements)."""
+        import torch.nn.functional as F
+
+        if self.labels:
+            return F.cross_entropy(output, target, reduction="none")
+        out = self._match(output, target)
+        sq = (out - target.to(out.dtype)) ** 2
+        return sq.reshape(len(sq), -1).mean(dim=1)
+
+    def metric_sums(self, output: Any, target: Any) -> dict[str, float]:
+        """Additive sums over a chunk, for `finish`: loss_sum, and correct (classification) or sse, sae and
+        elements (regression)."""
+        import torch.nn.functional as F
+
+        if self.labels:
+            return {"loss_sum": float(F.cross_entropy(output, target, reduction="sum")),
+                    "correct": float((output.argmax(dim=1) == target).sum())}
+        out = self._match(output, target)
+        diff = out - target.to(out.dtype)
+        per = (diff ** 2).reshape(len(diff), -1).mean(dim=1)
+        return {"loss_sum": float(per.sum()), "sse": float((diff ** 2).sum()), "sae": float(diff.abs().sum()),
+                "elements": float(diff.numel())}
+
+    def finish(self, sums: dict[str, float], n: int) -> dict[str, float]:
+        """The metrics of `n` samples from accumulated `metric_sums`."""
+        n = max(1, int(n))
+        if self.labels:
+            return {"accuracy": sums.get("correct", 0.0) / n, "loss": sums.get("loss_sum", 0.0) / n}
+        e = max(1.0, sums.get("elements", 0.0))
+        return {"rmse": math.sqrt(sums.get("sse", 0.0) / e), "mae": sums.get("sae", 0.0) / e,
+                "loss": sums.get("loss_sum", 0.0) / n}
+
+
+CLASSIFICATION = Task("classification", ("accuracy", "loss"), labels=True)
+REGRESSION = Task("regression", ("rmse", "mae", "loss"), labels=False)
+_TASKS = {t.name: t for t in (CLASSIFICATION, REGRESSION)}
+
+
+def get_task(name: str) -> Task:
+    """The task called `name` (one of TASKS); ValueError naming the allowed ones otherwise."""
+    try:
+        return _TASKS[name]
+    except KeyError:
+        raise ValueError(f"task: {name!r} is not allowed; must be one of {', '.join(TASKS)}") from None
