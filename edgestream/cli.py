@@ -35,16 +35,19 @@ def _load(config: Path, overrides: list[str] | None = None, *, notes: bool = Tru
 
 # ---------------------------------------------------------------- config
 @config_app.command("validate")
-def config_validate(files: list[Path] = typer.Argument(..., help="experiment YAML file(s)")) -> None:
+def config_validate(files: list[Path] = typer.Argument(..., help="experiment YAML file(s)"),
+                    set_: list[str] = typer.Option(None, "--set", help="override KEY.PATH=VALUE (repeatable), "
+                                                   "applied to every FILE")) -> None:
     """Exit 0 when every FILE is a valid config; otherwise exit 2 after checking them all, with one line
-    per problem (each naming its file)."""
+    per problem (each naming its file). Checks what `run` checks before it starts: the schema, the
+    plugins the config names, the dataset, the model built on the data's shape, the rate model."""
     from edgestream.config import ConfigError, load_config
     from edgestream.runner.plan import optimizer_notes
 
     bad = 0
     for file in files:
         try:
-            cfg = load_config(file)
+            cfg = load_config(file, set_ or [])
         except ConfigError as exc:
             bad += 1
             for line in exc.problems:  # with several files, every line names its file
@@ -69,6 +72,32 @@ def config_show(file: Path = typer.Argument(..., help="experiment YAML file"),
     cfg = _load(file, set_)
     cfg.runtime.out = str(Path(cfg.runtime.out).absolute())
     sys.stdout.write(cfg.to_yaml())
+
+
+# ---------------------------------------------------------------- plugins
+@app.command("plugins")
+def plugins_list(kind: str = typer.Argument(None, help="models, datasets, algorithms or compressors (default: all)"),
+                 as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
+    """List what each pluggable kind offers and where it comes from: built-ins and installed entry points
+    (group edgestream.<kind>). Any 'package.module:attribute' import path works too."""
+    from edgestream.plugins import REGISTRIES
+    from edgestream.sync import registry as _algorithms  # noqa: F401 - registers the built-in algorithms
+
+    if kind is not None and kind not in REGISTRIES:
+        typer.echo(f"kind: {kind!r} is not allowed; must be one of {', '.join(REGISTRIES)}", err=True)
+        raise typer.Exit(2)
+    kinds = [kind] if kind else list(REGISTRIES)
+    listing = {k: [{"name": a.name, "source": a.source, "target": a.target, "summary": a.summary}
+                   for a in REGISTRIES[k].available()] for k in kinds}
+    if as_json:
+        print(json.dumps(listing, indent=1))
+        return
+    for k in kinds:
+        print(f"{k} (entry-point group {REGISTRIES[k].group!r}; or an import path 'package.module:attribute'):")
+        width = max((len(a["name"]) for a in listing[k]), default=0)
+        for a in listing[k]:
+            print(f"  {a['name']:<{width}}  {a['source']:<12}  {a['target']}"
+                  + (f"  -- {a['summary']}" if a["summary"] else ""))
 
 
 # ---------------------------------------------------------------- broker

@@ -101,15 +101,15 @@ class Registry:
         return f"Registry({self.kind!r}, built-ins={list(self._builtins)})"
 
     # ------------------------------------------------------------------ registering
-    def register(self, name: str, target: str | Any, summary: str = "") -> None:
+    def register(self, name: str, target: str | Any, summary: str = "", where: str | None = None) -> None:
         """Register a built-in: `target` is an import path string (imported on first `load`) or the
-        object itself."""
+        object itself (`where`: the module it is defined in, for listings)."""
         if name in self._builtins:
             raise ValueError(f"{self.kind}: {name!r} is registered twice")
         if isinstance(target, str):
             self._builtins[name] = Available(name, "built-in", target, summary)
         else:
-            path = f"{getattr(target, '__module__', '?')}:{getattr(target, '__qualname__', repr(target))}"
+            path = where or f"{getattr(target, '__module__', '?')}:{getattr(target, '__qualname__', '?')}"
             self._builtins[name] = Available(name, "built-in", path, summary)
             self._loaded[name] = target
 

@@ -166,7 +166,7 @@ def algorithm_names(family: str | None = None) -> list[str]:
 
 
 for _spec in ALGORITHMS.values():  # the built-ins, through the one extension mechanism
-    plugins.ALGORITHMS.register(_spec.name, _spec, _spec.summary)
+    plugins.ALGORITHMS.register(_spec.name, _spec, _spec.summary, where=_spec.worker.__module__)
 plugins.ALGORITHMS._check = lambda obj: (None if isinstance(obj, AlgorithmSpec) else
                                          f"is a {type(obj).__name__}, not an edgestream.sync.AlgorithmSpec")
 
