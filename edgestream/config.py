@@ -518,9 +518,9 @@ class ExperimentConfig(_Model):
     name: str = Field("edgestream", pattern=r"^[A-Za-z0-9][A-Za-z0-9_\-]*$", max_length=100)
     seed: Int = 0
     data: DataConfig = Field(default_factory=DataConfig)
-    task: Literal["classification", "regression"] = "classification"
     devices: DevicesConfig = Field(default_factory=DevicesConfig)
     model: ModelConfig = Field(default_factory=ModelConfig)
+    task: Literal["classification", "regression"] = "classification"
     optim: OptimConfig = Field(default_factory=OptimConfig)
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
     compression: CompressionConfig = Field(default_factory=CompressionConfig)

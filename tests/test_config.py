@@ -37,7 +37,7 @@ def test_examples_validate(path):
         ({"devices": {"rates": {"preset": "S9"}}}, "devices.rates.preset: S9 is not allowed; must be one of S1, S2"),
         ({"devices": {"rates": {"distribution": "uniform", "low": 5}}}, "devices.rates: distribution 'uniform' needs low, high; missing high"),
         ({"devices": {"rates": {"distribution": "normal", "mean": 64, "std": 24, "rate": 3}}}, "remove rate"),
-        ({"algorithm": {"name": "sgd"}}, "algorithm.name: sgd is not allowed; must be one of 'ddl', 'scadles'"),
+        ({"algorithm": {"name": "sgd"}}, "algorithm.name: 'sgd' is not a built-in algorithm or an installed plugin; built-ins: ddl, scadles"),
         ({"algorithm": {"batch": {"policy": "rate", "min": 10, "max": 5}}}, "algorithm.batch: min (10) must be <= max (5)"),
         ({"optim": {"lr": -1}}, "optim.lr: -1 is not allowed; must be > 0"),
         ({"seed": "x"}, "seed: x is not allowed; input should be a valid integer"),
@@ -68,7 +68,7 @@ def test_cli_validate_exit_2_one_line_per_problem(tmp_path):
     assert result.exit_code == 2
     lines = [ln for ln in result.output.splitlines() if ln.strip()]
     assert "devices.count: -3 is not allowed; must be >= 1" in lines
-    assert any(ln.startswith("model.name: big is not allowed") for ln in lines)
+    assert any(ln.startswith("model.name: 'big' is not a built-in model") for ln in lines)
 
 
 def test_cli_validate_missing_file_and_bad_yaml(tmp_path):

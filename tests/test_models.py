@@ -30,9 +30,9 @@ TYPICAL: dict[str, tuple[int, int, int]] = {
 
 
 def test_models_list_matches_config() -> None:
-    from edgestream.config import MODEL_NAMES
+    from edgestream.plugins import MODELS as REGISTRY
 
-    assert set(MODELS) == set(MODEL_NAMES) == set(TYPICAL)
+    assert set(MODELS) == set(REGISTRY.builtins) == set(TYPICAL)
 
 
 @pytest.mark.parametrize("name", MODELS)
@@ -70,8 +70,9 @@ def test_cnn_small_is_small() -> None:
 def test_unknown_model_names_the_allowed_ones() -> None:
     with pytest.raises(ValueError, match="resnet20"):
         build_model("alexnet", (3, 32, 32), 10)
-    with pytest.raises(ValueError):
-        build_model("mlp", (8, 8), 10)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="takes images"):
+        build_model("cnn-small", (8, 8), 10)
+    assert build_model("mlp", (8, 8), 10)(torch.zeros(2, 8, 8)).shape == (2, 10)  # mlp takes any shape
 
 
 def test_flat_params_round_trip_and_identical_replicas() -> None:
