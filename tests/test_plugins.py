@@ -230,3 +230,19 @@ def test_config_validate_takes_set(tmp_path):
                          capture_output=True, text=True)
     assert bad.returncode == 2
     assert bad.stderr.startswith("model.name: 'nope' is not a built-in model or an installed plugin")
+
+
+def test_an_algorithm_runs_only_on_the_engines_it_declares(userpkg):
+    import dataclasses
+
+    from edgestream.runner.engines import EngineError, check_runs
+    from edgestream.sync.registry import get_algorithm
+
+    spec = get_algorithm("userpkg.algorithms:HALF_SSP")
+    check_runs("sim", spec)
+    check_runs("local", spec)
+    sim_only = dataclasses.replace(spec, engines=("sim",))
+    with pytest.raises(EngineError) as exc:
+        check_runs("local", sim_only)
+    assert exc.value.problems == ["algorithm.name: 'half-ssp' runs on the engines sim (its AlgorithmSpec.engines), "
+                                  "not on 'local'"]
