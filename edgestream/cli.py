@@ -42,12 +42,16 @@ def config_validate(files: list[Path] = typer.Argument(..., help="experiment YAM
     per problem (each naming its file). Checks what `run` checks before it starts: the schema, the
     plugins the config names, the dataset, the model built on the data's shape, the rate model."""
     from edgestream.config import ConfigError, load_config
+    from edgestream.config_check import check_runnable
     from edgestream.runner.plan import optimizer_notes
 
     bad = 0
     for file in files:
         try:
             cfg = load_config(file, set_ or [])
+            problems = check_runnable(cfg)
+            if problems:
+                raise ConfigError(problems, str(file))
         except ConfigError as exc:
             bad += 1
             for line in exc.problems:  # with several files, every line names its file

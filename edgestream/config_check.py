@@ -243,3 +243,31 @@ def _masked(text: Any, client: dict[str, str]) -> str:
         if len(value) >= MASK_MIN_LEN:
             line = re.sub(rf"(?<![\w]){v}(?![\w])", lambda m: SECRET_MASK, line)
     return line
+
+
+# ---------------------------------------------------------------- what a run builds first
+
+
+def check_runnable(cfg: Any) -> list[str]:
+    """Problems building what a run builds before its first step -- the run plan (algorithm params, batch
+    and buffer policies), the dataset as the task reads it, its shards, the model on the data's shape --
+    by the same code the run uses, so `config validate` refuses exactly what `run` would. One line each,
+    naming the field. (`load_config` does not call this: it loads the dataset, which every process of a
+    run does anyway through its plan.)"""
+    from edgestream.plugins import PluginError
+    from edgestream.runner.plan import PlanError, RunPlan
+
+    try:
+        plan = RunPlan.resolve(cfg)
+        plan.shards  # noqa: B018 - loads the dataset, then splits it over the devices
+    except PlanError as exc:
+        return [_line(p) for p in exc.problems]
+    try:
+        plan.build_model()
+    except PluginError as exc:
+        return [_line(exc)]
+    except (ValueError, TypeError, RuntimeError) as exc:
+        text = _line(exc)
+        return [text if text.startswith("model.") else f"model.name: {cfg.model.name!r} cannot be built for the "
+                f"data's samples: {text}"]
+    return []

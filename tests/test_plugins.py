@@ -246,3 +246,19 @@ def test_an_algorithm_runs_only_on_the_engines_it_declares(userpkg):
         check_runs("local", sim_only)
     assert exc.value.problems == ["algorithm.name: 'half-ssp' runs on the engines sim (its AlgorithmSpec.engines), "
                                   "not on 'local'"]
+
+
+@pytest.mark.parametrize("raw,line", [
+    ({"model": {"name": "cnn-small"}, "data": {"dataset": "synthetic", "shape": [16], "num_classes": 3}},
+     "model.name: 'cnn-small' takes images (channels, height, width); the data's samples have shape [16]"),
+    ({"model": {"name": "mlp", "kwargs": {"depth": 2}}},
+     "model.name: 'mlp' could not be called as factory(input_shape, num_outputs, **kwargs)"),
+])
+def test_config_validate_and_run_refuse_the_same(tmp_path, raw, line):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump({"name": "agree", "stop": {"max_steps": 2}, "devices": {"count": 2}, **raw}))
+    checked = subprocess.run([*EDGESTREAM, "config", "validate", str(cfg)], capture_output=True, text=True)
+    assert checked.returncode == 2 and checked.stderr.startswith(line), checked.stderr
+    ran = subprocess.run([*EDGESTREAM, "run", str(cfg), "--engine", "sim", "--quiet", "--out", str(tmp_path)],
+                         capture_output=True, text=True)
+    assert ran.returncode == 2 and line in ran.stderr, ran.stderr
