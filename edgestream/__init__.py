@@ -1,2 +1,46 @@
-"""edgestream: train models on data streaming from heterogeneous edge devices through Kafka."""
+"""edgestream: train models on data streaming from heterogeneous edge devices through Kafka.
+
+The Python API (docs/python-api.md; edgestream.api):
+
+    import edgestream
+    cfg = edgestream.load_config("exp.yaml", overrides=["devices.count=8"])   # or a dict
+    result = edgestream.run(cfg, engine="sim", progress=False)               # RunResult
+    result.summary, result.records.steps, result.records.evals, result.run_dir
+    edgestream.compare(cfg, algorithms=["ddl", "scadles"]).rows
+
+Errors raise (ConfigError, EngineError, RunFailed, PluginError); nothing here exits the interpreter.
+Importing the package is light: the names below load on first use (torch only when a run needs it).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
 __version__ = "0.1.0"
+
+#: public name -> the module that defines it
+_EXPORTS = {
+    "load_config": "edgestream.api", "run": "edgestream.api", "compare": "edgestream.api",
+    "list_plugins": "edgestream.api", "RunResult": "edgestream.api", "CompareResult": "edgestream.api",
+    "Records": "edgestream.api", "RunFailed": "edgestream.api",
+    "ConfigError": "edgestream.config", "ExperimentConfig": "edgestream.config",
+    "EngineError": "edgestream.runner.engines", "EngineUnavailable": "edgestream.runner.engines",
+    "PlanError": "edgestream.runner.plan", "PluginError": "edgestream.plugins",
+}
+
+__all__ = [*_EXPORTS, "plugins", "__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+        globals()[name] = value
+        return value
+    if name == "plugins":  # the registries (edgestream.plugins.MODELS, DATASETS, ALGORITHMS, COMPRESSORS)
+        return importlib.import_module("edgestream.plugins")
+    raise AttributeError(f"module 'edgestream' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

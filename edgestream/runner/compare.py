@@ -34,6 +34,7 @@ from edgestream.metrics import accuracy_plot, markdown_table, read_events
 from edgestream.runid import new_run_id
 from edgestream.runner.engines import get_engine
 from edgestream.sync.registry import get_algorithm
+from edgestream.tasks import get_task
 
 
 @dataclass
@@ -140,6 +141,7 @@ def run_compare(cfg: Any, variants: list[Variant], out: str | Path | None = None
     compare_id = run_id or new_run_id()
     folder = parent / f"{cfg.name}-compare-{compare_id}"
     folder.mkdir(parents=True, exist_ok=True)
+    metric = get_task(cfg.task).primary  # what compare.png plots: accuracy, or rmse for a regression task
     summaries: dict[str, dict] = {}
     curves: dict[str, list[tuple[float, float]]] = {}
     labels = []
@@ -156,22 +158,24 @@ def run_compare(cfg: Any, variants: list[Variant], out: str | Path | None = None
             summary["batch"] = vcfg.algorithm.batch.spec() if vcfg.algorithm.batch else None
             summaries[label] = summary
             short = v.short if len(engines) == 1 else f"{v.short}@{eng}"
-            curves[short if short not in curves else label] = [(float(e["time"]), float(e["accuracy"]))
+            curves[short if short not in curves else label] = [(float(e["time"]), float(e[metric]))
                                                                for e in read_events(path / "events.jsonl")
-                                                               if e.get("kind") == "eval" and e.get("accuracy")
+                                                               if e.get("kind") == "eval" and e.get(metric)
                                                                is not None]
     baseline = labels[0]
     table = markdown_table(summaries, baseline=baseline)
     unit, _ = _time_words(engine)
+    target = cfg.target()
     lines = [f"# {cfg.name}: {', '.join(summaries)}", "",
              f"{cfg.devices.count} devices, rates {cfg.devices.rates.spec()}, model {cfg.model.name}, "
-             f"dataset {cfg.data.dataset}, target accuracy {cfg.stop.target_accuracy}, "
+             f"dataset {cfg.data.dataset}, target {f'{target[0]} {target[1]:g}' if target else 'none'}, "
              f"max time {cfg.stop.max_time_s} s; engine {engine}, times are {unit}.", "", table, ""]
     for label, s in summaries.items():
-        lines.append(f"- {label}: batch {s['batch']}, stop {s.get('stop_reason')}, "
-                     f"run {Path(s['run_dir']).name}")
+        t = engine_time_s(s)
+        lines.append(f"- {label}: batch {s['batch']}, stop {s.get('stop_reason')}"
+                     + (f" at {t:.4g} s" if t is not None else "") + f", run {Path(s['run_dir']).name}")
     (folder / "compare.md").write_text("\n".join(lines) + "\n")
-    accuracy_plot(curves, folder / "compare.png", title=f"{cfg.name}: test accuracy")
+    accuracy_plot(curves, folder / "compare.png", title=f"{cfg.name}: test {metric}")
     return folder, summaries, table
 
 
@@ -179,8 +183,8 @@ def compare_algorithms(cfg: Any, algorithms: list[str], out: str | Path | None =
                        console: Any = None, run_id: str | None = None, engine: str = "sim",
                        **options: Any) -> dict[str, Any]:
     """`run_compare` for a list of variant specs (e.g. ["ddl", "scadles"]), printing the table on a rich
-    `console` (progress bars when it is a terminal); returns {"folder", "table", "runs": {label: key
-    figures}} (what `make demo` shows)."""
+    `console` (progress bars when it is a terminal); returns {"folder", "table", "runs": {label: `summary_row`}}
+    (what `make demo` shows; the Python API's `edgestream.compare` returns the same rows)."""
     variants = parse_variants(",".join(algorithms))
     progress = bool(console is not None and getattr(console, "is_terminal", False))
     folder, summaries, table = run_compare(cfg, variants, out=out, run_id=run_id, progress=progress,
@@ -188,10 +192,26 @@ def compare_algorithms(cfg: Any, algorithms: list[str], out: str | Path | None =
     if console is not None:
         console.print(rich_table(summaries, variants[0].label, title=_time_words(engine)[1]))
         console.print(f"compare.md and compare.png in {folder}")
-    keys = ("time_to_target_s", "final_accuracy", "buffer_max_samples", "floats_sent_total", "cnc_ratio",
-            "stop_reason", "virtual_time_s")
     return {"folder": str(folder), "table": table,
-            "runs": {label: {k: s.get(k) for k in keys} for label, s in summaries.items()}}
+            "runs": {label: summary_row(s) for label, s in summaries.items()}}
+
+
+#: the headline figures of a compared run (`summary_row`); time_s is the engine's time (`engine_time_s`)
+ROW_KEYS = ("time_to_target_s", "final_accuracy", "final_metrics", "buffer_max_samples", "floats_sent_total",
+            "cnc_ratio", "steps", "stop_reason", "time_s", "wall_s")
+
+
+def engine_time_s(summary: dict) -> float | None:
+    """How long the run lasted at the engine's clock: the simulator's virtual_time_s, a real run's run_time_s."""
+    for key in ("virtual_time_s", "run_time_s"):
+        if summary.get(key) is not None:
+            return float(summary[key])
+    return None
+
+
+def summary_row(summary: dict) -> dict[str, Any]:
+    """The ROW_KEYS of one run's summary (None where the summary lacks one)."""
+    return {k: engine_time_s(summary) if k == "time_s" else summary.get(k) for k in ROW_KEYS}
 
 
 def rich_table(summaries: dict[str, dict], baseline: str, title: str = "simulated, virtual time") -> Any:
@@ -199,12 +219,14 @@ def rich_table(summaries: dict[str, dict], baseline: str, title: str = "simulate
     from rich.table import Table
 
     table = Table(title=title)
-    for col in ("run", "time to target (s)", "final acc", "buffer max", "floats sent", "CNC", "speedup"):
+    for col in ("run", "time to target (s)", "time (s)", "final acc", "buffer max", "floats sent", "CNC",
+                "speedup"):
         table.add_column(col, justify="left" if col == "run" else "right")
     base_t = summaries.get(baseline, {}).get("time_to_target_s")
     for label, s in summaries.items():
-        t = s.get("time_to_target_s")
+        t, ran = s.get("time_to_target_s"), engine_time_s(s)
         table.add_row(label, f"{t:.1f}" if t is not None else "not reached",
+                      f"{ran:.1f}" if ran is not None else "-",
                       f"{s.get('final_accuracy') or 0:.3f}", str(s.get("buffer_max_samples")),
                       f"{s.get('floats_sent_total') or 0:.3g}", f"{s.get('cnc_ratio') or 0:.2f}",
                       f"{base_t / t:.2f}x" if base_t and t else "n/a")
