@@ -84,15 +84,15 @@ def plugins_list(kind: str = typer.Argument(None, help="models, datasets, algori
                  as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
     """List what each pluggable kind offers and where it comes from: built-ins and installed entry points
     (group edgestream.<kind>). Any 'package.module:attribute' import path works too."""
+    from edgestream.api import list_plugins
     from edgestream.plugins import REGISTRIES
-    from edgestream.sync import registry as _algorithms  # noqa: F401 - registers the built-in algorithms
 
-    if kind is not None and kind not in REGISTRIES:
-        typer.echo(f"kind: {kind!r} is not allowed; must be one of {', '.join(REGISTRIES)}", err=True)
-        raise typer.Exit(2)
-    kinds = [kind] if kind else list(REGISTRIES)
-    listing = {k: [{"name": a.name, "source": a.source, "target": a.target, "summary": a.summary}
-                   for a in REGISTRIES[k].available()] for k in kinds}
+    try:
+        listing = list_plugins(kind)
+    except ValueError as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(2) from None
+    kinds = list(listing)
     if as_json:
         print(json.dumps(listing, indent=1))
         return
