@@ -9,6 +9,12 @@
 * `pull()`: sends a pull request (id `next_request`) after the worker's pushes (one partition: the PS
   sees them in order) and waits for the reply with that id on `<run>.ps.pull.<i>`, ignoring replies to
   earlier requests (re-sent by a restarted PS). The PS holds the reply as long as the algorithm says.
+
+Buffers (edgestream.sync.buffers): given the model's floating buffers (`buffers=`, the live tensors), a
+push carries their current values after the update's tensors (meta "buffers": their count), and a
+pull writes the PS's buffers from its reply into them; a join's reply carries them in `Reply.buffers`
+(the trainer loads them when it starts fresh: `set_buffers`). Without floating buffers nothing is
+added: the messages are byte for byte those of a model without them.
 """
 
 from __future__ import annotations
@@ -24,7 +30,8 @@ from torch import Tensor
 
 from edgestream.ps.memory import keep_large_buffers
 from edgestream.ps.transport import Receiver, Sender, chunk_bytes, ensure_ps_topics, pull_topic, push_topic
-from edgestream.ps.wire import Envelope, Reassembler, WireError, tensor_bytes
+from edgestream.ps.wire import Envelope, Reassembler, WireError, split_buffers, tensor_bytes
+from edgestream.sync.buffers import load_buffers
 
 log = logging.getLogger("edgestream.ps.client")
 
@@ -36,7 +43,7 @@ class PSStopped(RuntimeError):
 @dataclass
 class Reply:
     """A PS reply: the model, its version, stop, the coordinator's info and the PS's facts
-    (blocked_s, staleness, ...) and the bytes it took on the wire."""
+    (blocked_s, staleness, ...), the bytes it took on the wire and the PS's floating buffers."""
 
     params: list[Tensor]
     version: int
@@ -44,6 +51,7 @@ class Reply:
     info: dict[str, Any] = field(default_factory=dict)
     meta: dict[str, Any] = field(default_factory=dict)
     nbytes: int = 0
+    buffers: list[Tensor] = field(default_factory=list)
 
 
 class PSClient:
@@ -51,9 +59,11 @@ class PSClient:
 
     def __init__(self, bootstrap: str, run: str, worker: int, world: int, model: Sequence[Tensor], *,
                  security: Mapping[str, str] | None = None, stop: Callable[[], bool] | None = None,
-                 note_s: float = 10.0, device: Any = "cpu", echo: Callable[[str], None] | None = None) -> None:
+                 note_s: float = 10.0, device: Any = "cpu", echo: Callable[[str], None] | None = None,
+                 buffers: Sequence[Tensor] = ()) -> None:
         self.run, self.worker = run, worker
-        self.model_bytes = tensor_bytes(list(model))
+        self.buffers = list(buffers)  # the model's floating buffers: live tensors (module doc)
+        self.model_bytes = tensor_bytes(list(model) + self.buffers)
         keep_large_buffers(self.model_bytes)
         ensure_ps_topics(bootstrap, run, world, self.model_bytes, security)
         self.topic = push_topic(run)
@@ -110,16 +120,29 @@ class PSClient:
         self.next_request = int(env.meta.get("next_request", 1))
         self.last_push_id = int(env.meta.get("last_push", 0))
         log.info("worker %d: joined at model version %d", self.worker, env.version)
-        return Reply(env.tensors, env.version, bool(env.meta.get("stop")), dict(env.meta.get("info") or {}),
-                     env.meta, nbytes)
+        return self._reply(env, nbytes)
+
+    def _reply(self, env: Envelope, nbytes: int) -> Reply:
+        params, buffers = split_buffers(env.tensors, env.meta)
+        return Reply(params, env.version, bool(env.meta.get("stop")), dict(env.meta.get("info") or {}), env.meta,
+                     nbytes, buffers)
+
+    def set_buffers(self, tensors: Sequence[Tensor]) -> None:
+        """Write the PS's floating buffers into the model's (none sent, or none here: nothing changes)."""
+        if self.buffers and tensors:
+            load_buffers(self.buffers, tensors)
 
     def push(self, update: Sequence[Tensor], push_id: int, *, version: int, meta: dict[str, Any]) -> int:
         """Send one update (id `push_id`, computed on model `version`); returns the bytes sent."""
         if push_id <= self.last_push_id:
             log.info("worker %d: push %d was applied before (last %d): the PS will drop it", self.worker, push_id,
                      self.last_push_id)
+        tensors = [t.detach() for t in update]
+        if self.buffers:
+            meta = {**meta, "buffers": len(self.buffers)}
+            tensors += [b.detach() for b in self.buffers]
         return self.sender.send(self.topic, Envelope(self.run, "push", self.worker, int(push_id), int(version),
-                                                     meta, [t.detach() for t in update]))
+                                                     meta, tensors))
 
     def pull(self) -> Reply:
         """Ask for the model and wait for the PS's reply to this request."""
@@ -128,8 +151,9 @@ class PSClient:
         self.sender.send(self.topic, Envelope(self.run, "pull", self.worker, seq, 0, {}))
         env, nbytes = self._await(lambda e: e.seq == seq and "hello" not in e.meta,
                                   f"the parameter server's reply to pull {seq}")
-        return Reply(env.tensors, env.version, bool(env.meta.get("stop")), dict(env.meta.get("info") or {}),
-                     env.meta, nbytes)
+        reply = self._reply(env, nbytes)
+        self.set_buffers(reply.buffers)
+        return reply
 
     def close(self) -> None:
         self.sender.close()

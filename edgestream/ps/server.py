@@ -26,8 +26,16 @@ and reads the push topic from that offset: pushes after it are applied (none is 
 returns only once the broker acknowledged it), those before it are dropped by id (none is applied
 twice). The offset never passes a message whose chunks are still being collected.
 
-Evaluation: the PS scores its W every `eval.every_s` seconds of stream time (time since the workers'
-streams began, as the workers' step lines count it) into `ranks/ps.jsonl`; reaching
+Buffers (edgestream.sync.buffers): a push whose meta says "buffers": k carries the worker's k floating
+buffers (BatchNorm running statistics) after the update; they go to `Coordinator.push_buffers` (by
+default the PS's buffers are the mean of every worker's latest). Every reply (hello and pull) carries
+the coordinator's buffers after W, with "buffers": k in its meta; a model without floating buffers
+sends and expects none (its messages are unchanged). The checkpoint holds them with the coordinator's
+state; a checkpoint without them (written before buffers reached the PS) loads with the initial
+buffers, which each worker's next push replaces.
+
+Evaluation: the PS scores its W (with the PS's buffers) every `eval.every_s` seconds of stream time
+(time since the workers' streams began, as the workers' step lines count it) into `ranks/ps.jsonl`; reaching
 stop.target_accuracy stops the run (`Coordinator.stop()`: every pull then returns with stop). The PS
 exits once every worker received a reply that says stop. Files: `ranks/ps.jsonl` (eval lines,
 "ps" lines: one per reply, and a "ps_stats" line every second), `ranks/ps.log`,
@@ -50,7 +58,8 @@ import torch
 
 from edgestream.ps.memory import keep_large_buffers
 from edgestream.ps.transport import Receiver, Sender, chunk_bytes, ensure_ps_topics, pull_topic, push_topic
-from edgestream.ps.wire import Envelope, Reassembler, WireError, peek, tensor_bytes
+from edgestream.ps.wire import Envelope, Reassembler, WireError, peek, split_buffers, tensor_bytes
+from edgestream.sync.buffers import floating_buffers, load_buffers
 from edgestream.sync.requests import Push
 
 log = logging.getLogger("edgestream.ps")
@@ -112,7 +121,10 @@ class ParameterServer:
         initial = [p for p in self.model.parameters() if p.requires_grad]
         self.params = initial
         self.coord = plan.algorithm.coordinator(plan.server_context(expected_step_s(plan, self.model)), initial)
-        self.model_bytes = tensor_bytes(initial)
+        self.buffers = floating_buffers(self.model)  # the evaluation model's: the PS's are the coordinator's
+        if self.buffers:
+            self.coord.init_buffers(self.buffers)
+        self.model_bytes = tensor_bytes(initial + self.buffers)
         self.chunk = chunk_bytes(self.model_bytes)
         keep_large_buffers(self.model_bytes)
         # ids and bookkeeping (all in the checkpoint)
@@ -281,18 +293,23 @@ class ParameterServer:
             log.info("dropped a duplicate push of worker %d (id %d, last applied %d)", w, env.seq, self.last_push[w])
             return
         m = env.meta
-        shapes = [tuple(t.shape) for t in env.tensors]
+        update, buffers = split_buffers(env.tensors, m)
+        shapes = [tuple(t.shape) for t in update]
         if shapes != [tuple(p.shape) for p in self.params]:
-            raise ValueError(f"{len(env.tensors)} tensors do not match the model's {len(self.params)} parameters")
+            raise ValueError(f"{len(update)} tensors do not match the model's {len(self.params)} parameters")
+        if buffers and [tuple(t.shape) for t in buffers] != [tuple(b.shape) for b in self.buffers]:
+            raise ValueError(f"{len(buffers)} buffers do not match the model's {len(self.buffers)} floating buffers")
         if self.origin_wall is None and m.get("origin") is not None:
             self.origin_wall = float(m["origin"])
             if self._evaluate and self.evaluation.last_time is None:
                 self._eval()  # W0 at t = 0, as every engine scores it
         losses = m.get("losses")
-        push = Push([t.to(p.dtype) for t, p in zip(env.tensors, self.params, strict=True)], version=env.version,
+        push = Push([t.to(p.dtype) for t, p in zip(update, self.params, strict=True)], version=env.version,
                     n=int(m.get("n", 0)), loss=m.get("loss"), lr=float(m.get("lr", 0.0)), stop=bool(m.get("stop")),
                     commit=bool(m.get("commit")), losses=[tuple(x) for x in losses] if losses is not None else None,
                     nbytes=m.get("nbytes"))
+        if buffers:
+            self.coord.push_buffers(w, buffers)
         facts = self.coord.push(w, push, self.now())
         lag = int(facts.get("staleness", 0))
         self.last_push[w] = env.seq
@@ -318,7 +335,8 @@ class ParameterServer:
         self.counts["hellos"] += 1
         meta = {"hello": env.meta.get("nonce"), "last_push": self.last_push[w],
                 "next_request": self.last_request[w] + 1, "stop": self.coord.stopping, "info": {}}
-        reply = Envelope(self.run_name, "reply", w, env.seq, self.coord.version, meta, list(self.coord.model()))
+        tensors = self._with_buffers(list(self.coord.model()), meta)
+        reply = Envelope(self.run_name, "reply", w, env.seq, self.coord.version, meta, tensors)
         self.sender.send(pull_topic(self.run_name, w), reply)
         log.info("worker %d joined (last push %d)", w, self.last_push[w])
 
@@ -338,13 +356,21 @@ class ParameterServer:
             info = _plain(reply.info)
             meta = {"stop": bool(reply.stop), "info": info, "blocked_s": blocked, "staleness": stale,
                     "reason": self.reason}
+            tensors = self._with_buffers(reply.params, meta)
             self.sender.send(pull_topic(self.run_name, w), Envelope(self.run_name, "reply", w, seq, reply.version,
-                                                                    meta, reply.params))
+                                                                    meta, tensors))
             if reply.stop:
                 self.told_stop[w] = True
             self.events.record("ps", time=self.stream_now(), ps_time=round(now, 6), worker=w, request=seq,
                                version=reply.version, stop=bool(reply.stop), blocked_s=round(blocked, 6),
                                staleness=stale, pushes=list(self.coord.pushes), info=info)
+
+    def _with_buffers(self, params: list[torch.Tensor], meta: dict[str, Any]) -> list[torch.Tensor]:
+        """A reply's tensors: W, then the coordinator's floating buffers (counted in `meta`), if the model has any."""
+        if not self.buffers:
+            return params
+        meta["buffers"] = len(self.buffers)
+        return params + self.coord.buffers()
 
     def timers(self) -> None:
         at = self.coord.next_timer()
@@ -358,7 +384,9 @@ class ParameterServer:
         with torch.no_grad():
             for p, w in zip(self.params, self.coord.model(), strict=True):
                 p.copy_(w)
-        return evaluate(self.model, self.x_test, self.y_test)
+        if self.buffers:  # the trained statistics, not the model's initial ones
+            load_buffers(self.buffers, self.coord.buffers())
+        return evaluate(self.model, self.x_test, self.y_test, task=self.plan.task)
 
     def _eval_due(self) -> bool:
         last = self.evaluation.last_time
@@ -372,8 +400,8 @@ class ParameterServer:
             self.evaluation.final(now, version)
         else:
             self.evaluation.run(now, version)
-        if self.stop_rule.reason == "target_accuracy" and not self.coord.stopping:
-            self.reason = "target_accuracy"
+        if self.stop_rule.reason in ("target_accuracy", "target_metric") and not self.coord.stopping:
+            self.reason = self.stop_rule.reason
             self.coord.stop()
 
     # ------------------------------------------------------------------ the loop
@@ -389,7 +417,8 @@ class ParameterServer:
 
             ds = self.plan.dataset
             self.x_test = ds.normalize(torch.from_numpy(ds.x_test))
-            self.y_test = torch.from_numpy(ds.y_test).long()
+            self.y_test = torch.from_numpy(ds.y_test)  # float targets: regression (the evaluation's task)
+            self.y_test = self.y_test.long() if self.plan.task.labels else self.y_test.float()
             self.stop_rule = self.plan.stop_rule()
             self.evaluation = Evaluation(self._score, self.events, self.stop_rule, self.plan.eval_every_s,
                                          on_eval=lambda t, v, acc: log.info("eval t=%.1fs version %d accuracy %.4f",

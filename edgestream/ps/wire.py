@@ -43,6 +43,11 @@ for floating tensors at most a third non-zero whose sparse form is smaller; "zer
 only), so -0.0 and NaN survive and every round trip is bit-exact. The table's sizes must add up to the
 body length exactly.
 
+A model's floating buffers (BatchNorm running statistics; edgestream.sync.buffers) ride in the same body:
+a push or reply whose caller meta holds "buffers": k ends its tensors with the model's k floating
+buffers (`split_buffers`); a message without the key carries none, so a model without floating buffers
+sends exactly the bytes it did before.
+
 Never pickle: JSON and raw arrays only. Whatever bytes arrive, decoding raises nothing but `WireError`
 (its str() is the one-line reason), and nothing of a rejected chunk is kept.
 """
@@ -256,6 +261,15 @@ def _pack_chunk(fields: list[Any], run: bytes, pieces: Sequence[Any], slice_sum:
     ssum = _slice_sum(pieces) if slice_sum is None else slice_sum
     csum = _xxh3(_HEAD.pack(*fields[:12], 0, *fields[13:]) + run, ssum)
     return b"".join([_HEAD.pack(*fields[:12], csum, *fields[13:]), run, *pieces])
+
+
+def split_buffers(tensors: list[Tensor], meta: dict[str, Any]) -> tuple[list[Tensor], list[Tensor]]:
+    """(model tensors, floating buffers) of a message whose meta "buffers" says how many buffers end its
+    tensors (none without the key); ValueError for a count that is not one."""
+    k = meta.get("buffers", 0)
+    if not isinstance(k, int) or isinstance(k, bool) or not 0 <= k <= len(tensors):
+        raise ValueError(f"meta buffers: {k!r} is not a count of the message's {len(tensors)} tensors")
+    return (tensors[:len(tensors) - k], tensors[len(tensors) - k:]) if k else (list(tensors), [])
 
 
 # ---------------------------------------------------------------------------------------------- decode

@@ -10,6 +10,12 @@ links are independent, and the PS itself answers instantly.
   re-armed.
 * Pull: blocks while the coordinator says the pull may not return (`ready`; the blocked time is
   recorded), then the reply (a copy of W taken at that moment) crosses the downlink.
+* Buffers (a model with floating buffers: BatchNorm running statistics; edgestream.sync.buffers): a
+  push carries the worker's replica's floating buffers (read when the push arrives: the worker is busy
+  while it uploads) and costs their bytes too; a reply carries the coordinator's buffers of the moment
+  it is answered, written into the worker's replica when the download ends, and costs their bytes.
+  Evaluation scores W with the coordinator's buffers (`eval_model`). A model without floating buffers
+  moves and costs exactly what it did before.
 * Timers: when `next_timer()` names a time, a SimPy timeout calls `timer(now)` then (and re-checks
   pulls); a timer the coordinator has since moved is ignored.
 
@@ -28,18 +34,26 @@ import simpy
 from edgestream.compression import payload_nbytes
 from edgestream.runner.driver import StepMeter
 from edgestream.sim.costs import NetworkModel
+from edgestream.sync.buffers import floating_buffers, load_buffers
 from edgestream.sync.coordinator import Coordinator
 from edgestream.sync.requests import Pulled, Push
 
 
 class PSNode:
     """Hosts `coordinator` for `world` workers on `env` with `network` links; `meters` are the
-    workers' StepMeters (the driver's), looked up at record time."""
+    workers' StepMeters (the driver's), looked up at record time; `replicas` (edgestream.sim.replicas)
+    the workers' models, whose floating buffers travel with pushes and replies (None: no buffers move)."""
 
     def __init__(self, env: simpy.Environment, coordinator: Coordinator, network: NetworkModel, world: int,
-                 meters: dict[int, StepMeter]) -> None:
+                 meters: dict[int, StepMeter], replicas: Any = None) -> None:
         self.env = env
         self.coord = coordinator
+        self.replicas = replicas
+        initial = floating_buffers(replicas.base) if replicas is not None else []
+        self.buffered = bool(initial)
+        if self.buffered:
+            coordinator.init_buffers(initial)
+        self.buffer_bytes = payload_nbytes(initial)
         self.network = network
         self.world = world
         self.meters = meters
@@ -65,10 +79,17 @@ class PSNode:
         return end
 
     # ------------------------------------------------------------------ requests
+    def _buffers_of(self, rank: int) -> list[Any]:
+        """Worker `rank`'s replica's floating buffers (the tensors themselves); a model with buffers
+        always has per-worker replicas (edgestream.sim.replicas)."""
+        return floating_buffers(self.replicas.models[rank])
+
     def push(self, rank: int, req: Push) -> Generator[Any, Any, None]:
-        nbytes = req.wire_bytes()
+        nbytes = req.wire_bytes() + self.buffer_bytes
         end = self._send(self.up_free, rank, nbytes)
         yield self.env.timeout(end - self.env.now)
+        if self.buffered:
+            self.coord.push_buffers(rank, self._buffers_of(rank))
         facts = self.coord.push(rank, req, float(self.env.now))
         lag = int(facts.get("staleness", 0))
         self.push_bytes[rank] += nbytes
@@ -89,9 +110,12 @@ class PSNode:
             yield ev
         blocked = float(self.env.now) - t0
         reply = self.coord.pull(rank, float(self.env.now))
-        nbytes = payload_nbytes(reply.params)
+        buffers = self.coord.buffers()  # of this moment: the coordinator never changes these tensors
+        nbytes = payload_nbytes(reply.params) + self.buffer_bytes
         end = self._send(self.down_free, rank, nbytes)
         yield self.env.timeout(end - self.env.now)
+        if self.buffered:
+            load_buffers(self._buffers_of(rank), buffers)
         self.blocked_s[rank] += blocked
         self.pull_bytes[rank] += nbytes
         self._meter(rank).count(pulls=1, pull_bytes=nbytes, blocked_s=blocked)
@@ -128,6 +152,13 @@ class PSNode:
             self.changed()
 
         return fire
+
+    def eval_model(self) -> Any:
+        """The model evaluation scores: W with the coordinator's floating buffers (a scratch model)."""
+        model = self.replicas.model_with(self.coord.model())
+        if self.buffered:
+            load_buffers(floating_buffers(model), self.coord.buffers())
+        return model
 
     def stop(self) -> None:
         """End the run at the PS (hard limit): every pending pull returns with stop."""

@@ -18,9 +18,14 @@ says otherwise). Stopping reaches
 workers through pull replies: once any worker's push carries a stop vote (or the engine calls
 `stop()`), every pending and later pull may return and says `stop=True`.
 
+The model's floating buffers (BatchNorm running statistics) travel beside W, attached by the host, not
+the algorithm (edgestream.sync.buffers): the host calls `init_buffers(initial)` once, `push_buffers(worker,
+tensors)` with each push, and hands `buffers()` out with each reply; by default the PS's buffers are the
+mean of the workers' latest (`on_buffers` may read them otherwise).
+
 Subclasses (one per algorithm, next to its worker) override the hooks `on_push`, `may_pull`,
-`on_pull_info`, `on_timer`/`next_timer` and `extra_state`/`load_extra_state`. Their state is tensors
-and plain values, so `state_dict()` round-trips through `torch.save` / `torch.load(weights_only=True)`.
+`on_pull_info`, `on_timer`/`next_timer`, `on_buffers` and `extra_state`/`load_extra_state`. Their state
+is tensors and plain values, so `state_dict()` round-trips through `torch.save` / `torch.load(weights_only=True)`.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ import torch
 from torch import Tensor
 
 from edgestream.models.optim import lr_at
+from edgestream.sync.buffers import BufferMean
 from edgestream.sync.requests import Pulled, Push
 
 
@@ -117,6 +123,7 @@ class Coordinator:
         self.pushes = [0] * self.world
         self.pulls = [0] * self.world
         self.pulled_version = [0] * self.world
+        self.bufs = BufferMean((), self.world)  # the model's floating buffers (init_buffers)
 
     # ------------------------------------------------------------------ what engines call
     def push(self, worker: int, push: Push, now: float) -> dict[str, Any]:
@@ -158,6 +165,22 @@ class Coordinator:
         """The global model W (the coordinator's own tensors: read, do not modify)."""
         return self.w
 
+    def init_buffers(self, initial: Sequence[Tensor]) -> None:
+        """The model's initial floating buffers (the host calls this once, before any push; none: a model
+        without floating buffers)."""
+        self.bufs = BufferMean(initial, self.world)
+
+    def push_buffers(self, worker: int, tensors: Sequence[Tensor]) -> None:
+        """`worker`'s current floating buffers, sent with its push (the host calls this beside `push`)."""
+        self._check(worker)
+        if len(self.bufs):
+            self.on_buffers(worker, tensors)
+
+    def buffers(self) -> list[Tensor]:
+        """The global floating buffers, in `floating_buffers(model)` order: tensors that are never changed
+        afterwards (read, do not modify); [] for a model without them."""
+        return self.bufs.value()
+
     # ------------------------------------------------------------------ algorithm hooks
     def on_push(self, worker: int, push: Push, now: float) -> dict[str, Any] | None:
         """Apply or buffer the update; default: apply at once (ASP)."""
@@ -179,6 +202,11 @@ class Coordinator:
     def on_timer(self, now: float) -> None:
         """Timer hook (barriers, schedulers)."""
 
+    def on_buffers(self, worker: int, tensors: Sequence[Tensor]) -> None:
+        """`worker`'s floating buffers arrived; default: they replace its previous ones and the global
+        buffers are the mean of every worker's latest (edgestream.sync.buffers)."""
+        self.bufs.update(worker, tensors)
+
     # ------------------------------------------------------------------ helpers for subclasses
     def apply(self, direction: Sequence[Tensor], lr: float) -> None:
         """One server optimizer step W -= lr * (direction, with momentum / weight decay); version + 1."""
@@ -198,10 +226,14 @@ class Coordinator:
         """Restore what `extra_state` returned."""
 
     def state_dict(self) -> dict[str, Any]:
-        """Everything the coordinator carries (copies): W, optimizer, counters, stop, the subclass's."""
-        return {"w": [t.clone() for t in self.w], "opt": self.opt.state_dict(), "version": self.version,
-                "stopping": self.stopping, "pushes": list(self.pushes), "pulls": list(self.pulls),
-                "pulled_version": list(self.pulled_version), "extra": self.extra_state()}
+        """Everything the coordinator carries (copies): W, optimizer, counters, stop, the subclass's, and the
+        floating buffers (only for a model that has them)."""
+        state = {"w": [t.clone() for t in self.w], "opt": self.opt.state_dict(), "version": self.version,
+                 "stopping": self.stopping, "pushes": list(self.pushes), "pulls": list(self.pulls),
+                 "pulled_version": list(self.pulled_version), "extra": self.extra_state()}
+        if len(self.bufs):
+            state["buffers"] = self.bufs.state_dict()
+        return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         with torch.no_grad():
@@ -212,6 +244,10 @@ class Coordinator:
         self.pushes = [int(x) for x in state["pushes"]]
         self.pulls = [int(x) for x in state["pulls"]]
         self.pulled_version = [int(x) for x in state["pulled_version"]]
+        if len(self.bufs) and state.get("buffers") is not None:
+            self.bufs.load_state_dict(state["buffers"])
+        # a state without buffers (saved before they reached the PS): they stay the initial ones until
+        # each worker's next push brings its own again
         self.load_extra_state(state.get("extra", {}))
 
     def summary(self) -> dict[str, Any]:
