@@ -658,7 +658,7 @@ def run_cmd(config: Path = typer.Argument(None, help="experiment YAML file (opti
         path, summary = run_config(cfg, engine, out=out, run_id=run_id, progress=not quiet)
     except (EngineError, ConfigError) as exc:
         _config_problems(exc)
-    keys = ("time_to_target_s", "final_accuracy", "steps", "buffer_max_samples", "dropped_total",
+    keys = ("time_to_target_s", "final_accuracy", "final_metrics", "steps", "buffer_max_samples", "dropped_total",
             "floats_sent_total", "cnc_ratio", "stop_reason", "virtual_time_s", "wall_s")
     typer.echo(f"run directory: {path}", err=True)
     print(json.dumps({k: summary.get(k) for k in keys}))

@@ -294,3 +294,50 @@ def test_lockstep_and_real_engine_agree_on_the_same_stream(bootstrap, tmp_path):
     losses_real = [e["loss"] for e in _step_lines(lines[0])]
     losses_lock = [e["loss"] for e in engine.events if e["device"] == 0 and "loss" in e]
     assert np.allclose(losses_real, losses_lock, rtol=1e-4)
+
+
+USER_NET = '''
+import math
+
+import torch
+from torch import nn
+
+
+class Net(nn.Module):
+    def __init__(self, n_in, n_out, hidden, norm):
+        super().__init__()
+        self.fc1 = nn.Linear(n_in, hidden)
+        self.norm = nn.BatchNorm1d(hidden) if norm else None
+        self.fc2 = nn.Linear(hidden, n_out)
+
+    def forward(self, x):
+        h = self.fc1(x.flatten(1))
+        return self.fc2(torch.relu(self.norm(h) if self.norm is not None else h))
+
+
+def build(input_shape, num_outputs, hidden=16, norm=False):
+    return Net(math.prod(input_shape), num_outputs, hidden, norm)
+'''
+
+
+@pytest.mark.parametrize("target_dim,norm", [(None, False), (2, True)], ids=["scalar", "vector-batchnorm"])
+def test_regression_two_ranks_train_a_user_model_on_float_targets(bootstrap, tmp_path, target_dim, norm):
+    """task: regression on real trainers: float targets over the wire, the task's MSE, eval lines with
+    rmse/mae/loss (accuracy null), a user's model by import path from the config's folder (in every
+    trainer process), identical replicas, the model on the trainer's device as before."""
+    (tmp_path / "trainer_usernet.py").write_text(USER_NET)
+    data = {"dataset": "synthetic", "shape": [6], "n_train": 800, "n_test": 200,
+            **({"kwargs": {"target_dim": target_dim}} if target_dim else {})}
+    run_dir, lines, summaries = _train(
+        tmp_path, bootstrap, f"reg{target_dim or 1}", 2, {"name": "ddl", "batch": {"policy": "fixed", "size": 32}},
+        task="regression", data=data, model={"name": "trainer_usernet:build", "kwargs": {"norm": norm}},
+        optim={"lr": 0.05, "momentum": 0.5, "weight_decay": 0.0}, stop={"max_steps": 30, "max_time_s": 300})
+    per_rank = [_step_lines(lines[r]) for r in range(2)]
+    assert [len(s) for s in per_rank] == [30, 30] and all(s["stop_reason"] == "max_steps" for s in summaries)
+    # the parameters agree (BatchNorm's running statistics are each rank's own; training uses batch statistics)
+    assert [e["digest"] for e in per_rank[0]] == [e["digest"] for e in per_rank[1]]
+    assert _falling([e["loss"] for e in per_rank[0]])
+    evals = [e for e in lines[0] if e["kind"] == "eval"]
+    assert evals and all(e["accuracy"] is None and {"rmse", "mae", "loss"} <= set(e) for e in evals)
+    assert evals[-1]["rmse"] < evals[0]["rmse"]
+    assert all(s["device"] == "cpu" for s in summaries)

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 WINDOW = 20  # steps per device that the rate and the wait/compute/comm shares are taken over
+#: the metric an eval line is shown by: the first of these it carries (classification, regression)
+PRIMARY = ("accuracy", "rmse")
 
 
 @dataclass
@@ -58,7 +60,8 @@ class LiveState:
         self.world = world
         self.t0 = time.monotonic()
         self.devices: dict[int, DeviceState] = {r: DeviceState() for r in range(world)}
-        self.accuracy: float | None = None
+        self.accuracy: float | None = None  # the latest value of `metric` (accuracy; rmse for regression)
+        self.metric = "accuracy"
         self.eval_step: int | None = None
         self.status = "starting"
         self.ps: PSState | None = None     # a parameter-server run's PS figures
@@ -74,8 +77,9 @@ class LiveState:
     def add(self, items: list[tuple[int, dict]]) -> None:
         for rank, rec in items:
             if rec.get("kind") == "eval":
-                if rec.get("accuracy") is not None:
-                    self.accuracy, self.eval_step = float(rec["accuracy"]), rec.get("step")
+                metric = next((k for k in PRIMARY if rec.get(k) is not None), None)
+                if metric is not None:
+                    self.metric, self.accuracy, self.eval_step = metric, float(rec[metric]), rec.get("step")
                 continue
             device = rec.get("device", rank)
             self.devices.setdefault(int(device), DeviceState()).add(rec)
@@ -86,7 +90,7 @@ class LiveState:
 
     def headline(self) -> str:
         acc = f"{self.accuracy:.3f} (step {self.eval_step})" if self.accuracy is not None else "-"
-        return f"{self.run} | {self.elapsed:6.1f} s | accuracy {acc} | {self.status}"
+        return f"{self.run} | {self.elapsed:6.1f} s | {self.metric} {acc} | {self.status}"
 
     def table(self) -> Any:
         from rich.table import Table
@@ -112,7 +116,7 @@ class LiveState:
         shares = [x for x in shares if x is not None]
         part = [f"[{self.elapsed:7.1f}s] {self.status}",
                 f"steps {min(steps)}-{max(steps)}" if steps else "steps -",
-                f"accuracy {self.accuracy:.3f}" if self.accuracy is not None else "accuracy -",
+                f"{self.metric} {self.accuracy:.3f}" if self.accuracy is not None else f"{self.metric} -",
                 f"trained/s {sum(tps):.0f}" if tps else "trained/s -",
                 f"buffer max {max(buf)}" if buf else "buffer -"]
         if shares:

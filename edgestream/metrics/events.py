@@ -2,8 +2,8 @@
 
 Step lines carry: time, device, step, batch, wait_s, compute_s, comm_s, buffer_samples, buffer_bytes,
 dropped, injected, bytes_sent, floats_sent, compressed, loss. Evaluation lines: kind "eval", time,
-step, accuracy, loss. `EventLog` also keeps the running aggregates the summary needs, so a summary
-never re-reads the file.
+step, accuracy, loss and the task's other metrics (regression: rmse, mae, loss, with accuracy null).
+`EventLog` also keeps the running aggregates the summary needs, so a summary never re-reads the file.
 """
 
 from __future__ import annotations
@@ -64,7 +64,8 @@ class EventLog:
         self.bytes_sent = 0
         self.exchanges = 0
         self.compressed = 0
-        self.evals: list[tuple[float, float]] = []   # (time, accuracy)
+        self.evals: list[tuple[float, float]] = []   # (time, accuracy), evaluations that have one
+        self.eval_metrics: list[tuple[float, dict]] = []  # (time, the task's metrics) of every evaluation
         self.last_loss: float | None = None
 
     def step(self, **fields) -> None:
@@ -86,10 +87,18 @@ class EventLog:
             self.last_loss = float(fields["loss"])
         self._write(rec)
 
-    def evaluation(self, time: float, step: int, accuracy: float, loss: float) -> None:
-        self.evals.append((float(time), float(accuracy)))
-        self._write({"kind": "eval", "time": _clean(float(time)), "step": step, "accuracy": _clean(accuracy),
-                     "loss": _clean(loss)})
+    def evaluation(self, time: float, step: int, accuracy: float | None = None, loss: float | None = None,
+                   **metrics: float) -> None:
+        """An eval line: accuracy (null when the task has none), loss and the task's other metrics."""
+        values = {k: _clean(v) for k, v in {"accuracy": accuracy, "loss": loss, **metrics}.items()}
+        if accuracy is not None:
+            self.evals.append((float(time), float(accuracy)))
+        self.eval_metrics.append((float(time), {k: v for k, v in values.items() if v is not None}))
+        self._write({"kind": "eval", "time": _clean(float(time)), "step": step, **values})
+
+    def series(self, metric: str) -> list[tuple[float, float]]:
+        """(time, value) of `metric` over the evaluations that have it."""
+        return [(t, float(m[metric])) for t, m in self.eval_metrics if m.get(metric) is not None]
 
     def record(self, kind: str, **fields) -> None:
         """A line of another kind (e.g. the parameter server's "ps" lines): written as given, not counted
@@ -110,13 +119,22 @@ class EventLog:
                 self._f.close()
                 self._f = None
 
-    def summary(self, *, target_accuracy: float | None, wall_s: float, engine: str, **extra) -> dict:
-        """summary.json fields (DESIGN.md "Run directory")."""
-        ttt = next((t for t, a in self.evals if target_accuracy is not None and a >= target_accuracy), None)
+    def summary(self, *, target_accuracy: float | None = None, wall_s: float, engine: str,
+                target: tuple[str, float] | None = None, **extra) -> dict:
+        """summary.json fields (DESIGN.md "Run directory"). target: (metric, value) that time_to_target_s
+        is measured to, in the metric's direction (default: ("accuracy", target_accuracy));
+        final_metrics: the last evaluation's metrics."""
+        from edgestream.runner.stop import reached  # here: the runner package imports this module
+
+        if target is None and target_accuracy is not None:
+            target = ("accuracy", float(target_accuracy))
+        ttt = (next((t for t, m in self.eval_metrics if reached(target[0], m.get(target[0]), target[1])), None)
+               if target is not None else None)
         return {
             "time_to_target_s": ttt,
             "final_accuracy": self.evals[-1][1] if self.evals else None,
             "best_accuracy": max((a for _, a in self.evals), default=None),
+            "final_metrics": dict(self.eval_metrics[-1][1]) if self.eval_metrics else None,
             # the run's steps: the most any device took (a synchronous run's max_steps); every device's
             # steps added up are device_steps_total
             "steps": max(self.device_steps.values(), default=self.steps),

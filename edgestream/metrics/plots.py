@@ -1,4 +1,4 @@
-"""PNG plots of a run (accuracy vs time, buffer samples vs step on a log scale) and comparisons."""
+"""PNG plots of a run (the test metric -- accuracy, or rmse for regression -- vs time, buffer samples vs step on a log scale) and comparisons."""
 
 from __future__ import annotations
 
@@ -34,9 +34,9 @@ def _line_plot(series: Mapping[str, list[tuple[float, float]]], path: str | Path
 
 
 def accuracy_plot(series: Mapping[str, list[tuple[float, float]]], path: str | Path, title: str = "",
-                  xlabel: str = "virtual time (s)") -> Path:
-    """Test accuracy against time, one line per label."""
-    return _line_plot(series, path, title=title, xlabel=xlabel, ylabel="test accuracy")
+                  xlabel: str = "virtual time (s)", ylabel: str = "test accuracy") -> Path:
+    """A test metric (accuracy unless `ylabel` names another) against time, one line per label."""
+    return _line_plot(series, path, title=title, xlabel=xlabel, ylabel=ylabel)
 
 
 def buffer_plot(series: Mapping[str, list[tuple[int, float]]], path: str | Path, title: str = "") -> Path:

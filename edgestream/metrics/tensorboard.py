@@ -8,7 +8,8 @@ its wall time, so TensorBoard's "relative" time axis is the run's own clock.
 
 Scalars (tags `group/series`, one chart per tag in TensorBoard):
 
-* `eval/accuracy`, `eval/loss` at the evaluation's step;
+* `eval/<metric>` for each of the task's metrics at the evaluation's step (classification:
+  `eval/accuracy`, `eval/loss`; regression: `eval/rmse`, `eval/mae`, `eval/loss`);
 * per device i, at its own step: `loss/device_i`, `rate/device_i` (its stream's rate S_i(t) at the step's
   time, from the run's rate model), `batch/device_i`,
   `buffer/device_i` (samples buffered), `share_wait|share_compute|share_comm/device_i` (the step's
@@ -35,6 +36,8 @@ RateOf = Callable[[int, float], float]
 #: step-line fields written per device: (field, tag group)
 DEVICE_FIELDS = (("loss", "loss"), ("batch", "batch"), ("buffer_samples", "buffer"), ("staleness", "staleness"))
 SHARES = ("wait_s", "compute_s", "comm_s")
+#: eval-line fields that are not metrics
+EVAL_KEYS = ("kind", "time", "step")
 #: above this many devices, per-device series are written as mean / min / max over the devices
 MAX_DEVICE_SERIES = 32
 
@@ -74,9 +77,9 @@ def _scalars(records: list[dict], rate_of: RateOf | None) -> list[tuple[str, flo
         kind, t = rec.get("kind"), float(rec.get("time", 0.0) or 0.0)
         if kind == "eval":
             step = int(rec.get("step", 0) or 0)
-            for key in ("accuracy", "loss"):
-                if isinstance(rec.get(key), (int, float)):
-                    out.append((f"eval/{key}", float(rec[key]), step, t))
+            for key, value in rec.items():
+                if key not in EVAL_KEYS and isinstance(value, (int, float)) and not isinstance(value, bool):
+                    out.append((f"eval/{key}", float(value), step, t))
         elif kind == "step" and "device" in rec:
             dev, step = int(rec["device"]), int(rec.get("step", 0) or 0)
             if rate_of is not None:

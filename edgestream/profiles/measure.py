@@ -10,25 +10,33 @@ from typing import Any
 
 
 def time_steps(model: Any, in_shape: Sequence[int], num_classes: int, batches: Sequence[int], *,
-               device: str = "cpu", repeats: int = 5, warmup: int = 2) -> list[float]:
-    """Best-of-`repeats` seconds of one forward+backward (cross-entropy, gradients zeroed first) per batch
-    size, on `device` (CUDA: synchronised before each clock read). The model's gradients are cleared after."""
+               device: str = "cpu", repeats: int = 5, warmup: int = 2, task: Any = None) -> list[float]:
+    """Best-of-`repeats` seconds of one forward+backward (the task's loss, gradients zeroed first) per batch
+    size, on `device` (CUDA: synchronised before each clock read). task: edgestream.tasks' (default:
+    classification over `num_classes` classes, regression when num_classes is 0; regression targets are
+    shaped as the model's output). The model's gradients are cleared after."""
     import torch
-    import torch.nn.functional as F
 
+    from edgestream.tasks import CLASSIFICATION, REGRESSION
+
+    task = task or (CLASSIFICATION if num_classes else REGRESSION)
     dev = torch.device(device)
     model = model.to(dev)
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
     out = []
     for b in batches:
         x = torch.randn(int(b), *in_shape, device=dev)
-        y = torch.randint(0, num_classes, (int(b),), device=dev)
+        if task.labels:
+            y = torch.randint(0, num_classes, (int(b),), device=dev)
+        else:
+            with torch.no_grad():
+                y = torch.randn_like(model(x))
         best = float("inf")
         for i in range(warmup + repeats):
             sync()
             t0 = time.perf_counter()
             model.zero_grad(set_to_none=True)
-            F.cross_entropy(model(x), y).backward()
+            task.loss(model(x), y).backward()
             sync()
             if i >= warmup:
                 best = min(best, time.perf_counter() - t0)
@@ -51,7 +59,8 @@ def measure_profile(plan: Any, *, device: str, batches: Sequence[int], repeats: 
     """A profile document (edgestream.profiles) of the plan's model on `device`."""
     ds = plan.dataset
     shape = [int(x) for x in ds.shape]
-    secs = time_steps(plan.build_model(), shape, int(ds.num_classes), batches, device=device, repeats=repeats)
+    secs = time_steps(plan.build_model(), shape, int(ds.num_classes), batches, device=device, repeats=repeats,
+                      task=plan.task)
     now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     return {"name": name, "device": device_name(device), "measured": now,
             "source": f"measured by `{command}` on {now} (best of {repeats} forward+backward steps per batch)",

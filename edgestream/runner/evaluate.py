@@ -1,9 +1,11 @@
 """Scoring the global model on the held-out split, and when: the one evaluation every engine uses.
 
-`evaluate(model, x, y)` scores a model. `Evaluation` decides when and records the result: at engine
-time 0, then every `eval.every_s` engine seconds while the run goes on, and once more at the end
-unless an evaluation already happened at that time; each one writes an eval line to the run's
-events, tells the `StopRule` (reaching stop.target_accuracy stops the run) and calls `on_eval`.
+`evaluate(model, x, y, task=...)` scores a model: the task's metrics (edgestream.tasks; classification
+{"accuracy", "loss"}, regression {"rmse", "mae", "loss"}). `Evaluation` decides when and records the
+result: at engine time 0, then every `eval.every_s` engine seconds while the run goes on, and once more
+at the end unless an evaluation already happened at that time; each one writes an eval line with the
+metrics to the run's events, tells the `StopRule` (reaching the target metric stops the run) and calls
+`on_eval` with the primary metric.
 `Evaluation.periodic` is the schedule as a generator of waits, so an in-process engine can host it
 in its own time (the simulator: a SimPy process); `BackgroundEvaluation` hosts the same schedule for a
 real trainer, in a thread on snapshots taken at step boundaries, so training never waits for it.
@@ -17,38 +19,58 @@ from collections.abc import Callable, Generator
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from edgestream.runner.stop import StopRule
+from edgestream.tasks import CLASSIFICATION, REGRESSION, Task
 
 EVAL_CHUNK = 2048
 
 
-def evaluate(model: nn.Module, x: Tensor, y: Tensor, chunk: int = EVAL_CHUNK) -> tuple[float, float]:
-    """(accuracy, mean cross-entropy) of `model` on (x, y), in eval mode, without gradients; the
-    model's train/eval mode is restored."""
+def task_of(y: Tensor) -> Task:
+    """The task whose targets look like `y`: float targets are regression, class indices classification."""
+    return REGRESSION if torch.is_floating_point(y) else CLASSIFICATION
+
+
+def evaluate(model: nn.Module, x: Tensor, y: Tensor, chunk: int = EVAL_CHUNK, *,
+             task: Task | None = None) -> dict[str, float]:
+    """The metrics of `task` (default: from the targets' dtype, `task_of`) of `model` on (x, y), in eval
+    mode, without gradients, in chunks of `chunk` samples; the model's train/eval mode is restored."""
+    task = task or task_of(y)
     was_training = model.training
     model.eval()
-    correct, loss_sum = 0, 0.0
+    sums: dict[str, float] = {}
     device = next(model.parameters()).device
     with torch.no_grad():
         for lo in range(0, len(y), chunk):
             xb, target = x[lo:lo + chunk].to(device), y[lo:lo + chunk].to(device)
-            logits = model(xb)
-            loss_sum += float(F.cross_entropy(logits, target, reduction="sum"))
-            correct += int((logits.argmax(dim=1) == target).sum())
+            for k, v in task.metric_sums(model(xb), target).items():
+                sums[k] = sums.get(k, 0.0) + v
     model.train(was_training)
-    n = max(1, len(y))
-    return correct / n, loss_sum / n
+    return task.finish(sums, len(y))
+
+
+def as_metrics(score: Any) -> dict[str, float]:
+    """A score as a metrics dict: a dict as it is, an (accuracy, loss) pair as {"accuracy", "loss"}."""
+    if isinstance(score, dict):
+        return score
+    acc, loss = score
+    return {"accuracy": acc, "loss": loss}
+
+
+def primary_of(metrics: dict[str, float]) -> str:
+    """The metric a run is judged by: accuracy when there is one, else the first (rmse for regression)."""
+    return "accuracy" if "accuracy" in metrics else next(iter(metrics))
 
 
 class Evaluation:
     """Periodic evaluation of one run (see module doc).
 
-    score(): (accuracy, loss) of the global model now. events: the run's EventLog (or anything with
-    `evaluation(time, step, accuracy, loss)`). stop: the run's StopRule. every_s: eval.every_s.
-    on_eval(now, step, accuracy): called after each evaluation (progress displays).
+    score(): the metrics dict of the global model now (`evaluate`; an (accuracy, loss) pair is taken as
+    classification's). events: the run's EventLog (or anything with `evaluation(time, step, **metrics)`).
+    stop: the run's StopRule. every_s: eval.every_s. on_eval(now, step, value): called after each
+    evaluation with the primary metric's value (accuracy; rmse for regression), for progress displays.
+    `last_metrics` / `last_accuracy` / `primary`: the latest evaluation's.
     """
 
     def __init__(self, score: Callable[[], tuple[float, float]], events: Any, stop: StopRule, every_s: float,
@@ -62,19 +84,24 @@ class Evaluation:
         self.on_eval = on_eval
         self.last_time: float | None = None
         self.last_accuracy: float | None = None
+        self.last_metrics: dict[str, float] | None = None
+        self.primary: str | None = None
         self.count = 0
 
     def run(self, now: float, step: int) -> float:
-        """Evaluate at engine time `now` (after `step` steps); returns the accuracy."""
-        acc, loss = self.score()
+        """Evaluate at engine time `now` (after `step` steps); returns the primary metric's value."""
+        metrics = as_metrics(self.score())
         now = float(now)
-        self.events.evaluation(now, step, acc, loss)
-        self.last_time, self.last_accuracy = now, acc
+        self.events.evaluation(now, step, **metrics)
+        self.primary = primary_of(metrics)
+        self.last_time, self.last_metrics = now, dict(metrics)
+        self.last_accuracy = metrics.get("accuracy")
         self.count += 1
-        self.stop.accuracy(acc)
+        self.stop.observe(metrics)
+        value = metrics[self.primary]
         if self.on_eval is not None:
-            self.on_eval(now, step, acc)
-        return acc
+            self.on_eval(now, step, value)
+        return value
 
     def periodic(self, now: Callable[[], float], step: Callable[[], int],
                  running: Callable[[], bool]) -> Generator[float, None, None]:
@@ -99,14 +126,17 @@ class BackgroundEvaluation:
     evaluation is due (every `every_s` seconds of engine time) and none is running, it snapshots the
     parameters and buffers under `lock` and the thread scores the snapshot on its own copy of the
     model. `final(now, step)` waits for a running one, then evaluates once more unless one already
-    happened at `now`. The schedule, eval lines and stop rule are `Evaluation`'s.
+    happened at `now`. The schedule, eval lines and stop rule are `Evaluation`'s; task: whose metrics
+    (default: from the targets' dtype).
     """
 
     def __init__(self, model: nn.Module, x: Tensor, y: Tensor, events: Any, stop: StopRule, every_s: float,
-                 lock: Any = None, on_eval: Callable[[float, int, float], None] | None = None) -> None:
+                 lock: Any = None, on_eval: Callable[[float, int, float], None] | None = None,
+                 task: Task | None = None) -> None:
         self.model, self.lock = model, lock if lock is not None else threading.Lock()
         self.scratch = copy.deepcopy(model)
-        self.evaluation = Evaluation(lambda: evaluate(self.scratch, x, y), events, stop, every_s, on_eval)
+        self.evaluation = Evaluation(lambda: evaluate(self.scratch, x, y, task=task), events, stop, every_s,
+                                     on_eval)
         self.next_at = 0.0
         self._job: tuple[float, int, dict[str, Tensor]] | None = None
         self._cv = threading.Condition()

@@ -31,7 +31,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from edgestream.models import build_optimizer, grads_of, set_grads, set_lr
@@ -56,6 +55,7 @@ from edgestream.sync.requests import (
     TakeBatch,
     Wait,
 )
+from edgestream.tasks import CLASSIFICATION, Task
 
 #: the token a performed request yields: the worker's turn is over, it continues on its next turn
 TURN = None
@@ -251,7 +251,8 @@ class LockstepEngine:
 
     model: replicated M times (deep copies); sources: one per worker; batch_policy: an object with
     `.target(rate, available)` (edgestream.streams), used when TakeBatch.size is None with
-    available = the worker's rate; speeds: samples per clock unit of each worker's Compute.
+    available = the worker's rate; speeds: samples per clock unit of each worker's Compute; task: the
+    loss a Compute takes the gradients of (edgestream.tasks; default classification).
     events: the step lines of every run (time, device, the Log fields, the measured timings).
     """
 
@@ -261,6 +262,7 @@ class LockstepEngine:
     momentum: float = 0.0
     weight_decay: float = 0.0
     speeds: Sequence[float] | None = None
+    task: Task = CLASSIFICATION
     models: list[nn.Module] = field(init=False)
     optimizers: list[torch.optim.Optimizer] = field(init=False)
     clocks: list[float] = field(init=False)
@@ -283,9 +285,10 @@ class LockstepEngine:
         """The lockstep engine of a run plan: the plan's initial model and SGD settings, its batch policy,
         and one source per device over the device's shard (normalised as the dataset is) at the device's
         base rate S_i; run it with the plan's workers (`plan.algorithm.worker(plan.worker_context(r))`)."""
-        ds = plan.dataset
+        ds, task = plan.dataset, plan.task
         x = ds.normalize(torch.from_numpy(ds.x_train))
-        y = torch.from_numpy(ds.y_train).long()
+        y = torch.from_numpy(ds.y_train)
+        y = y.long() if task.labels else y.float()
         sources = []
         for d, shard in enumerate(plan.shards):
             index = torch.from_numpy(shard).long()
@@ -293,7 +296,7 @@ class LockstepEngine:
             sources.append(ArraySource(x[index], y[index], rate=rate, seed=plan.seed + d))
         optim = plan.optim
         return cls(plan.build_model(), sources, plan.batch_policy(), momentum=optim["momentum"],
-                   weight_decay=optim["weight_decay"], speeds=speeds)
+                   weight_decay=optim["weight_decay"], speeds=speeds, task=task)
 
     def now(self, rank: int) -> float:
         """Worker `rank`'s clock: samples computed / speed, plus Sleep."""
@@ -374,7 +377,7 @@ class LockstepEngine:
         model = self.models[rank]
         model.train()
         model.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(model(batch.x), batch.y)
+        loss = self.task.loss(model(batch.x), batch.y)
         loss.backward()
         speed = self.speeds[rank] if self.speeds is not None else 1.0
         self.clocks[rank] += batch.n / speed

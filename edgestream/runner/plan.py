@@ -135,13 +135,25 @@ class RunPlan:
         return self.cfg.stop.target_accuracy
 
     @property
+    def task(self) -> Any:
+        """The run's `Task` (edgestream.tasks): the loss and the metrics."""
+        from edgestream.tasks import get_task
+
+        return get_task(getattr(self.cfg, "task", "classification"))
+
+    @property
+    def target(self) -> tuple[str, float] | None:
+        """(metric, value) the run stops at (stop.target_metric or stop.target_accuracy), or None."""
+        return self.cfg.target()
+
+    @property
     def max_time_s(self) -> float | None:
         return self.cfg.stop.max_time_s
 
     def stop_rule(self) -> StopRule:
         """A fresh stop rule (one per host: the in-process engines share one, a trainer has its own)."""
         s = self.cfg.stop
-        return StopRule(s.max_steps, s.max_time_s, s.target_accuracy)
+        return StopRule(s.max_steps, s.max_time_s, target=self.target)
 
     # ------------------------------------------------------------------ data
     @property
@@ -179,15 +191,18 @@ class RunPlan:
 
     @property
     def shards(self) -> list[Any]:
-        """Dataset indices of each device's shard (data.partition), as the producers stream them."""
+        """Dataset indices of each device's shard (data.partition; a regression task's are iid), as the
+        producers stream them."""
         if "shards" not in self._cache:
             import numpy as np
 
             from edgestream.data import partition_indices
 
             d = self.cfg.data
+            y = self.dataset.y_train  # regression (iid only): the split depends on the sample count alone
+            labels = y if self.task.labels else np.zeros(len(y), dtype=np.int64)
             shards = self._check(lambda: partition_indices(
-                self.dataset.y_train, self.world, d.partition, seed=self.seed,
+                labels, self.world, d.partition, seed=self.seed,
                 labels_per_device=d.labels_per_device, alpha=d.alpha))
             self._cache["shards"] = [np.asarray(s) for s in shards]
         return self._cache["shards"]
@@ -275,17 +290,28 @@ class RunPlan:
     def model_name(self) -> str:
         return str(self.cfg.model.name)
 
+    @property
+    def model_kwargs(self) -> dict[str, Any]:
+        """model.kwargs: the model factory's keyword arguments."""
+        return dict(self.cfg.model.kwargs or {})
+
+    @property
+    def num_outputs(self) -> int:
+        """The model's outputs: the classes, or the regression target's length (1 for a scalar)."""
+        ds = self.dataset
+        return self.task.num_outputs(getattr(ds, "num_classes", 0), tuple(getattr(ds, "target_shape", None) or ()))
+
     def build_model(self) -> Any:
-        """The run's initial model: seeded by the run seed, so every host starts from the same one
-        (torch's global RNG is left as it was)."""
+        """The run's initial model, factory(input shape of any rank, num_outputs, **model.kwargs): seeded by
+        the run seed, so every host starts from the same one (torch's global RNG is left as it was)."""
         import torch
 
         from edgestream.models import build_model
 
-        ds = self.dataset
+        shape = tuple(int(s) for s in self.dataset.shape)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(self.seed)
-            return build_model(self.model_name, tuple(ds.shape), int(ds.num_classes))
+            return self._check(lambda: build_model(self.model_name, shape, self.num_outputs, **self.model_kwargs))
 
     @property
     def optim(self) -> dict[str, float]:

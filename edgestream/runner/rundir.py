@@ -1,8 +1,9 @@
 """The run directory, the same for every engine (DESIGN.md "Run directory"), written by this one module.
 
 `<out>/<name>-<run id>/`: config.yaml (resolved; secrets masked, see ExperimentConfig.to_yaml),
-events.jsonl, summary.json (with `engine`), accuracy.png (test accuracy vs engine time) and buffer.png
-(buffer samples, max over devices, vs step; log scale).
+events.jsonl, summary.json (with `engine`, `task` and the last evaluation's `final_metrics`), a plot of the
+task's primary metric vs engine time (accuracy.png; rmse.png for regression) and buffer.png (buffer
+samples, max over devices, vs step; log scale).
 
 * `write_run` writes it for an engine that runs inside this process (the simulator): it opens the
   events, builds and runs the engine, and adds the engine's own figures to the summary.
@@ -68,11 +69,14 @@ def buffer_series(events: Iterable[dict]) -> list[tuple[int, float]]:
 def finish(path: Path, plan: Any, log: EventLog, records: Iterable[dict], *, engine: str, run: str, wall_s: float,
            xlabel: str = "time (s)", **extra: Any) -> dict:
     """Write summary.json (the EventLog's aggregates + `extra`) and the two plots; returns the summary."""
-    summary = log.summary(target_accuracy=plan.target_accuracy, wall_s=wall_s, engine=engine, run=run, **extra)
+    task = plan.task
+    summary = log.summary(target=plan.target, wall_s=wall_s, engine=engine, run=run, task=task.name, **extra)
     RunDir(path.parent, path.name).write_summary(summary)
     label = plan.algorithm.name
     records = list(records)
-    accuracy_plot({label: log.evals}, path / "accuracy.png", title=run, xlabel=xlabel)
+    metric = task.primary
+    accuracy_plot({label: log.series(metric)}, path / f"{metric}.png", title=run, xlabel=xlabel,
+                  ylabel=f"test {metric}")
     buffer_plot({label: buffer_series(records)}, path / "buffer.png", title=run)
     rates = plan.rate_model
     write_tensorboard(path, records, label=f"{label}@{engine}",  # `tensorboard --logdir runs/`
@@ -239,7 +243,8 @@ def write_local_rundir(path: Path, plan: Any, run: str, *, wall_s: float, stop_r
     try:
         for rec in records:
             if rec.get("kind") == "eval":
-                log.evaluation(rec.get("time") or 0.0, rec.get("step"), rec.get("accuracy"), rec.get("loss"))
+                log.evaluation(rec.get("time") or 0.0, rec.get("step"),
+                               **{k: v for k, v in rec.items() if k not in ("kind", "time", "step")})
             else:
                 log.step(**{k: v for k, v in rec.items() if k != "kind"})
     finally:

@@ -1,4 +1,5 @@
-"""The stop rule every engine applies: stop.max_steps, stop.max_time_s, stop.target_accuracy.
+"""The stop rule every engine applies: stop.max_steps, stop.max_time_s, and the target metric
+(stop.target_accuracy, or stop.target_metric: {name, value} with the metric's direction, edgestream.tasks).
 
 A worker asks `should_stop(completed, now)` with the number of steps it will have completed when the
 collective that carries its stop flag finishes; the algorithms agree on stopping through that
@@ -10,17 +11,39 @@ reached the target.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
+
+from edgestream.tasks import DIRECTIONS
+
+
+def reached(metric: str, value: float | None, target: float) -> bool:
+    """Whether `value` of `metric` reached `target`: >= for a metric where higher is better (accuracy),
+    <= for an error (rmse, mae, loss); a missing value never does."""
+    if value is None:
+        return False
+    return value >= target if DIRECTIONS.get(metric, True) else value <= target
 
 
 @dataclass
 class StopRule:
-    """max_steps / max_time_s / target_accuracy (None: not used). `reason` is set by the first test
-    that fires and stays set: the run is over for every worker of this engine."""
+    """max_steps / max_time_s / a target (None: not used). `target` is (metric, value) (`cfg.target()`);
+    `target_accuracy` is shorthand for ("accuracy", value). `reason` is set by the first test that fires
+    and stays set: the run is over for every worker of this engine. Reaching the target sets
+    "target_accuracy" for accuracy, "target_metric" for any other metric."""
 
     max_steps: int | None = None
     max_time_s: float | None = None
     target_accuracy: float | None = None
     reason: str | None = None
+    target: tuple[str, float] | None = None
+
+    def __post_init__(self) -> None:
+        if self.target is None and self.target_accuracy is not None:
+            self.target = ("accuracy", float(self.target_accuracy))
+        elif self.target is not None:
+            self.target = (str(self.target[0]), float(self.target[1]))
+            if self.target[0] == "accuracy":
+                self.target_accuracy = self.target[1]
 
     def should_stop(self, completed: int, now: float) -> bool:
         """Whether to stop once `completed` steps are done at engine time `now`."""
@@ -31,7 +54,14 @@ class StopRule:
                 self.reason = "max_time_s"
         return self.reason is not None
 
+    def observe(self, metrics: dict[str, Any]) -> None:
+        """Record an evaluation's metrics: reaching the target stops the run."""
+        if self.target is None or self.reason is not None:
+            return
+        name, value = self.target
+        if reached(name, metrics.get(name), value):
+            self.reason = "target_accuracy" if name == "accuracy" else "target_metric"
+
     def accuracy(self, acc: float) -> None:
-        """Record an evaluation: reaching the target stops the run."""
-        if self.target_accuracy is not None and acc >= self.target_accuracy and self.reason is None:
-            self.reason = "target_accuracy"
+        """Record an evaluation's accuracy (`observe({"accuracy": acc})`)."""
+        self.observe({"accuracy": acc})

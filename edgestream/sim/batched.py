@@ -35,11 +35,19 @@ weights 1/b_i on a device's real samples, 0 on padding). A pass holds at most `M
 samples. The loss each device reports comes from the same pass (equal to the per-device value up to
 float rounding).
 
-Only models whose forward treats every sample independently qualify (`batch_independent`): every
-module must be of a known per-sample type (Linear, convolutions, activations, pooling, Flatten,
-LayerNorm, Sequential, ...) and the model must have no buffers. Batch norm (the batch's statistics and
-running buffers), dropout (random masks drawn in device order) and unknown modules keep the run on the
-per-device path (the reason is in the summary).
+Only models whose forward treats every sample independently qualify (`batch_check`): a model of
+known per-sample modules only (Linear, convolutions, activations, pooling, Flatten, LayerNorm,
+Sequential, ...; `batch_independent`) qualifies at once; a model with other modules (a user's own
+nn.Module class, by import path) qualifies when a probe on a few real samples shows that its forward
+is deterministic, that a sample's output does not depend on the rest of its batch (padding must not
+change it), and that torch.func (`functional_call` + `vmap` of `grad`) runs it and gives the
+gradients autograd gives one device at a time. Buffers (batch norm's running statistics: one
+vectorised pass cannot update each device's own copy), batch norm's batch statistics and dropout
+(random masks drawn in device order) keep the run on the per-device path, as does a failed probe (the
+reason is in the summary, and logged once for a user's model).
+
+The loss is the run's task's (edgestream.tasks): class indices [b] with cross-entropy, or float
+targets [b] / [b, K] with the mean squared error; `Task.per_sample_loss` gives the weighted sums.
 """
 
 from __future__ import annotations
@@ -54,6 +62,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from edgestream.sync.requests import ComputeResult
+from edgestream.tasks import CLASSIFICATION, Task
 
 #: largest samples per pass (bounds activation memory; more pending samples take several passes)
 MAX_PASS_SAMPLES = 65536
@@ -73,20 +82,117 @@ PER_SAMPLE_MODULES: tuple[type[nn.Module], ...] = (
 )
 
 
-def batch_independent(model: nn.Module) -> str | None:
-    """None when `model`'s forward treats every sample on its own (so a concatenated batch gives each
-    sample what separate batches give it); else the reason it does not qualify."""
+def static_reason(model: nn.Module) -> str | None:
+    """Why `model` can never take the batched path (buffers, batch norm, dropout), or None."""
     if any(True for _ in model.buffers()):
-        return "the model has buffers (batch-norm running statistics)"
+        return "the model has buffers (batch-norm running statistics: one vectorised pass cannot keep each " \
+               "device's own)"
     for name, module in model.named_modules():
         kind = type(module)
         if isinstance(module, nn.modules.batchnorm._BatchNorm):
             return f"module {name or 'model'} ({kind.__name__}) normalises with the batch's statistics"
         if isinstance(module, nn.modules.dropout._DropoutNd):
             return f"module {name or 'model'} ({kind.__name__}) draws random masks in device order"
-        if kind not in PER_SAMPLE_MODULES:
-            return f"module {name or 'model'} ({kind.__name__}) is not known to treat samples independently"
     return None
+
+
+def _unknown(model: nn.Module) -> tuple[str, type[nn.Module]] | None:
+    """The first module of `model` whose type is not a known per-sample one, or None."""
+    for name, module in model.named_modules():
+        if type(module) not in PER_SAMPLE_MODULES:
+            return name or "model", type(module)
+    return None
+
+
+def batch_independent(model: nn.Module) -> str | None:
+    """None when `model`'s forward treats every sample on its own by construction (known per-sample
+    modules only, no buffers), so a concatenated batch gives each sample what separate batches give
+    it; else the reason it does not qualify. (`batch_check` also admits other models by a probe.)"""
+    why = static_reason(model)
+    if why is not None:
+        return why
+    unknown = _unknown(model)
+    if unknown is not None:
+        return f"module {unknown[0]} ({unknown[1].__name__}) is not known to treat samples independently"
+    return None
+
+
+#: tolerances of the probe's comparisons (float32 summation order differs between the two paths)
+PROBE_RTOL, PROBE_ATOL = 1e-3, 1e-5
+
+
+def batch_check(model: nn.Module, x: Tensor, y: Tensor, task: Task = CLASSIFICATION) -> str | None:
+    """None when the batched path serves `model` exactly as the per-device path would; else why not
+    (module doc). x, y: a few real samples (at least 4) and their targets, for the probe that a model
+    with modules of unknown types must pass; the model and the global RNG are left as they were."""
+    why = static_reason(model)
+    if why is not None:
+        return why
+    unknown = _unknown(model)
+    if unknown is None:
+        return None
+    what = f"module {unknown[0]} ({unknown[1].__name__})"
+    b = min(4, len(x) // 2)
+    if b < 2:
+        return f"{what} is not known to treat samples independently (too few samples to check)"
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        return _probe(copy.deepcopy(model).train(), x[:2 * b], y[:2 * b], b, task, what)
+
+
+def _probe(model: nn.Module, x: Tensor, y: Tensor, b: int, task: Task, what: str) -> str | None:
+    def close(a: Tensor, c: Tensor) -> bool:
+        return a.shape == c.shape and bool(torch.allclose(a, c, rtol=PROBE_RTOL, atol=PROBE_ATOL))
+
+    try:
+        with torch.no_grad():
+            out = model(x[:b])
+            if not close(model(x[:b]), out):
+                return f"{what}: its forward is not deterministic (two calls on one batch differ)"
+            if not close(model(x[:b - 1]), out[:b - 1]):
+                return f"{what}: a sample's output depends on the other samples of its batch"
+    except Exception as exc:  # noqa: BLE001 -- the model's own error: the per-device path will show it
+        return f"{what}: the probe's forward failed ({type(exc).__name__}: {_first_line(exc)})"
+    names = [n for n, p in model.named_parameters() if p.requires_grad]
+    params = {n: p.detach() for n, p in model.named_parameters() if p.requires_grad}
+    xs, ys = x.reshape(2, b, *x.shape[1:]), y.reshape(2, b, *y.shape[1:])
+    reference = []
+    for k in range(2):
+        model.zero_grad(set_to_none=True)
+        task.loss(model(xs[k]), ys[k]).backward()
+        reference.append({n: p.grad for n, p in model.named_parameters() if p.requires_grad})
+    for stacked in (False, True):
+        args = {n: torch.stack([p, p]) for n, p in params.items()} if stacked else params
+        try:
+            grads, _ = _vmapped(model, task, stacked, False)(args, xs, ys)
+        except Exception as exc:  # noqa: BLE001 -- any failure under torch.func means: not this path
+            return (f"{what} does not run under torch.func (functional_call + vmap): {type(exc).__name__}: "
+                    f"{_first_line(exc)}")
+        for k in range(2):
+            for n in names:
+                ref = reference[k][n]
+                if not close(grads[n][k], ref if ref is not None else torch.zeros_like(params[n])):
+                    return f"{what}: torch.func's gradients differ from autograd's (parameter {n})"
+    return None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:200] if text else ""
+
+
+def _vmapped(model: nn.Module, task: Task, stacked_params: bool, weighted: bool) -> Callable[..., Any]:
+    """vmap over the devices of grad of the task's loss of functional_call(model, params, x): per-device
+    gradients and losses (module doc); params stacked [K, ...] or shared, w: per-sample loss weights."""
+
+    def loss(params: dict[str, Tensor], x: Tensor, y: Tensor, w: Tensor | None = None) -> Any:
+        output = torch.func.functional_call(model, params, (x,))
+        value = task.loss(output, y) if w is None else (task.per_sample_loss(output, y) * w).sum()
+        return value, value.detach()
+
+    grad = torch.func.grad(loss, has_aux=True)
+    dims = (0 if stacked_params else None, 0, 0) + ((0,) if weighted else ())
+    return torch.func.vmap(grad, in_dims=dims)
 
 
 class DenseStack:
@@ -118,10 +224,10 @@ class DenseStack:
                 return None
         return cls(layers) if any(type(m) is nn.Linear for _, m in layers) else None
 
-    def __call__(self, params: dict[str, Tensor], x: Tensor, y: Tensor,
-                 w: Tensor | None) -> tuple[dict[str, Tensor], Tensor]:
-        """Per-device gradients {name: [K, ...]} and mean losses [K] of the batches x [K, b, ...], y [K, b]
-        (w [K, b]: per-sample loss weights, None = the mean over b)."""
+    def __call__(self, params: dict[str, Tensor], x: Tensor, y: Tensor, w: Tensor | None,
+                 task: Task = CLASSIFICATION) -> tuple[dict[str, Tensor], Tensor]:
+        """Per-device gradients {name: [K, ...]} and mean losses [K] of the batches x [K, b, ...], targets
+        y [K, b, ...] (w [K, b]: per-sample loss weights, None = the mean over b) under `task`'s loss."""
         k, b = int(y.shape[0]), int(y.shape[1])
         h = x.reshape(k * b, *x.shape[2:])
         saved: list[tuple[str, Tensor, Tensor]] = []
@@ -135,8 +241,8 @@ class DenseStack:
                 h = out
             else:
                 h = module(h)
-        ce = F.cross_entropy(h, y.reshape(-1), reduction="none").view(k, b)
-        losses = ce.mean(1) if w is None else (ce * w).sum(1)
+        per = task.per_sample_loss(h, y.reshape(k * b, *y.shape[2:])).view(k, b)
+        losses = per.mean(1) if w is None else (per * w).sum(1)
         douts = torch.autograd.grad(losses.sum(), [out for _, _, out in saved])
         grads: dict[str, Tensor] = {}
         for (name, inp, _), dout in zip(saved, douts, strict=True):
@@ -157,6 +263,7 @@ class BatchedCompute:
     def __init__(self, replicas: Any) -> None:
         self.replicas = replicas
         self.model = replicas.models[0]
+        self.task: Task = getattr(replicas, "task", CLASSIFICATION)
         self.names = [n for n, p in self.model.named_parameters() if p.requires_grad]
         self.pending: dict[int, tuple[Tensor, Tensor]] = {}
         self.ready: dict[int, ComputeResult] = {}
@@ -215,20 +322,8 @@ class BatchedCompute:
     def _fn(self, stacked_params: bool, weighted: bool) -> Callable[..., Any]:
         key = (stacked_params, weighted)
         fn = self._fns.get(key)
-        if fn is None:
-            model = self.model  # only its structure: the parameters come in as arguments
-
-            def loss(params: dict[str, Tensor], x: Tensor, y: Tensor, w: Tensor | None = None) -> Any:
-                logits = torch.func.functional_call(model, params, (x,))
-                if w is None:
-                    value = F.cross_entropy(logits, y)
-                else:
-                    value = (F.cross_entropy(logits, y, reduction="none") * w).sum()
-                return value, value.detach()
-
-            grad = torch.func.grad(loss, has_aux=True)
-            dims = (0 if stacked_params else None, 0, 0) + ((0,) if weighted else ())
-            fn = self._fns[key] = torch.func.vmap(grad, in_dims=dims)
+        if fn is None:  # only the model's structure: the parameters come in as arguments
+            fn = self._fns[key] = _vmapped(self.model, self.task, stacked_params, weighted)
         return fn
 
     def _serve(self, group: list[tuple[int, Tensor, Tensor]], slots: dict[int, int]) -> None:
@@ -246,7 +341,7 @@ class BatchedCompute:
         if weighted:
             x0, y0 = group[0][1], group[0][2]
             x = x0.new_zeros((len(group), b, *x0.shape[1:]))
-            y = y0.new_zeros((len(group), b))
+            y = y0.new_zeros((len(group), b, *y0.shape[1:]))
             w = torch.zeros((len(group), b), dtype=x0.dtype)
             for k, (_, xi, yi) in enumerate(group):
                 n = int(yi.shape[0])
@@ -258,7 +353,7 @@ class BatchedCompute:
             y = torch.stack([yi for _, _, yi in group])
             w = None
         if self.dense is not None and not stacked:
-            grads, losses = self.dense(params, x, y, w)
+            grads, losses = self.dense(params, x, y, w, self.task)
         elif w is not None:
             grads, losses = self._fn(stacked, True)(params, x, y, w)
         else:

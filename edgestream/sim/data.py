@@ -59,8 +59,9 @@ class SimData:
         self.sample_bytes = SampleSpec.of(dataset).length  # one wire message, header included
 
     @property
-    def shape(self) -> tuple[int, int, int]:
-        return tuple(self.dataset.shape)  # type: ignore[return-value]
+    def shape(self) -> tuple[int, ...]:
+        """One sample's shape: (F,), (C, T) or (C, H, W)."""
+        return tuple(self.dataset.shape)
 
     @property
     def num_classes(self) -> int:
@@ -90,7 +91,8 @@ class SimData:
         return np.concatenate(parts) if len(parts) != 1 else parts[0]
 
     def labels(self, indices: np.ndarray) -> np.ndarray:
-        """The labels of dataset `indices` as a numpy array (the engine's per-batch label checksum)."""
+        """The targets of dataset `indices` as a numpy array (the engine's per-batch label checksum): class
+        indices, or float regression targets."""
         return self._y_np[indices]
 
     def batch(self, device: int, indices: np.ndarray, own: int) -> SimBatch:

@@ -15,6 +15,9 @@ that loop's performer (`now(rank)`, `perform(rank, request)`; see edgestream.syn
   first pending compute's time is up, ONE vectorised forward/backward serves it and every other
   pending device whose model is settled, each getting its own gradients and loss at its own end time; the
   per-device path stays (`batch_compute=False`, or EDGESTREAM_SIM_COMPUTE=per-device) as the reference.
+  A user's model (by import path) takes the batched path when torch.func runs it per sample (a probe,
+  `batch_check`); otherwise the run falls back to the per-device path, with the reason in the summary
+  (`compute_reason`) and logged once. The loss is the run's task's (edgestream.tasks).
 * AllReduce / AllGather / Start / Poll / Wait: `Collectives` (matched by order, network-timed).
 * Apply / GetParams / SetParams: the worker's replica and SGD optimizer (`Replicas`: one shared
   replica while synchronous workers stay in lockstep and the model has no buffers, per-worker
@@ -33,7 +36,7 @@ Evaluation (`runner.Evaluation`, hosted as a SimPy process) scores the global mo
 parameter-server algorithms, rank 0's replica for synchronous ones, the average of the replicas
 otherwise; `Replicas.global_model`) on the
 test split at t = 0 and every eval.every_s virtual seconds, and once more at the end. Stopping: the
-run's `runner.StopRule` at virtual time (stop.max_time_s, stop.max_steps, stop.target_accuracy); the
+run's `runner.StopRule` at virtual time (stop.max_time_s, stop.max_steps, the target metric); the
 algorithms agree through their next collective and return. A run that does not end by
 1.5 max_time_s + 60 s of virtual time is cut there (stop_reason "hard_limit").
 
@@ -48,6 +51,7 @@ import contextlib
 import copy
 import gc
 import itertools
+import logging
 import os
 import time
 from collections.abc import Callable, Generator
@@ -66,7 +70,7 @@ from edgestream.runner.group import WorkerGroup
 from edgestream.runner.plan import RunPlan
 from edgestream.runner.progress import RunProgress
 from edgestream.runner.rundir import write_run
-from edgestream.sim.batched import BatchedCompute, batch_independent
+from edgestream.sim.batched import BatchedCompute, batch_check
 from edgestream.sim.collectives import CollectiveOp, Collectives
 from edgestream.sim.costs import ComputeModel, NetworkModel, calibrate
 from edgestream.sim.data import SimBatch, SimData
@@ -94,7 +98,10 @@ from edgestream.sync.requests import (
     Wait,
 )
 
+log = logging.getLogger(__name__)
 HARD_LIMIT_FACTOR, HARD_LIMIT_EXTRA_S = 1.5, 60.0
+#: (model, reason) pairs already logged: a user's model that falls back to the per-device path is named once
+_LOGGED_FALLBACKS: set[tuple[str, str]] = set()
 #: environment switch for how Compute requests are served: auto (default), batched, per-device
 COMPUTE_ENV = "EDGESTREAM_SIM_COMPUTE"
 COMPUTE_MODES = ("auto", "batched", "per-device")
@@ -174,9 +181,14 @@ class SimEngine:
         self.events = events if events is not None else EventLog(None)
         self.env = simpy.Environment()
         self.streams = [VirtualStream(d, self.rate_model, buffer_policy, batch_policy) for d in range(m)]
-        self.replicas = Replicas(plan.model_name, self.data.shape, self.data.num_classes, m, **plan.optim,
-                                 seed=plan.seed,
-                                 shared=self.spec.synchronous if share_replicas is None else share_replicas)
+        try:
+            model = plan.build_model()
+        except EngineError as exc:
+            raise SimConfigError(exc.problems) from None
+        self.task = plan.task
+        self.replicas = Replicas(model, self.data.shape, plan.num_outputs, m, **plan.optim, seed=plan.seed,
+                                 shared=self.spec.synchronous if share_replicas is None else share_replicas,
+                                 task=self.task)
         self.batcher, self.compute_reason = self._batcher(batch_compute)
         self.group = WorkerGroup(plan, self, self.events, param_names=list(self.replicas.names), on_line=self._on_line)
         self.contexts = self.group.contexts
@@ -194,13 +206,13 @@ class SimEngine:
             step_s = (plan.slowest_step_s(lambda b: cm.curve(b) if cm.curve is not None else cm.a + cm.c * b)
                       if getattr(self.spec.coordinator, "uses_step_time", False) else None)
             coordinator = self.spec.coordinator(plan.server_context(step_s), initial)
-            self.ps = PSNode(self.env, coordinator, self.network, m, self.meters)
+            self.ps = PSNode(self.env, coordinator, self.network, m, self.meters, self.replicas)
         self.stats = SimStats()
         self.hard_limited = False
         self.last_backlog = [0] * m
         self.last_held = [0] * m
         self.progress = RunProgress(f"{plan.name} ({self.spec.name}, {m} devices)", plan.max_time_s,
-                                    enabled=progress)
+                                    enabled=progress, metric=self.task.primary)
         self.evaluation = Evaluation(self._score, self.events, self.group.stop, plan.eval_every_s,
                                      on_eval=self._on_eval)
         self._handlers: dict[type, Callable[[int, Any], Any]] = {
@@ -236,7 +248,7 @@ class SimEngine:
         if calibrated:
             with torch.random.fork_rng(devices=[]):
                 probe = copy.deepcopy(self.replicas.base)
-                fit_a, fit_c = calibrate(probe, self.data.shape, self.data.num_classes)
+                fit_a, fit_c = calibrate(probe, self.data.shape, self.data.num_classes)  # 0 classes: regression
             a = fit_a if a is None else a
             per = fit_c if per is None else per
         return ComputeModel(float(a), float(per), list(c.static), float(c.dynamic), self.plan.seed), calibrated
@@ -258,10 +270,22 @@ class SimEngine:
             source = "batch_compute=True"
         if self.world < 2:
             return None, "per-device: one device"
-        why_not = batch_independent(self.replicas.base)
+        data = self.data
+        why_not = batch_check(self.replicas.base, data.x_test[:8], data.y_test[:8], self.task)
         if why_not is not None:
+            self._log_fallback(why_not)
             return None, f"per-device: {why_not}"
         return BatchedCompute(self.replicas), f"batched ({source})"
+
+    def _log_fallback(self, why: str) -> None:
+        """Log once why a user's model (not a built-in) cannot take the batched path."""
+        from edgestream.plugins import MODELS
+
+        name = self.plan.model_name
+        if name in MODELS.builtins or (name, why) in _LOGGED_FALLBACKS:
+            return
+        _LOGGED_FALLBACKS.add((name, why))
+        log.warning("simulator: model %s runs on the per-device compute path (slower): %s", name, why)
 
     @property
     def compute_mode(self) -> str:
@@ -273,18 +297,18 @@ class SimEngine:
         ev.callbacks.append(lambda _ev: callback())
 
     # ------------------------------------------------------------------ evaluation and progress
-    def _score(self) -> tuple[float, float]:
+    def _score(self) -> dict[str, float]:
         t0 = time.perf_counter()
         if self.ps is not None:
-            model = self.replicas.model_with(self.ps.coord.model())
+            model = self.ps.eval_model()  # W with the PS's floating buffers
         else:
             model = self.replicas.global_model(self.spec.synchronous)
-        out = evaluate(model, self.data.x_test, self.data.y_test)
+        out = evaluate(model, self.data.x_test, self.data.y_test, task=self.task)
         self.replicas.wall["eval"] += time.perf_counter() - t0
         return out
 
-    def _on_eval(self, now: float, step: int, accuracy: float) -> None:
-        self.progress.update(now, self.stats.device_steps, accuracy)
+    def _on_eval(self, now: float, step: int, value: float) -> None:
+        self.progress.update(now, self.stats.device_steps, value)
 
     def _on_line(self, line: dict[str, Any]) -> None:
         if self.progress.active and self.group.lines % 64 == 0:

@@ -31,26 +31,33 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from edgestream.models import build_model, build_optimizer, param_names, set_lr
 from edgestream.sync.requests import ComputeResult
+from edgestream.tasks import CLASSIFICATION, Task
 
 #: why a model with buffers is never shared (see module doc)
 BUFFERS_REASON = "the model has buffers (batch-norm statistics) that every worker updates with its own batches"
 
 
 class Replicas:
-    """The replicas of `world` workers of `model_name`, initialised identically from `seed` (the global
-    torch RNG is left as it was); `shared` starts in the shared layout (see module doc)."""
+    """The replicas of `world` workers of `model` -- a built model (the run plan's `build_model()`: copied),
+    or a model name built here for `shape` and `num_classes` outputs -- initialised identically from
+    `seed` (the global torch RNG is left as it was); `shared` starts in the shared layout (see module
+    doc). task: the loss a Compute takes the gradients of (edgestream.tasks; default classification)."""
 
-    def __init__(self, model_name: str, shape: tuple[int, int, int], num_classes: int, world: int,
-                 lr: float, momentum: float, weight_decay: float, seed: int, shared: bool = False) -> None:
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            base = build_model(model_name, shape, num_classes)
+    def __init__(self, model: str | nn.Module, shape: tuple[int, ...], num_classes: int, world: int,
+                 lr: float, momentum: float, weight_decay: float, seed: int, shared: bool = False, *,
+                 task: Task = CLASSIFICATION) -> None:
+        if isinstance(model, nn.Module):
+            base = copy.deepcopy(model)
+        else:
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(seed)
+                base = build_model(model, shape, num_classes)
         self.base = base
+        self.task = task
         self.world = world
         self.names = param_names(base)
         self._optim_args = (lr, momentum, weight_decay)
@@ -137,13 +144,13 @@ class Replicas:
 
     # ------------------------------------------------------------------ requests
     def compute(self, rank: int, x: Tensor, y: Tensor) -> ComputeResult:
-        """Forward/backward of the mean cross-entropy on worker `rank`'s model."""
+        """Forward/backward of the task's mean loss on worker `rank`'s model."""
         slot = self._slot(rank)
         t0 = time.perf_counter()
         model, params = self.models[slot], self.params[slot]
         for p in params:
             p.grad = None
-        loss = F.cross_entropy(model(x), y)
+        loss = self.task.loss(model(x), y)
         loss.backward()
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
         result = ComputeResult(grads, float(loss.detach()), int(y.shape[0]))

@@ -199,12 +199,14 @@ def _join_ps(plan: Any, bootstrap: str, run: str, env: DistEnv, model: torch.nn.
 
     from edgestream.kafka.admin import KafkaUnavailable
     from edgestream.ps.client import PSClient, PSStopped
+    from edgestream.sync.buffers import floating_buffers
 
     params = [p for p in model.parameters() if p.requires_grad]
     try:
         client = PSClient(bootstrap, run, env.rank, env.world, params, security=plan.security,
                           stop=stop_event.is_set, device=device,
-                          echo=lambda m: print(m, file=sys.stderr, flush=True))
+                          echo=lambda m: print(m, file=sys.stderr, flush=True),
+                          buffers=floating_buffers(model))  # they travel with pushes and replies
         reply = client.join()
     except (KafkaUnavailable, KafkaException) as exc:
         raise TrainerError(f"device {env.rank}: the parameter server's topics on {bootstrap}: {exc}") from None
@@ -214,6 +216,7 @@ def _join_ps(plan: Any, bootstrap: str, run: str, env: DistEnv, model: torch.nn.
         with torch.no_grad():
             for p, t in zip(params, reply.params, strict=True):
                 p.copy_(t.reshape(p.shape))
+        client.set_buffers(reply.buffers)
     return client
 
 
@@ -276,7 +279,10 @@ def _train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: bo
     log.info("rank %d/%d run %s device %s backend %s reduction %s bootstrap %s", env.rank, env.world, run, device,
              backend, cfg.runtime.reduction, bootstrap)
 
-    model = plan.build_model().to(device).train()  # every rank (and every engine) starts from the same model
+    try:  # every rank (and every engine) starts from the same model
+        model = plan.build_model().to(device).train()
+    except EngineError as exc:
+        raise TrainerError(f"device {env.rank}: " + "; ".join(exc.problems)) from None
     optimizer = plan.build_optimizer(model)
     ckpt_file = checkpoint_path(run_dir, env.rank)
     ckpt_ident = identity(run, env.rank, config_pin(cfg))  # checked on load, written into every checkpoint
@@ -347,7 +353,7 @@ def _train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: bo
                                  seed=plan.seed, defer_acks=every is not None,
                                  ack_interval_s=ACK_INTERVAL_S if every is None else 0.0,
                                  time_offset=ckpt["elapsed_s"] if ckpt else 0.0, stop_event=stop_event,
-                                 due_time=None if ckpt else plan.due_time(env.rank), ps=ps_client)
+                                 due_time=None if ckpt else plan.due_time(env.rank), ps=ps_client, task=plan.task)
     if ckpt is not None:
         performer.samples = int(ckpt.get("samples", 0))
     stop = plan.stop_rule()
@@ -356,11 +362,13 @@ def _train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: bo
     if env.rank == 0 and not ps_run:  # a PS run is scored at the PS (its W)
         ds = plan.dataset
         x_test = ds.normalize(torch.from_numpy(ds.x_test)).to(device)
-        y_test = torch.from_numpy(ds.y_test).long().to(device)
+        task = plan.task
+        y_test = torch.from_numpy(ds.y_test)
+        y_test = (y_test.long() if task.labels else y_test.float()).to(device)
         evaluation = BackgroundEvaluation(model, x_test, y_test, _GuardedEvents(events), stop, plan.eval_every_s,
-                                          lock=performer.model_lock,
-                                          on_eval=lambda now, step, acc: log.info("eval t=%.1fs step %d accuracy "
-                                                                                  "%.4f", now, step, acc))
+                                          lock=performer.model_lock, task=task,
+                                          on_eval=lambda now, step, value: log.info("eval t=%.1fs step %d %s %.4f",
+                                                                                    now, step, task.primary, value))
     params = performer.params
     saved_at = {"step": ckpt["step"] if ckpt else 0}
 

@@ -3,8 +3,8 @@
 * TakeBatch: the device's `KafkaStreamDataset` (buffer and batch policies, validation, DLQ), waiting
   until the policy's samples arrived; an explicit size overrides the batch policy. Injected samples
   that arrived for this device are mixed in.
-* Compute: torch forward/backward of the mean cross-entropy on this process's model (CUDA when the
-  trainer runs there). Heterogeneity emulation as papers 000 and 001 did it: with
+* Compute: torch forward/backward of the task's mean loss (edgestream.tasks: cross-entropy on class
+  indices, MSE on float targets) on this process's model (CUDA when the trainer runs there). Heterogeneity emulation as papers 000 and 001 did it: with
   devices.compute.static / dynamic, the device sleeps (static_i (1 + U(0, dynamic)) - 1) times its
   measured compute time after each step; with a compute profile (devices.compute.profile) it sleeps
   until the step has lasted the profile's t(b) x that factor (`emulated_sleep`). A non-finite loss
@@ -40,7 +40,6 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from edgestream.consumers.batch import StreamBatch
@@ -68,6 +67,7 @@ from edgestream.sync.requests import (
     TakeBatch,
     Wait,
 )
+from edgestream.tasks import CLASSIFICATION, Task
 from edgestream.trainer.collectives import DistCollectives, Pending
 
 _TAG_SLOWDOWN = 0x51_0e
@@ -120,7 +120,7 @@ def emulated_sleep(dt: float, b: int, factor: float, curve: Any = None) -> float
     return dt * (factor - 1.0) if factor > 1.0 else 0.0
 
 class TrainerPerformer:
-    """Performs the requests of worker `rank` (see module doc)."""
+    """Performs the requests of worker `rank` (see module doc); task: the loss (default classification)."""
 
     def __init__(self, rank: int, model: nn.Module, optimizer: torch.optim.Optimizer, dataset: Any,
                  collectives: DistCollectives, meters: dict[int, StepMeter], *, device: torch.device,
@@ -128,8 +128,9 @@ class TrainerPerformer:
                  ack_interval_s: float = 0.0, curve: Any = None,
                  time_offset: float = 0.0, stop_event: threading.Event | None = None,
                  take_timeout_s: float = 1.0, due_time: Callable[[int], float] | None = None,
-                 ps: Any = None, push_id: Callable[[], int] | None = None) -> None:
+                 ps: Any = None, push_id: Callable[[], int] | None = None, task: Task = CLASSIFICATION) -> None:
         self.rank, self.model, self.optimizer, self.dataset = rank, model, optimizer, dataset
+        self.task = task
         self.collectives, self.meters, self.device = collectives, meters, device
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.static, self.dynamic = float(static), float(dynamic)
@@ -250,7 +251,7 @@ class TrainerPerformer:
         with self.model_lock:
             for p in self.params:
                 p.grad = None
-            loss = F.cross_entropy(self.model(batch.x), batch.y)
+            loss = self.task.loss(self.model(batch.x), batch.y)
             loss.backward()
             grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
             loss_value = float(loss.detach())  # synchronises with the device: the step's compute is done
