@@ -1,7 +1,8 @@
 """Decoding to a device: the batch stays in the wire's dtype (uint8 images: 1 byte a value) from the
 message bytes to the device, and is converted to float32 and normalised there. The float32 batches the
 model receives are bit-identical to the host decode's (and to `wire.decode_normalized`, the decode the
-consumer used before), across dtypes, shapes, class counts, normalisations and hostile messages.
+consumer used before), across dtypes, shapes, class counts and float targets, normalisations and hostile
+messages.
 
 Without a GPU the device path runs on the CPU ("cpu": the same code, no pinned staging) and its order of
 operations is checked on the "meta" device; the CUDA parts run where a GPU is present.
@@ -27,7 +28,9 @@ from edgestream.data.wire import HEADER_SIZE, decode_batch, decode_normalized
 from edgestream.kafka import device_topic, injection_topic, producer_config
 from edgestream.kafka.run_topics import ensure_run_topics
 
-DTYPES = [np.uint8, np.int8, np.int16, np.int32, np.float16, np.float32, np.float64]
+DTYPES = [np.uint8, np.int8, np.int16, np.int32, np.int64, np.float16, np.float32, np.float64]
+#: the target: None = class indices; (shape, dtype) = a float target
+TARGETS = [None, None, ((), np.float32), ((3,), np.float16), ((1,), np.float64)]
 SHAPES = [(1, 6, 6), (3, 5, 7), (3, 32, 32), (1, 28, 28), (2, 4), (7,), (2, 3, 4, 5), (3, 1, 1), (1, 1, 17)]
 BAD_KINDS = ["label", "device", "shape", "dtype", "truncated", "null", "magic", "length"]
 
@@ -56,12 +59,15 @@ def _affine(kind: str, shape: tuple[int, ...], rng: np.random.Generator) -> Affi
     return Affine(scale, bias)
 
 
-def _mutant(kind: str, good: bytes, x: np.ndarray, classes: int, device: int, seq: int) -> bytes | None:
+def _mutant(kind: str, good: bytes, x: np.ndarray, classes: int, device: int, seq: int, target=None) -> bytes | None:
+    """A hostile variant of sample `x`; `target` (a float target's (shape, dtype)) or None (class indices)."""
     other = np.float32 if x.dtype != np.float32 else np.uint8
-    return {"label": lambda: encode_sample(x, classes, device, seq, 0.0),
-            "device": lambda: encode_sample(x, 0, device + 1, seq, 0.0),
-            "shape": lambda: encode_sample(x.reshape(-1)[:1], 0, device, seq, 0.0),
-            "dtype": lambda: encode_sample(x.astype(other), 0, device, seq, 0.0),
+    ok = 0 if target is None else np.zeros(*target)  # a valid target of the run
+    bad = classes if target is None else np.full(target[0], np.nan, target[1])  # bad_label / bad_target
+    return {"label": lambda: encode_sample(x, bad, device, seq, 0.0),
+            "device": lambda: encode_sample(x, ok, device + 1, seq, 0.0),
+            "shape": lambda: encode_sample(x.reshape(-1)[:1], ok, device, seq, 0.0),
+            "dtype": lambda: encode_sample(x.astype(other), ok, device, seq, 0.0),
             "truncated": lambda: good[:HEADER_SIZE - 1],
             "null": lambda: None,
             "magic": lambda: b"JUNK" + good[4:],
@@ -85,24 +91,33 @@ def _bits(x) -> np.ndarray:
 
 @settings(max_examples=150, deadline=None)
 @given(dtype=st.sampled_from(DTYPES), shape=st.sampled_from(SHAPES), classes=st.sampled_from([1, 2, 10, 15, 100]),
+       target=st.sampled_from(TARGETS),
        n=st.integers(1, 40), device=st.integers(0, 6), injected=st.booleans(),
        affine=st.sampled_from(["none", "unit", "per-channel", "per-channel-zero-bias"]),
        bad=st.lists(st.tuples(st.integers(0, 39), st.sampled_from(BAD_KINDS)), max_size=5, unique_by=lambda t: t[0]),
        path=st.sampled_from(["c", "c-streamed", "numpy"]), messages=st.booleans(), seed=st.integers(0, 2**16))
-def test_device_decode_equals_the_host_decode_bit_for_bit(dtype, shape, classes, n, device, injected, affine, bad,
-                                                          path, messages, seed):
+def test_device_decode_equals_the_host_decode_bit_for_bit(dtype, shape, classes, target, n, device, injected, affine,
+                                                          bad, path, messages, seed):
     rng = np.random.default_rng(seed)
     aff = _affine(affine, shape, rng)
-    serde = SampleSerde(SampleSpec(dtype, shape, classes), aff)
+    if target is None:
+        spec = SampleSpec(dtype, shape, classes)
+        labels = rng.integers(0, classes, n)
+    else:
+        spec = SampleSpec(dtype, shape, 0, target_shape=target[0], target_dtype=target[1])
+        labels = (rng.normal(size=(n, *target[0])) * 100).astype(target[1])
+    serde = SampleSerde(spec, aff)
     rule = DeviceRule(device, device + 1, injected=injected)
-    xs, labels = _rows(rng, dtype, shape, n), rng.integers(0, classes, n)
-    values: list = [serde.encode(xs[i], int(labels[i]), device, 1000 + i, 1.7e9 + i) for i in range(n)]
+    xs = _rows(rng, dtype, shape, n)
+    values: list = [serde.encode(xs[i], int(labels[i]) if target is None else labels[i], device, 1000 + i, 1.7e9 + i)
+                    for i in range(n)]
     for i, kind in bad:
         if i < n and not (kind == "device" and injected):  # an injection topic takes any device of the run
-            values[i] = _mutant(kind, values[i], xs[i], classes, device, 1000 + i)
+            values[i] = _mutant(kind, values[i], xs[i], classes, device, 1000 + i, target)
             if values[i] is None and not messages:
                 values[i] = b""  # a plain list of values has no tombstones: an empty value
-    bad = sorted((i, REASON[kind]) for i, kind in bad if i < n and not (kind == "device" and injected))
+    reason = dict(REASON, label="bad_label" if target is None else "bad_target")
+    bad = sorted((i, reason[kind]) for i, kind in bad if i < n and not (kind == "device" and injected))
     # bytes, or Kafka-message-like objects whose value() may be None (a tombstone)
     items = [type("M", (), {"value": (lambda self, v=v: v)})() for v in values] if messages else values
     keep = [i for i in range(n) if i not in {j for j, _ in bad}]
@@ -134,6 +149,9 @@ def test_device_decode_equals_the_host_decode_bit_for_bit(dtype, shape, classes,
             np.testing.assert_array_equal(getattr(got, field), want)
             assert getattr(got, field).dtype == want.dtype
         assert [a is b for a, b in zip(got.accepted, [items[i] for i in keep], strict=True)] == [True] * len(keep)
+        if target is not None:  # float32 targets, (n,) or (n, K), the values produced
+            assert got.labels.dtype == np.float32 and got.labels.shape == (len(keep), *target[0])
+            np.testing.assert_array_equal(got.labels, labels[keep].astype(np.float32))
 
 
 def test_the_streamed_c_pass_writes_the_same_bits_at_every_alignment():

@@ -62,7 +62,7 @@ def _digit(label: int = 3, device: int = 0, seq: int = 0, shape=(1, 8, 8), dtype
 
 def _with_header(value: bytes, **fields) -> bytes:
     """`value` with header fields replaced (names of wire.HEADER's fields)."""
-    names = ("magic", "version", "dtype", "ndim", "pad", "d0", "d1", "d2", "d3", "label", "device", "seq", "t")
+    names = ("magic", "version", "dtype", "ndim", "target", "d0", "d1", "d2", "d3", "label", "device", "seq", "t")
     parts = dict(zip(names, HEADER.unpack_from(value, 0), strict=True))
     parts.update(fields)
     return HEADER.pack(*(parts[n] for n in names)) + value[HEADER.size:]
@@ -79,15 +79,15 @@ def test_every_sample_is_checked_against_the_dataset_not_the_batch():
     assert out[0].shape == (15, 1, 8, 8)
 
 
-def test_label_device_pad_and_dtype_rules():
+def test_label_device_target_and_dtype_rules():
     spec, rule = SampleSpec(np.uint8, (1, 8, 8), 10), DeviceRule(0, 2)
     good = _digit()
     nan_bits = struct.unpack("<i", struct.pack("<f", float("nan")))[0]
     values = [good, _with_header(good, label=-1), _with_header(good, label=1000), _with_header(good, label=nan_bits),
-              _with_header(good, device=7), _with_header(good, pad=1), _digit(dtype=np.float32), good]
+              _with_header(good, device=7), _with_header(good, target=9), _digit(dtype=np.float32), good]
     out, bad = decode_checked(values, spec, rule)
-    assert bad == [(1, "bad_label"), (2, "bad_label"), (3, "bad_label"), (4, "device_mismatch"), (5, "bad_pad"),
-                   (6, "dtype_mismatch")]
+    assert bad == [(1, "bad_label"), (2, "bad_label"), (3, "bad_label"), (4, "device_mismatch"),
+                   (5, "unknown_target"), (6, "dtype_mismatch")]
     assert len(out[1]) == 2
     # an injection topic accepts any device of the run (re-injected samples come back), no other
     inj = DeviceRule(0, 2, injected=True)
@@ -235,7 +235,7 @@ def _mutants(rng: np.random.Generator, n: int, device: int) -> list[tuple[bytes 
     """(value, expected reason) of `n` hostile messages; reason None: any reason is fine (random bytes)."""
     good = _digit(device=device)
     kinds = ["truncated", "magic", "version", "dtype", "ndim0", "ndim5", "huge_dims", "short", "long", "label_neg",
-             "label_big", "device", "tombstone", "pad", "other_shape", "other_dtype", "random", "empty", "zero_dim"]
+             "label_big", "device", "tombstone", "target", "other_shape", "other_dtype", "random", "empty", "zero_dim"]
     out = []
     for i in range(n):
         kind = kinds[i % len(kinds)]
@@ -244,9 +244,9 @@ def _mutants(rng: np.random.Generator, n: int, device: int) -> list[tuple[bytes 
         elif kind == "magic":
             out.append((b"XDGS" + good[4:], "bad_magic"))
         elif kind == "version":
-            out.append((_with_header(good, version=int(rng.integers(2, 256))), "bad_version"))
+            out.append((_with_header(good, version=int(rng.choice([0, 1, *range(3, 256)]))), "bad_version"))
         elif kind == "dtype":
-            out.append((_with_header(good, dtype=int(rng.integers(7, 256))), "unknown_dtype"))
+            out.append((_with_header(good, dtype=int(rng.integers(8, 256))), "unknown_dtype"))
         elif kind == "ndim0":
             out.append((_with_header(good, ndim=0), "bad_shape"))
         elif kind == "ndim5":
@@ -269,8 +269,8 @@ def _mutants(rng: np.random.Generator, n: int, device: int) -> list[tuple[bytes 
             out.append((None, "truncated_header"))
         elif kind == "empty":
             out.append((b"", "truncated_header"))
-        elif kind == "pad":
-            out.append((_with_header(good, pad=int(rng.integers(1, 256))), "bad_pad"))
+        elif kind == "target":  # a target code that is neither a class index (0) nor a float dtype (1, 2, 5)
+            out.append((_with_header(good, target=int(rng.choice([3, 4, 6, *range(7, 256)]))), "unknown_target"))
         elif kind == "other_shape":
             out.append((_digit(device=device, shape=tuple(int(d) for d in rng.integers(1, 5, size=3))), "shape_mismatch"))
         elif kind == "other_dtype":

@@ -22,7 +22,7 @@ def _rows(rng: np.random.Generator, dtype, shape, n: int) -> np.ndarray:
 
 
 @settings(max_examples=60, deadline=None)
-@given(dtype=st.sampled_from(DTYPES), shape=st.sampled_from(SHAPES), classes=st.sampled_from([2, 15, 20]),
+@given(dtype=st.sampled_from(DTYPES), shape=st.sampled_from(SHAPES), classes=st.sampled_from([2, 15, 20, 37]),
        n=st.integers(1, 40), device=st.integers(0, 7), seed=st.integers(0, 2**16))
 def test_encode_then_decode_gives_the_samples_and_their_headers(dtype, shape, classes, n, device, seed):
     rng = np.random.default_rng(seed)
@@ -45,7 +45,7 @@ def test_encode_then_decode_gives_the_samples_and_their_headers(dtype, shape, cl
 
 
 @settings(max_examples=40, deadline=None)
-@given(dtype=st.sampled_from(DTYPES), shape=st.sampled_from(SHAPES), classes=st.sampled_from([2, 15, 20]),
+@given(dtype=st.sampled_from(DTYPES), shape=st.sampled_from(SHAPES), classes=st.sampled_from([2, 15, 20, 37]),
        bad_at=st.lists(st.integers(0, 19), max_size=6, unique=True), kind=st.sampled_from(
            ["label", "device", "shape", "dtype", "truncated", "null"]), seed=st.integers(0, 2**16))
 def test_decode_rejects_what_the_spec_rejects_and_keeps_the_rest_in_order(dtype, shape, classes, bad_at, kind, seed):
@@ -99,3 +99,18 @@ def test_a_serde_of_a_dataset_and_its_header_errors():
         assert err.value.reason == reason
     batch, bad = serde.decode([], DeviceRule(0, 2))
     assert batch is None and bad == []
+
+
+@pytest.mark.parametrize("tshape", [(), (4,)])
+def test_a_float_target_serde_and_its_header(tshape):
+    spec = SampleSpec(np.float16, (2, 3), 0, target_shape=tshape)
+    serde = SampleSerde(spec, Affine((2.0, 0.5), (0.0, 1.0)))
+    x = np.arange(6, dtype=np.float16).reshape(2, 3)
+    t = np.linspace(-1, 1, 4, dtype=np.float32)[: (tshape[0] if tshape else 1)].reshape(tshape)
+    value = serde.encode(x, t, 1, 9, 2.5)
+    assert len(value) == serde.message_bytes == HEADER_SIZE + 12 + t.nbytes
+    assert SampleSerde.header(value) == (9, 2.5, 1, -1)  # label -1: not a class index
+    assert decode_sample(value).target.tolist() == t.tolist()
+    batch, bad = serde.decode([value, value], DeviceRule(1, 2))
+    assert bad == [] and batch.labels.dtype == np.float32 and batch.labels.shape == (2, *tshape)
+    np.testing.assert_array_equal(batch.x, serde.normalize(np.stack([x, x])))

@@ -18,7 +18,7 @@ class StreamBatch:
     """
 
     x: torch.Tensor                 # float32 inputs (normalised), (n, *shape), on the dataset's torch_device
-    labels: torch.Tensor            # int64, (n,)
+    labels: torch.Tensor            # the targets: int64 class indices (n,), or float32 (n,) / (n, K) (regression)
     devices: np.ndarray             # int64: the device each row was produced by (own rows: this device)
     seqs: np.ndarray                # int64: each row's sequence number in its device's stream
     produce_times: np.ndarray       # float64: unix seconds each row was produced at

@@ -1,12 +1,14 @@
 """PyTorch integration: a device's Kafka stream as a `torch.utils.data.IterableDataset` of batches.
 
 Every message is validated against the run's dataset by the run's `SampleSerde` (spec: dtype, shape,
-label range; the device id must be the topic's device): anything else goes to the run's DLQ with a
-reason and its original key, and is skipped. No per-message failure reaches the trainer.
+target: class range or float dtype and shape; the device id must be the topic's device): anything
+else goes to the run's DLQ with a reason and its original key, and is skipped. No per-message failure
+reaches the trainer.
 
 Each item is a `StreamBatch` (edgestream.consumers.batch): x float32 (uint8 samples normalised on the
 consumer side: on the host in the decoding pass, or -- `torch_device` a GPU -- on that device, where
-the batch arrives as uint8 and is converted and normalised: the same values), labels int64, each
+the batch arrives as uint8 and is converted and normalised: the same values), labels (the targets:
+int64 class indices, or float32 regression targets (n,) / (n, K), as the run's `SampleSpec` says), each
 row's device, sequence number and produce time, and what the stream did (wait, buffer,
 dropped/injected/DLQ counts) plus what `ack(batch)` needs to commit its offsets. Offsets are
 committed only on ack, so a crash re-delivers every unacknowledged sample (at-least-once).
@@ -180,11 +182,12 @@ class KafkaStreamDataset(IterableDataset):
             messages = own.accepted + inj.accepted
         else:
             xt = torch.zeros((0, *self.spec.shape), device=self.torch_device)
-            y = src = seq = np.zeros(0, dtype=np.int64)
-            pt, messages = np.zeros(0, dtype=np.float64), []
+            y, src = self.spec.empty_targets(), np.zeros(0, dtype=np.int64)
+            seq, pt, messages = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64), []
         if self.torch_device is not None:  # decoded there already, or a CPU torch_device (then a no-op)
             xt = xt.to(self.torch_device, non_blocking=True)
-        yt = torch.from_numpy(y if y.dtype == np.int64 else y.astype(np.int64))
+        # targets: int64 class indices, or float32 float targets (n,) / (n, K), as the serde decoded them
+        yt = torch.from_numpy(y if y.dtype in (np.int64, np.float32) else y.astype(np.int64))
         if self.pin_memory and torch.cuda.is_available():
             xt, yt = (xt.pin_memory() if xt.device.type == "cpu" else xt), yt.pin_memory()
         n_inj = 0 if inj is None else len(inj)

@@ -1,7 +1,7 @@
 """Dead-letter queue: rejected messages are copied to `<run>.dlq` with the reason in a header.
 
 Headers: `reason`, `source_topic`, `source_offset`; when the value is a well-formed sample that the run
-rejected (another dtype or shape, a bad label, another device), also the sample's `seq` and `device`
+rejected (another dtype or shape, a bad label or target, another device), also the sample's `seq` and `device`
 as its header says (read with the run's `SampleSerde`, the one place that knows the wire format).
 """
 

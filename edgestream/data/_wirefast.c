@@ -3,8 +3,8 @@
  * u8_affine(values, ref, length, plane, scale, bias, out, headers) -> int
  *
  *   values   list of bytes (or of Kafka messages: their value()), each `length` bytes: a
- *            48-byte header, then the uint8 payload
- *   ref      bytes: the header prefix (magic, version, dtype, ndim, pad, dims: 24 bytes) every value
+ *            48-byte header, then the uint8 payload (a class-index message: no target bytes)
+ *   ref      bytes: the header prefix (magic, version, dtype, ndim, target code, dims: 24 bytes) every value
  *            must start with -- the caller's validated layout (the run's dataset, or a first value)
  *   plane    payload elements per channel (the payload holds len(scale) channels of `plane` elements)
  *   scale,   float32 buffers of one value per channel
@@ -20,17 +20,21 @@
  * the batch and no intermediate uint8 or unscaled float32 array. edgestream.data.wire falls back to
  * numpy when this module is not built; both give the same values (tests compare them).
  *
- * gather(values, ref, length, plane, scale, bias, out, labels, devices, seqs, times, num_classes,
- *        dev_lo, dev_hi, stream=False) -> int
+ * gather(values, ref, length, tbytes, plane, scale, bias, out, targets, labels, devices, seqs, times,
+ *        lab_lo, lab_hi, dev_lo, dev_hi, stream=False) -> int
  *
  *   The consumer's validated decode in one call: every value is checked like u8_affine does (bytes
- *   of exactly `length`, starting with `ref`), its header fields are written to `labels` (int64),
- *   `devices` (int64), `seqs` (uint64) and `times` (float64) -- buffers of len(values) elements --
- *   and its label must lie in [0, num_classes) and its device in [dev_lo, dev_hi). The payload goes
+ *   of exactly `length`, starting with `ref`), its header fields are written to `labels` (int64: the
+ *   i32 label field), `devices` (int64), `seqs` (uint64) and `times` (float64) -- buffers of
+ *   len(values) elements -- and its label field must lie in [lab_lo, lab_hi) (a class index in
+ *   [0, num_classes); for a float target, the one value that describes the run's target shape) and
+ *   its device in [dev_lo, dev_hi). A value is a 48-byte header, the payload (length - 48 - tbytes
+ *   bytes) and `tbytes` bytes of float target (wire version 2; 0 for a class index). The payload goes
  *   to `out`:
  *     scale, bias None: copied as it is (the wire's dtype; `plane` is ignored) -- out holds
- *                       len(values) * (length - 48) bytes: the batch a device normalises itself
+ *                       len(values) * payload bytes: the batch a device normalises itself
  *     float32 buffers:  uint8 payloads normalised like u8_affine (out: float32, C order)
+ *   and the target bytes to `targets` (None when tbytes is 0; else len(values) * tbytes bytes).
  *   stream (optional, default False): write the float32 batch with non-temporal stores (x86 SSE2;
  *                     elsewhere ignored) -- for batches bigger than the cache; the same values
  *   Returns -1 when every value passed, else the index of the first that did not (then `out` and the
@@ -193,38 +197,42 @@ static inline void affine_row(const uint8_t *p, float *d, Py_ssize_t plane, floa
 }
 
 static PyObject *gather(PyObject *self, PyObject *args) {
-    PyObject *values, *scale_obj, *bias_obj, *out_obj, *lab_obj, *dev_obj, *seq_obj, *t_obj;
+    PyObject *values, *scale_obj, *bias_obj, *out_obj, *tgt_obj, *lab_obj, *dev_obj, *seq_obj, *t_obj;
     const char *ref;
-    Py_ssize_t ref_len, length, plane;
-    long long num_classes, dev_lo, dev_hi;
+    Py_ssize_t ref_len, length, tbytes, plane;
+    long long lab_lo, lab_hi, dev_lo, dev_hi;
     int stream = 0;
     const Py_ssize_t header_size = HEADER_SIZE;
-    if (!PyArg_ParseTuple(args, "O!y#nnOOOOOOOLLL|p", &PyList_Type, &values, &ref, &ref_len, &length, &plane,
-                          &scale_obj, &bias_obj, &out_obj, &lab_obj, &dev_obj, &seq_obj, &t_obj, &num_classes,
-                          &dev_lo, &dev_hi, &stream))
+    if (!PyArg_ParseTuple(args, "O!y#nnnOOOOOOOOLLLL|p", &PyList_Type, &values, &ref, &ref_len, &length, &tbytes,
+                          &plane, &scale_obj, &bias_obj, &out_obj, &tgt_obj, &lab_obj, &dev_obj, &seq_obj, &t_obj,
+                          &lab_lo, &lab_hi, &dev_lo, &dev_hi, &stream))
         return NULL;
     Py_ssize_t n = PyList_GET_SIZE(values);
     const int affine = scale_obj != Py_None;
-    if (ref_len < 1 || ref_len > header_size || length < header_size || (affine != (bias_obj != Py_None)) ||
-        (affine && (plane < 1 || (length - header_size) % plane))) {
-        PyErr_SetString(PyExc_ValueError, "gather: inconsistent header_size, length, plane, scale and bias");
+    const Py_ssize_t payload = length - header_size - tbytes;
+    if (ref_len < 1 || ref_len > header_size || tbytes < 0 || payload < 0 || (affine != (bias_obj != Py_None)) ||
+        ((tbytes > 0) != (tgt_obj != Py_None)) || (affine && (plane < 1 || payload % plane))) {
+        PyErr_SetString(PyExc_ValueError, "gather: inconsistent header_size, length, tbytes, targets, plane, scale "
+                                          "and bias");
         return NULL;
     }
-    const Py_ssize_t payload = length - header_size;
     const Py_ssize_t channels = affine ? payload / plane : 0;
-    Py_buffer bufs[7]; /* scale, bias, out, labels, devices, seqs, times */
-    int got = 0;
-    PyObject *objs[7] = {scale_obj, bias_obj, out_obj, lab_obj, dev_obj, seq_obj, t_obj};
-    const Py_ssize_t want[7] = {channels * (Py_ssize_t)sizeof(float), channels * (Py_ssize_t)sizeof(float),
+    Py_buffer bufs[8]; /* scale, bias, out, labels, devices, seqs, times, targets */
+    int used[8] = {0};
+    PyObject *objs[8] = {scale_obj, bias_obj, out_obj, lab_obj, dev_obj, seq_obj, t_obj, tgt_obj};
+    const Py_ssize_t want[8] = {channels * (Py_ssize_t)sizeof(float), channels * (Py_ssize_t)sizeof(float),
                                 affine ? n * payload * (Py_ssize_t)sizeof(float) : n * payload,
-                                n * 8, n * 8, n * 8, n * 8};
-    const char *names[7] = {"scale", "bias", "out", "labels", "devices", "seqs", "times"};
+                                n * 8, n * 8, n * 8, n * 8, n * tbytes};
+    const char *names[8] = {"scale", "bias", "out", "labels", "devices", "seqs", "times", "targets"};
     PyObject *result = NULL;
     PyObject **items = NULL;
     Py_ssize_t held = 0;
-    for (int k = affine ? 0 : 2; k < 7; k++, got++) {
+    for (int k = 0; k < 8; k++) {
+        if (objs[k] == Py_None)
+            continue;
         if (get_buffer(objs[k], &bufs[k], k >= 2, want[k], names[k]) < 0)
             goto done;
+        used[k] = 1;
     }
     items = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(PyObject *));
     if (items == NULL) {
@@ -260,11 +268,13 @@ static PyObject *gather(PyObject *self, PyObject *args) {
             read_fields(src, &label, &device, &seq[i], &tim[i]);
             lab[i] = label;
             dev[i] = device;
-            if (label < 0 || label >= num_classes || (long long)device < dev_lo || (long long)device >= dev_hi) {
+            if (label < lab_lo || label >= lab_hi || (long long)device < dev_lo || (long long)device >= dev_hi) {
                 bad = i;
                 break;
             }
             const uint8_t *p = src + header_size;
+            if (tbytes)
+                memcpy((uint8_t *)bufs[7].buf + i * tbytes, p + payload, (size_t)tbytes);
             if (!affine) {
                 memcpy((uint8_t *)bufs[2].buf + i * payload, p, (size_t)payload);
                 continue;
@@ -285,8 +295,9 @@ done:
     for (Py_ssize_t i = 0; i < held; i++)
         Py_DECREF(items[i]);
     PyMem_Free(items);
-    for (int k = affine ? 0 : 2, m = 0; m < got; k++, m++)
-        PyBuffer_Release(&bufs[k]);
+    for (int k = 0; k < 8; k++)
+        if (used[k])
+            PyBuffer_Release(&bufs[k]);
     return result;
 }
 #endif
@@ -296,8 +307,8 @@ static PyMethodDef methods[] = {
      "u8_affine(values, ref, length, plane, scale, bias, out, headers) -> -1 or the first bad index"},
 #ifdef HAVE_GATHER
     {"gather", gather, METH_VARARGS,
-     "gather(values, ref, length, plane, scale, bias, out, labels, devices, seqs, times, num_classes, dev_lo, "
-     "dev_hi, stream=False) -> -1 or the first bad index"},
+     "gather(values, ref, length, tbytes, plane, scale, bias, out, targets, labels, devices, seqs, times, lab_lo, "
+     "lab_hi, dev_lo, dev_hi, stream=False) -> -1 or the first bad index"},
 #endif
     {NULL, NULL, 0, NULL},
 };

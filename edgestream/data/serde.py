@@ -6,10 +6,12 @@ validation against the run's dataset `edgestream.data.validate`; this object put
 one run, like confluent-kafka's serializer objects):
 
     serde = SampleSerde(SampleSpec(np.uint8, (3, 32, 32), 10), Affine(...))   # or SampleSerde.of(dataset)
-    value = serde.encode(x_row, label, device, seq, produce_time)             # producer (prefix packed once)
+    serde = SampleSerde(SampleSpec(np.float32, (6, 50), 0, target_shape=(3,)), affine)  # float targets
+    value = serde.encode(x_row, target, device, seq, produce_time)            # producer (prefix packed once)
     batch, rejected = serde.decode(messages, DeviceRule(device, num_devices)) # consumer: validated, normalised
     batch, rejected = serde.decode(messages, rule, device="cuda")  # ... the raw batch normalised on the GPU
     head = SampleSerde.header(value)        # (seq, produce_time, device, label): restart scans, DLQ headers
+                                            # (label: the class index, -1 for a float target)
     serde.message_bytes                     # one sample's size on the wire (the simulator's buffer bytes)
 
 Injected samples travel as their original bytes (nothing is re-encoded); the receiving device decodes
@@ -51,13 +53,14 @@ class DecodedBatch:
     """The valid messages of one decode, in their order: rows of `x` and the header fields per row.
 
     `x` is float32 normalised by the serde's `Affine`, else what its callable returned, else the raw
-    samples; a numpy array, or a torch tensor on the device `decode` was given. `accepted` holds the
-    input items (bytes or Kafka messages) of the rows, in row order: what a consumer acknowledges or
-    re-sends (injection) without re-encoding.
+    samples; a numpy array, or a torch tensor on the device `decode` was given. `labels` holds the
+    targets: int64 class indices [B], or float32 float targets [B] (scalar) / [B, K] (vector).
+    `accepted` holds the input items (bytes or Kafka messages) of the rows, in row order: what a
+    consumer acknowledges or re-sends (injection) without re-encoding.
     """
 
     x: Any
-    labels: np.ndarray          # int64
+    labels: np.ndarray          # int64 [B] class indices, or float32 [B] / [B, K] float targets
     devices: np.ndarray         # int64, the device each sample came from
     seqs: np.ndarray            # uint64, per-device sequence numbers
     produce_times: np.ndarray   # float64, unix seconds at produce
@@ -68,16 +71,19 @@ class DecodedBatch:
 
 
 class SampleSerde:
-    """Serializer/deserializer of one run's samples: its `SampleSpec` (dtype, shape, label range) and
+    """Serializer/deserializer of one run's samples: its `SampleSpec` (dtype, shape, target) and
     the consumer-side normalisation (`normalize`: an `Affine`, applied while decoding in one pass;
     any other callable gets the decoded raw batch (with the C extension a fresh array, else a read-only
     view) and returns the inputs; None leaves the raw samples)."""
 
     def __init__(self, spec: SampleSpec, normalize: Affine | Callable[[np.ndarray], Any] | None = None) -> None:
         self.spec, self.normalize = spec, normalize
-        self._encoder = SampleEncoder(spec.dtype, spec.shape)  # the constant header prefix is packed once
-        #: encode(x, label, device, seq, produce_time) -> the message value of sample `x` (the spec's dtype
-        #: and shape, else WireError 'shape_mismatch'); the encoder itself, no wrapper call per message
+        # the constant header prefix is packed once
+        self._encoder = SampleEncoder(spec.dtype, spec.shape, spec.target_dtype, spec.target_shape)
+        #: encode(x, target, device, seq, produce_time) -> the message value of sample `x` (the spec's dtype
+        #: and shape, else WireError 'shape_mismatch') and its target (an int class index, or a float /
+        #: array of the spec's target shape, else WireError 'target_mismatch'); the encoder itself, no
+        #: wrapper call per message
         self.encode = self._encoder
         self._affine = normalize if isinstance(normalize, Affine) else None
         self._transform = None if self._affine is not None else normalize
@@ -99,12 +105,13 @@ class SampleSerde:
 
     def __repr__(self) -> str:
         s = self.spec
-        return f"SampleSerde({s.dtype}{s.shape}, {s.num_classes} classes, normalize={self.normalize!r})"
+        target = f"{s.num_classes} classes" if s.target_shape is None else f"{s.target_dtype} targets {s.target_shape}"
+        return f"SampleSerde({s.dtype}{s.shape}, {target}, normalize={self.normalize!r})"
 
     # ------------------------------------------------------------------ producing
-    def __call__(self, x: np.ndarray, label: int, device: int, seq: int, produce_time: float) -> bytes:
+    def __call__(self, x: np.ndarray, target, device: int, seq: int, produce_time: float) -> bytes:
         """`encode`: a serde is also the `encode` callable a StreamProducer takes."""
-        return self._encoder(x, label, device, seq, produce_time)
+        return self._encoder(x, target, device, seq, produce_time)
 
     # ------------------------------------------------------------------ consuming
     def decode(self, messages: Sequence, rule: DeviceRule, device: torch.device | str | None = None
@@ -187,7 +194,8 @@ class SampleSerde:
     @staticmethod
     def header(value: bytes | bytearray | memoryview | None) -> SampleHeader:
         """The header fields of a well-formed sample message (any run: the header describes itself);
-        WireError with its reason otherwise (a null value is 'truncated_header')."""
+        WireError with its reason otherwise (a null value is 'truncated_header'). `label` is the class
+        index, or -1 for a float target (the target itself: `wire.decode_sample(value).target`)."""
         s = decode_sample(value if value is not None else b"")
         return SampleHeader(int(s.seq), float(s.produce_time), int(s.device), int(s.label))
 

@@ -1,21 +1,27 @@
 """Validate streamed samples against the run's dataset, then decode the valid ones in one pass.
 
 A sample is accepted only when it is a well-formed wire message (edgestream.data.wire) AND it is a
-sample of this run: the dataset's dtype and shape, a label in [0, num_classes), and the device the
-topic belongs to. A batch is never shaped by its first message: every message is compared with the
-`SampleSpec` taken from the dataset. Everything else is returned as (index, reason) so the consumer
+sample of this run: the dataset's dtype and shape, its target (a class index in [0, num_classes), or
+a finite float target of the dataset's target dtype and shape), and the device the topic belongs to.
+A batch is never shaped by its first message: every message is compared with the `SampleSpec` taken
+from the dataset. Everything else is returned as (index, reason) so the consumer
 can dead-letter it; nothing raised while decoding one message reaches the trainer.
 
 Reasons (the DLQ's `reason` header): the wire format's (`wire.REASONS`: truncated_header, bad_magic,
-bad_version, unknown_dtype, bad_shape, bad_pad, bad_length), and `dtype_mismatch` / `shape_mismatch`
-(a valid sample of another dtype / shape than the run's dataset), `bad_label`, `device_mismatch`,
-`decode_error` (anything else a message made the decoder raise).
+bad_version, unknown_dtype, bad_shape, unknown_target, bad_length), and `dtype_mismatch` /
+`shape_mismatch` (a valid sample of another input dtype / shape than the run's dataset),
+`target_mismatch` (a class index where the run has float targets, or the other way round, or a float
+target of another dtype or shape), `bad_label` (a class index outside [0, num_classes)), `bad_target`
+(a float target that is NaN or infinite: one would turn the loss and then the model into NaN),
+`device_mismatch`, `decode_error` (anything else a message made the decoder raise).
 
 Other modules use this through the run's `SampleSerde` (edgestream.data.serde), never directly.
 
 The fast path (every message of a batch valid, the common case) is one C pass (`_wirefast.gather`):
-per message a header-prefix comparison, the label and device checks, the header fields and the payload
-(copied, or normalised to float32 on the way) -- or, without the extension, vectorised numpy checks.
+per message a header-prefix comparison, the label (or target-shape) and device checks, the header
+fields, the payload (copied, or normalised to float32 on the way) and a float target's bytes -- or,
+without the extension, vectorised numpy checks. A float target's finiteness and its conversion to
+float32 are one vectorised numpy step over the batch.
 """
 
 from __future__ import annotations
@@ -31,7 +37,8 @@ from edgestream.data import wire
 from edgestream.data.wire import HEADER_DTYPE, HEADER_SIZE, MAGIC, VERSION, Affine, WireError, decode_sample
 
 #: reasons beyond the wire format's
-SPEC_REASONS = ("dtype_mismatch", "shape_mismatch", "bad_label", "device_mismatch", "decode_error")
+SPEC_REASONS = ("dtype_mismatch", "shape_mismatch", "target_mismatch", "bad_label", "bad_target", "device_mismatch",
+                "decode_error")
 
 #: float32 batches from this size on are written with non-temporal stores by the C pass (x86): a batch
 #: that does not fit a core's L2 is mostly evicted before the model reads it anyway, and skipping the
@@ -40,32 +47,76 @@ SPEC_REASONS = ("dtype_mismatch", "shape_mismatch", "bad_label", "device_mismatc
 #: poll, 256 samples 0.53 -> 0.65 (benchmarks/bench_consumer_decode.py)
 STREAM_MIN_BYTES = 256 << 10
 
-#: one decoded batch: (x, labels int64, source devices int64, seqs uint64, produce times float64)
+#: one decoded batch: (x, targets: int64 [B] class indices or float32 [B, *target_shape], source devices
+#: int64, seqs uint64, produce times float64)
 Decoded = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
 
 @dataclass(frozen=True)
 class SampleSpec:
-    """What every sample of a run must be: dtype, shape (from the dataset) and the label range."""
+    """What every sample of a run must be: the input's dtype and shape (from the dataset) and its target:
+    a class index in [0, num_classes) (`target_shape` None, the default), or a float target of
+    `target_dtype` (default float32; float16, float64 allowed) and `target_shape` (() a scalar, (K,) a
+    vector), with num_classes 0."""
 
     dtype: np.dtype
     shape: tuple[int, ...]
     num_classes: int
+    target_shape: tuple[int, ...] | None = None
+    target_dtype: np.dtype | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "dtype", np.dtype(self.dtype))
         object.__setattr__(self, "shape", tuple(int(d) for d in self.shape))
-        if self.num_classes < 1:
-            raise ValueError(f"num_classes: {self.num_classes} is not allowed; must be >= 1")
+        if self.target_shape is None:
+            if self.target_dtype is not None:
+                raise ValueError("target_dtype: only float targets have one (give target_shape too)")
+            if self.num_classes < 1:
+                raise ValueError(f"num_classes: {self.num_classes} is not allowed; must be >= 1")
+            tcode, field, tbytes, bounds = wire.TARGET_CLASS, 0, 0, (0, self.num_classes)
+        else:
+            object.__setattr__(self, "target_shape", tuple(int(d) for d in self.target_shape))
+            tdt = np.dtype(self.target_dtype if self.target_dtype is not None else np.float32)
+            if tdt.kind != "f" or tdt.itemsize not in (2, 4, 8):
+                raise ValueError(f"target_dtype: {tdt} is not allowed; must be float16, float32 or float64")
+            object.__setattr__(self, "target_dtype", tdt)
+            if self.num_classes != 0:
+                raise ValueError(f"num_classes: {self.num_classes} with float targets; must be 0")
+            try:
+                field = wire.target_field(self.target_shape)
+            except WireError:
+                raise ValueError(f"target_shape: {self.target_shape} is not allowed; must be () (a scalar) "
+                                 "or (K,) (a vector)") from None
+            tcode, bounds = wire.target_code(tdt), (field, field + 1)
+            tbytes = math.prod(self.target_shape) * tdt.itemsize
         dims = wire._dims(self.shape)
-        prefix = struct.pack("<4sBBBB4I", MAGIC, VERSION, wire.dtype_code(self.dtype), len(self.shape), 0, *dims)
+        prefix = struct.pack("<4sBBBB4I", MAGIC, VERSION, wire.dtype_code(self.dtype), len(self.shape), tcode, *dims)
         object.__setattr__(self, "prefix", prefix)
-        object.__setattr__(self, "length", HEADER_SIZE + math.prod(self.shape) * self.dtype.itemsize)
+        #: bytes of a float target after the payload (0: a class index)
+        object.__setattr__(self, "target_bytes", tbytes)
+        #: [lo, hi) of the header's label field: the class range, or the one value of the target shape
+        object.__setattr__(self, "label_bounds", bounds)
+        object.__setattr__(self, "length", HEADER_SIZE + math.prod(self.shape) * self.dtype.itemsize + tbytes)
+
+    @property
+    def is_regression(self) -> bool:
+        """Whether the targets are float values (not class indices)."""
+        return self.target_shape is not None
 
     @classmethod
     def of(cls, dataset) -> SampleSpec:
-        """The spec of an edgestream.data `Dataset` (what its producer streams)."""
-        return cls(dataset.x_train.dtype, dataset.x_train.shape[1:], dataset.num_classes)
+        """The spec of an edgestream.data `Dataset` (what its producer streams): a float target when the
+        dataset has a `target_shape` (its dtype: y_train's), else class indices in [0, num_classes)."""
+        tshape = getattr(dataset, "target_shape", None)
+        if tshape is None:
+            return cls(dataset.x_train.dtype, dataset.x_train.shape[1:], dataset.num_classes)
+        return cls(dataset.x_train.dtype, dataset.x_train.shape[1:], 0, tuple(tshape), dataset.y_train.dtype)
+
+    def empty_targets(self) -> np.ndarray:
+        """A batch of no targets: int64 (0,), or float32 (0, *target_shape)."""
+        if self.target_shape is None:
+            return np.zeros(0, np.int64)
+        return np.zeros((0, *self.target_shape), np.float32)
 
     def problem(self, value: bytes, devices: DeviceRule) -> str | None:
         """Why `value` is not a sample of this run (a reason), or None when it is."""
@@ -77,8 +128,13 @@ class SampleSpec:
             return "dtype_mismatch"
         if s.shape != self.shape:
             return "shape_mismatch"
-        if not 0 <= s.label < self.num_classes:
-            return "bad_label"
+        if s.target_dtype != self.target_dtype or s.target_shape != self.target_shape:
+            return "target_mismatch"
+        if self.target_shape is None:
+            if not 0 <= s.label < self.num_classes:
+                return "bad_label"
+        elif not np.isfinite(s.target).all():
+            return "bad_target"
         if not devices.ok(s.device):
             return "device_mismatch"
         return None
@@ -121,10 +177,22 @@ def _c_affine(spec: SampleSpec, affine: Affine | None) -> bool:
             and (affine.channels == 1 or spec.shape[0] == affine.channels))
 
 
+def _targets(spec: SampleSpec, raw: np.ndarray | None, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    """(the batch's targets, None) -- the class indices `labels`, or the float targets `raw` (n, *target_shape)
+    in the wire's dtype as float32 -- or (labels, bad mask) when some float target is not finite."""
+    if raw is None:
+        return labels, None
+    finite = np.isfinite(raw)
+    if not finite.all():
+        return labels, ~finite.reshape(len(raw), -1).all(axis=1)
+    return wire.float_targets(raw), None
+
+
 def _gathered(values: list, spec: SampleSpec, devices: DeviceRule, affine: Affine | None, alloc
               ) -> tuple[Decoded | None, np.ndarray | None]:
     """The C pass (edgestream.data._wirefast.gather): every value checked against the spec's header
-    prefix and length, its label and device checked, its fields and payload written in one call."""
+    prefix and length, its label (or target shape) and device checked, its fields, payload and float
+    target written in one call."""
     n = len(values)
     fused = _c_affine(spec, affine)
     if fused:
@@ -136,23 +204,30 @@ def _gathered(values: list, spec: SampleSpec, devices: DeviceRule, affine: Affin
         xa = np.asarray(x)  # a torch tensor from `alloc`: its memory, written in place
         scale = bias = None
         plane = 0
+    raw = None if spec.target_shape is None else np.empty((n, *spec.target_shape), spec.target_dtype)
     labels, devs = np.empty(n, np.int64), np.empty(n, np.int64)
     seqs, times = np.empty(n, np.uint64), np.empty(n, np.float64)
     lo, hi = devices.bounds
+    lab_lo, lab_hi = spec.label_bounds
     stream = fused and xa.nbytes >= STREAM_MIN_BYTES
-    if wire._wirefast.gather(values, spec.prefix, spec.length, plane, scale, bias, xa, labels, devs, seqs, times,
-                             spec.num_classes, lo, hi, stream) >= 0:
+    if wire._wirefast.gather(values, spec.prefix, spec.length, spec.target_bytes, plane, scale, bias, xa, raw,
+                             labels, devs, seqs, times, lab_lo, lab_hi, lo, hi, stream) >= 0:
         return None, None  # which values and why: the caller asks each one
+    targets = labels
+    if raw is not None:
+        targets, bad = _targets(spec, raw, labels)
+        if bad is not None:
+            return None, bad
     if affine is not None and not fused:
         x = affine(x)
-    return (x, labels, devs, seqs, times), None
+    return (x, targets, devs, seqs, times), None
 
 
 def _uniform(values: list, spec: SampleSpec, affine: Affine | None, alloc=None
-             ) -> tuple[np.ndarray, np.ndarray] | None:
-    """(x, headers) when every value starts with the spec's header prefix and has its length; None
-    otherwise. x is float32 normalised by `affine`, or the raw samples without one (a read-only view,
-    or the array `alloc(n)` returned, filled)."""
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None] | None:
+    """(x, headers, float targets or None) when every value starts with the spec's header prefix and has
+    its length; None otherwise. x is float32 normalised by `affine`, or the raw samples without one (a
+    read-only view, or the array `alloc(n)` returned, filled); float targets in the wire's dtype."""
     n = len(values)
     raw = [_value(v) for v in values]
     if any(len(v) != spec.length for v in raw):
@@ -162,14 +237,17 @@ def _uniform(values: list, spec: SampleSpec, affine: Affine | None, alloc=None
     if (np.ascontiguousarray(rows[:, :24]).view("<u8") != ref).any():
         return None
     headers = np.ascontiguousarray(rows[:, :HEADER_SIZE]).view(HEADER_DTYPE)[:, 0]
-    x = rows[:, HEADER_SIZE:].view(spec.dtype).reshape(n, *spec.shape)
+    end = spec.length - spec.target_bytes
+    targets = None if spec.target_shape is None else rows[:, end:].view(spec.target_dtype).reshape(
+        n, *spec.target_shape)
+    x = rows[:, HEADER_SIZE:end].view(spec.dtype).reshape(n, *spec.shape)
     if affine is not None:
-        return affine(x), headers
+        return affine(x), headers, targets
     if alloc is not None:
         out = alloc(n)
         np.copyto(np.asarray(out), x)
-        return out, headers
-    return x, headers
+        return out, headers, targets
+    return x, headers, targets
 
 
 def _checked(values: list, spec: SampleSpec, devices: DeviceRule, affine: Affine | None, alloc=None
@@ -181,12 +259,16 @@ def _checked(values: list, spec: SampleSpec, devices: DeviceRule, affine: Affine
     got = _uniform(values, spec, affine, alloc)
     if got is None:
         return None, None
-    x, h = got
+    x, h, raw = got
     labels, devs = h["label"].astype(np.int64), h["device"].astype(np.int64)
-    bad = (labels < 0) | (labels >= spec.num_classes) | devices.bad_mask(devs)
+    lo, hi = spec.label_bounds
+    bad = (labels < lo) | (labels >= hi) | devices.bad_mask(devs)
     if bad.any():
         return None, bad
-    return (x, labels, devs, h["seq"].astype(np.uint64), h["produce_time"].astype(np.float64)), None
+    targets, bad = _targets(spec, raw, labels)
+    if bad is not None:
+        return None, bad
+    return (x, targets, devs, h["seq"].astype(np.uint64), h["produce_time"].astype(np.float64)), None
 
 
 def decode_checked(values: list, spec: SampleSpec, devices: DeviceRule, affine: Affine | None = None,
@@ -194,7 +276,8 @@ def decode_checked(values: list, spec: SampleSpec, devices: DeviceRule, affine: 
                    ) -> tuple[Decoded | None, list[tuple[int, str]]]:
     """Validate `values` (bytes, or Kafka messages) against `spec` and `devices`; decode the valid ones.
 
-    Returns ((x, labels, devices, seqs, produce_times) of the valid values in order, or None when none is valid;
+    Returns ((x, targets, devices, seqs, produce_times) of the valid values in order -- targets int64 class
+    indices [B] or float32 [B, *target_shape] -- or None when none is valid;
     [(index, reason)] of the others). x is float32 normalised by `affine`, else `transform(raw)` when a
     transform is given, else the raw samples. Never raises for a bad message: a value the decoder
     cannot handle is reported as `decode_error`.

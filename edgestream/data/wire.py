@@ -1,23 +1,28 @@
 """The wire format of one streamed sample (one Kafka message value): a fixed binary header + raw bytes.
 
-Layout (little-endian, `HEADER`, 48 bytes, so the payload starts 8-byte aligned):
+Version 2 (little-endian, `HEADER`, 48 bytes, so the input payload starts 8-byte aligned):
 
     offset  size  field
     0       4     magic          b"EDGS"
-    4       1     version        u8, = VERSION (1)
-    5       1     dtype code     u8, see DTYPE_CODES
+    4       1     version        u8, = VERSION (2)
+    5       1     dtype code     u8, the input's dtype, see DTYPE_CODES
     6       1     ndim           u8, 1..4
-    7       1     pad            u8, 0
+    7       1     target code    u8, 0: a class index; 1 / 2 / 5: a float32 / float16 / float64 target
     8       16    dims           4 x u32, the first `ndim` >= 1, the rest 0
-    24      4     label          i32
+    24      4     label          i32: the class index (target code 0), or the float target's shape:
+                                 0 = a scalar (), K >= 1 = a vector (K,)
     28      4     device         u32
     32      8     seq            u64, per-device sequence number
     40      8     produce_time   f64, unix seconds at produce
-    48      ...   payload        exactly prod(dims) * itemsize bytes, C order, little-endian
+    48      P     payload        the input: P = prod(dims) * itemsize bytes, C order, little-endian
+    48 + P  T     target         float targets only: T = max(1, K) * itemsize bytes, little-endian
 
-uint8 images travel as uint8 (normalisation happens on the consumer). No pickle anywhere. Malformed
-values raise `WireError` with a short machine-readable `reason` that the consumer copies into the
-dead-letter message's headers; `decode_batch` also sets `index`, the position of the bad value.
+Version 1 had a pad byte (0) at offset 7, the label was always a class index and nothing followed the
+payload; a version-1 message is refused ('bad_version'). Inputs keep their dtype on the wire (uint8
+images stay uint8; normalisation happens on the consumer). No pickle anywhere. Malformed values raise
+`WireError` with a short machine-readable `reason` that the consumer copies into the dead-letter
+message's headers; `decode_batch` also sets `index`, the position of the bad value. The wire carries
+any float target value (NaN too); the consumer's validation refuses non-finite ones (validate.py).
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from functools import lru_cache
 import numpy as np
 
 MAGIC = b"EDGS"
-VERSION = 1
+VERSION = 2
 MAX_NDIM = 4
 HEADER = struct.Struct("<4sBBBB4IiIQd")
 HEADER_SIZE = HEADER.size  # 48
@@ -44,18 +49,28 @@ DTYPE_CODES: dict[int, np.dtype] = {
     4: np.dtype("<i4"),
     5: np.dtype("<f8"),
     6: np.dtype("i1"),
+    7: np.dtype("<i8"),
 }
 _CODE_OF: dict[str, int] = {dt.str.replace("|", "<"): code for code, dt in DTYPE_CODES.items()}
 
+#: the target code of a class index (header byte 7); a float target's code is its dtype's DTYPE_CODES code
+TARGET_CLASS = 0
+#: target code -> the dtype of a float target
+TARGET_DTYPES: dict[int, np.dtype] = {code: DTYPE_CODES[code] for code in (1, 2, 5)}
+
 #: numpy view of the 48-byte header, for validating many headers at once.
 HEADER_DTYPE = np.dtype([
-    ("magic", "S4"), ("version", "u1"), ("dtype", "u1"), ("ndim", "u1"), ("pad", "u1"),
+    ("magic", "S4"), ("version", "u1"), ("dtype", "u1"), ("ndim", "u1"), ("target", "u1"),
     ("dims", "<u4", (4,)), ("label", "<i4"), ("device", "<u4"), ("seq", "<u8"), ("produce_time", "<f8"),
 ])
 assert HEADER_DTYPE.itemsize == HEADER_SIZE
 
-REASONS = ("truncated_header", "bad_magic", "bad_version", "unknown_dtype", "bad_shape", "bad_pad",
-           "bad_length", "shape_mismatch")
+REASONS = ("truncated_header", "bad_magic", "bad_version", "unknown_dtype", "bad_shape", "unknown_target",
+           "bad_length", "shape_mismatch", "target_mismatch")
+
+#: (input dtype, input shape, target dtype or None for a class index, target shape or None): what a
+#: message's header says its bytes are
+Layout = tuple[np.dtype, tuple[int, ...], "np.dtype | None", "tuple[int, ...] | None"]
 
 
 class WireError(ValueError):
@@ -69,7 +84,11 @@ class WireError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class Sample:
-    """One decoded sample. `x` is a read-only view into the message buffer where possible (no copy)."""
+    """One decoded sample. `x` is a read-only view into the message buffer where possible (no copy).
+
+    `target` is the class index (an int; `target_dtype` and `target_shape` None), or the float target
+    as an array of `target_dtype` and `target_shape` (() or (K,)), a view like `x`. `label` is the class
+    index, or -1 for a float target."""
 
     x: np.ndarray
     label: int
@@ -78,6 +97,9 @@ class Sample:
     produce_time: float
     dtype: np.dtype
     shape: tuple[int, ...]
+    target: int | np.ndarray = -1
+    target_dtype: np.dtype | None = None
+    target_shape: tuple[int, ...] | None = None
 
 
 def dtype_code(dtype: np.dtype | type | str) -> int:
@@ -88,6 +110,28 @@ def dtype_code(dtype: np.dtype | type | str) -> int:
         raise WireError("unknown_dtype", f"dtype {dt} has no wire code; allowed: "
                         + ", ".join(str(d) for d in DTYPE_CODES.values()))
     return code
+
+
+def target_code(dtype: np.dtype | type | str | None) -> int:
+    """The header's target code: TARGET_CLASS for None (a class index), else the float dtype's code;
+    WireError('unknown_target') for any other dtype."""
+    if dtype is None:
+        return TARGET_CLASS
+    dt = np.dtype(dtype)
+    code = _CODE_OF.get(dt.newbyteorder("<").str.replace("|", "<"))
+    if code not in TARGET_DTYPES:
+        raise WireError("unknown_target", f"target dtype {dt} is not allowed; must be a class index (int) or "
+                        + ", ".join(str(d) for d in TARGET_DTYPES.values()))
+    return code
+
+
+def target_field(shape: tuple[int, ...]) -> int:
+    """The header's label field of a float target of `shape`: 0 for a scalar (), K for a vector (K,)."""
+    if shape == ():
+        return 0
+    if len(shape) == 1 and 1 <= shape[0] <= 0x7FFFFFFF:
+        return int(shape[0])
+    raise WireError("bad_shape", f"target shape {shape}: a float target is a scalar () or a vector (K,)")
 
 
 def _dims(shape: tuple[int, ...]) -> tuple[int, int, int, int]:
@@ -102,97 +146,162 @@ def _le_bytes(x: np.ndarray) -> bytes:
     return x.tobytes()
 
 
-def encode_sample(x: np.ndarray, label: int, device: int, seq: int, produce_time: float) -> bytes:
-    """One message value for sample `x` (shape 1..4 dims, dtype in DTYPE_CODES) and its metadata."""
+def _float_target(target) -> np.ndarray:
+    """A float target as an array: numpy floats keep their dtype; Python floats and lists become float32."""
+    if isinstance(target, np.ndarray | np.generic):
+        t = np.asarray(target)
+        if t.dtype.kind != "f":
+            raise WireError("unknown_target", f"target of dtype {t.dtype}: a target is a class index (an integer) "
+                            "or a float scalar/vector (float16, float32, float64)")
+        return t
+    return np.asarray(target, dtype=np.float32)
+
+
+def _is_class(target) -> bool:
+    return isinstance(target, int | np.integer) or (isinstance(target, np.ndarray) and target.ndim == 0
+                                                    and target.dtype.kind in "iu")
+
+
+def encode_sample(x: np.ndarray, target, device: int, seq: int, produce_time: float) -> bytes:
+    """One message value for sample `x` (shape 1..4 dims, dtype in DTYPE_CODES) and its metadata.
+
+    `target`: an integer is a class index; a float, a numpy float scalar or array of shape () or (K,)
+    is a float target (numpy values keep their dtype, float16/32/64; Python floats and lists travel
+    as float32)."""
     x = np.asarray(x)
     code = dtype_code(x.dtype)
-    return HEADER.pack(MAGIC, VERSION, code, x.ndim, 0, *_dims(x.shape), label, device, seq,
-                       produce_time) + _le_bytes(x)
+    if _is_class(target):
+        return HEADER.pack(MAGIC, VERSION, code, x.ndim, TARGET_CLASS, *_dims(x.shape), int(target), device, seq,
+                           produce_time) + _le_bytes(x)
+    t = _float_target(target)
+    return (HEADER.pack(MAGIC, VERSION, code, x.ndim, target_code(t.dtype), *_dims(x.shape), target_field(t.shape),
+                        device, seq, produce_time) + _le_bytes(x) + _le_bytes(t))
 
 
 class SampleEncoder:
-    """`encode_sample` for a fixed dtype and shape: the constant header prefix is packed once."""
+    """`encode_sample` for a fixed input dtype and shape and a fixed target (a class index: the default;
+    or a float target of `target_dtype` and `target_shape`): the constant header prefix is packed once."""
 
     _TAIL = struct.Struct("<iIQd")
 
-    def __init__(self, dtype: np.dtype | type | str, shape: tuple[int, ...]) -> None:
+    def __init__(self, dtype: np.dtype | type | str, shape: tuple[int, ...],
+                 target_dtype: np.dtype | type | str | None = None, target_shape: tuple[int, ...] | None = None
+                 ) -> None:
         self.dtype, self.shape = np.dtype(dtype), tuple(int(d) for d in shape)
-        code = dtype_code(self.dtype)
-        self._prefix = struct.pack("<4sBBBB4I", MAGIC, VERSION, code, len(self.shape), 0, *_dims(self.shape))
-        self.nbytes = HEADER_SIZE + math.prod(self.shape) * self.dtype.itemsize
+        if (target_dtype is None) != (target_shape is None):
+            raise ValueError("SampleEncoder: target_dtype and target_shape go together (both None: a class index)")
+        self.target_dtype = None if target_dtype is None else np.dtype(target_dtype).newbyteorder("<")
+        self.target_shape = None if target_shape is None else tuple(int(d) for d in target_shape)
+        tcode = target_code(self.target_dtype)
+        self._field = 0 if self.target_shape is None else target_field(self.target_shape)
+        self._prefix = struct.pack("<4sBBBB4I", MAGIC, VERSION, dtype_code(self.dtype), len(self.shape), tcode,
+                                   *_dims(self.shape))
+        tbytes = 0 if self.target_shape is None else math.prod(self.target_shape) * self.target_dtype.itemsize
+        self.nbytes = HEADER_SIZE + math.prod(self.shape) * self.dtype.itemsize + tbytes
 
-    def __call__(self, x: np.ndarray, label: int, device: int, seq: int, produce_time: float) -> bytes:
+    def __call__(self, x: np.ndarray, target, device: int, seq: int, produce_time: float) -> bytes:
         if x.shape != self.shape or x.dtype != self.dtype:
             raise WireError("shape_mismatch",
                             f"encoder is for {self.dtype}{self.shape}, got {x.dtype}{x.shape}")
-        return self._prefix + self._TAIL.pack(label, device, seq, produce_time) + _le_bytes(x)
+        if self.target_dtype is None:
+            try:
+                return self._prefix + self._TAIL.pack(target, device, seq, produce_time) + _le_bytes(x)
+            except struct.error:
+                if not _is_class(target):
+                    raise WireError("target_mismatch", f"this encoder's targets are class indices, got "
+                                    f"{type(target).__name__} {np.asarray(target).dtype}") from None
+                raise WireError("bad_shape", f"class index {target} does not fit the i32 label field") from None
+        t = np.asarray(target, dtype=self.target_dtype)
+        if t.shape != self.target_shape:
+            raise WireError("target_mismatch", f"encoder's targets are {self.target_dtype}{self.target_shape}, "
+                            f"got shape {t.shape}")
+        return self._prefix + self._TAIL.pack(self._field, device, seq, produce_time) + _le_bytes(x) + t.tobytes()
 
 
-def _check_header(magic: bytes, version: int, code: int, ndim: int, pad: int, dims: tuple[int, ...],
-                  length: int) -> tuple[np.dtype, tuple[int, ...]]:
-    """Validate the unpacked header fields against the value's total `length`; return (dtype, shape)."""
+def _check_header(magic: bytes, version: int, code: int, ndim: int, tcode: int, dims: tuple[int, ...], field: int,
+                  length: int) -> Layout:
+    """Validate the unpacked header fields against the value's total `length`; return its layout."""
     if magic != MAGIC:
         raise WireError("bad_magic", f"expected {MAGIC!r}, got {magic!r}")
     if version != VERSION:
-        raise WireError("bad_version", f"expected {VERSION}, got {version}")
+        old = " (version 1 carried no target dtype or shape; re-produce the stream)" if version == 1 else ""
+        raise WireError("bad_version", f"expected {VERSION}, got {version}{old}")
     dt = DTYPE_CODES.get(code)
     if dt is None:
         raise WireError("unknown_dtype", f"code {code}; known: {sorted(DTYPE_CODES)}")
     if not 1 <= ndim <= MAX_NDIM or any(d < 1 for d in dims[:ndim]) or any(dims[ndim:]):
         raise WireError("bad_shape", f"ndim {ndim}, dims {dims}")
-    if pad != 0:
-        raise WireError("bad_pad", f"pad byte is {pad}, must be 0")
     shape = dims[:ndim]
     want = HEADER_SIZE + math.prod(shape) * dt.itemsize
+    if tcode == TARGET_CLASS:
+        tdt = tshape = None
+    else:
+        tdt = TARGET_DTYPES.get(tcode)
+        if tdt is None:
+            raise WireError("unknown_target", f"target code {tcode}; known: 0 (class index), "
+                            + ", ".join(f"{c} ({d})" for c, d in TARGET_DTYPES.items()))
+        if field < 0:
+            raise WireError("bad_shape", f"float target of {field} elements")
+        tshape = (field,) if field else ()
+        want += max(1, field) * tdt.itemsize
     if length != want:
         raise WireError("bad_length", f"{length} bytes, header says {want}")
-    return dt, shape
+    return dt, shape, tdt, tshape
 
 
-#: the first 24 bytes of the header: magic, version, dtype, ndim, pad, dims -- what fixes the layout
+#: the first 24 bytes of the header: magic, version, dtype, ndim, target code, dims -- what fixes the
+#: layout (with the label field when the target is a float one)
 _PREFIX = struct.Struct("<4sBBBB4I")
+_FIELD = struct.Struct("<i")
 
 
 @lru_cache(maxsize=64)
-def _layout_of(prefix: bytes, length: int) -> tuple[np.dtype, tuple[int, ...]]:
-    magic, version, code, ndim, pad, *dims = _PREFIX.unpack(prefix)
-    return _check_header(magic, version, code, ndim, pad, tuple(dims), length)
+def _layout_of(prefix: bytes, field: int, length: int) -> Layout:
+    magic, version, code, ndim, tcode, *dims = _PREFIX.unpack(prefix)
+    return _check_header(magic, version, code, ndim, tcode, tuple(dims), field, length)
 
 
-def _layout(header, length: int) -> tuple[np.dtype, tuple[int, ...]]:
-    """(dtype, shape) of a `length`-byte message whose header (>= 24 bytes) is `header`; WireError if
+def _layout(header, length: int) -> Layout:
+    """The layout of a `length`-byte message whose header (>= 28 bytes) is `header`; WireError if
     invalid. A stream's messages share their prefix, so this is one cache lookup a batch."""
-    return _layout_of(bytes(header[:_PREFIX.size]), length)
+    field = _FIELD.unpack_from(header, 24)[0] if header[7] != TARGET_CLASS else 0
+    return _layout_of(bytes(header[:_PREFIX.size]), field, length)
 
 
 def decode_sample(buf: bytes | bytearray | memoryview) -> Sample:
-    """Parse and validate one message value; `x` is a view of `buf` (read-only for bytes)."""
+    """Parse and validate one message value; `x` (and a float target) are views of `buf` (read-only
+    for bytes)."""
     if len(buf) < HEADER_SIZE:
         raise WireError("truncated_header", f"{len(buf)} bytes < header {HEADER_SIZE}")
-    magic, version, code, ndim, pad, d0, d1, d2, d3, label, device, seq, t = HEADER.unpack_from(buf, 0)
-    dt, shape = _check_header(magic, version, code, ndim, pad, (d0, d1, d2, d3), len(buf))
-    x = np.frombuffer(buf, dtype=dt, offset=HEADER_SIZE).reshape(shape)
-    return Sample(x, label, device, seq, t, dt, shape)
+    magic, version, code, ndim, tcode, d0, d1, d2, d3, label, device, seq, t = HEADER.unpack_from(buf, 0)
+    dt, shape, tdt, tshape = _check_header(magic, version, code, ndim, tcode, (d0, d1, d2, d3), label, len(buf))
+    size = math.prod(shape)
+    x = np.frombuffer(buf, dtype=dt, count=size, offset=HEADER_SIZE).reshape(shape)
+    if tdt is None:
+        return Sample(x, label, device, seq, t, dt, shape, label)
+    target = np.frombuffer(buf, dtype=tdt, count=max(1, label), offset=HEADER_SIZE + size * dt.itemsize)
+    return Sample(x, -1, device, seq, t, dt, shape, target.reshape(tshape), tdt, tshape)
 
 
 def _scan(values: list[bytes]) -> tuple[list[int], list[tuple[int, str]]]:
     """Per-message validation (slow path): valid indices and (index, reason) of the others.
 
-    A message that is valid alone but whose dtype/shape differs from the first valid message gets
-    reason 'shape_mismatch' (a batch needs one shape).
+    A message that is valid alone but whose layout (input dtype/shape, target dtype/shape) differs from
+    the first valid message gets reason 'shape_mismatch' (a batch needs one layout).
     """
     valid: list[int] = []
     bad: list[tuple[int, str]] = []
-    ref: tuple[np.dtype, tuple[int, ...]] | None = None
+    ref: tuple | None = None
     for i, v in enumerate(values):
         try:
             s = decode_sample(v)
         except WireError as e:
             bad.append((i, e.reason))
             continue
+        got = (s.dtype, s.shape, s.target_dtype, s.target_shape)
         if ref is None:
-            ref = (s.dtype, s.shape)
-        elif (s.dtype, s.shape) != ref:
+            ref = got
+        elif got != ref:
             bad.append((i, "shape_mismatch"))
             continue
         valid.append(i)
@@ -208,18 +317,21 @@ def _rows(values: list[bytes]) -> np.ndarray | None:
     return np.frombuffer(b"".join(values), dtype=np.uint8).reshape(len(values), length)
 
 
-def _uniform_ok(rows: np.ndarray, length: int) -> tuple[np.ndarray, np.dtype, tuple[int, ...]] | None:
-    """(headers as HEADER_DTYPE, dtype, shape) when every header of `rows` (B x >= 48 uint8) is valid
-    for a `length`-byte message and has the first one's dtype and shape (vectorised); None otherwise."""
+def _uniform_ok(rows: np.ndarray, length: int) -> tuple[np.ndarray, Layout] | None:
+    """(headers as HEADER_DTYPE, layout) when every header of `rows` (B x >= 48 uint8) is valid for a
+    `length`-byte message and has the first one's layout (vectorised); None otherwise."""
     hb = np.ascontiguousarray(rows[:, :HEADER_SIZE])
     try:
-        dt, shape = _layout(hb[0], length)
+        layout = _layout(hb[0], length)
     except WireError:
         return None
-    words = hb.view("<u8")[:, :3]  # bytes 0-23: magic, version, dtype, ndim, pad, dims
+    words = hb.view("<u8")[:, :3]  # bytes 0-23: magic, version, dtype, ndim, target code, dims
     if (words != words[0]).any():
         return None
-    return hb.view(HEADER_DTYPE)[:, 0], dt, shape
+    h = hb.view(HEADER_DTYPE)[:, 0]
+    if layout[2] is not None and (h["label"] != h["label"][0]).any():  # a float target's shape
+        return None
+    return h, layout
 
 
 def split_valid(values: list[bytes]) -> tuple[list[int], list[tuple[int, str]]]:
@@ -236,16 +348,23 @@ def split_valid(values: list[bytes]) -> tuple[list[int], list[tuple[int, str]]]:
     return _scan(values)
 
 
+def float_targets(raw: np.ndarray) -> np.ndarray:
+    """A batch's float targets (B, *target_shape) in their wire dtype -> float32, C-contiguous (the
+    dtype of consumed regression targets)."""
+    return np.ascontiguousarray(raw, dtype=np.float32)
+
+
 def decode_batch(values: list[bytes], out: np.ndarray | None = None, *, copy: bool = True
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Decode many messages of one dtype/shape into one array.
+    """Decode many messages of one layout (input dtype/shape, target) into one array.
 
-    Returns (x [B, *shape], labels int64[B], devices int64[B], seqs uint64[B], produce_times float64[B]).
+    Returns (x [B, *shape], targets, devices int64[B], seqs uint64[B], produce_times float64[B]); targets
+    are the class indices as int64 [B], or the float targets as float32 [B, *target_shape].
     x is C-contiguous and writable; with `copy=False` it is instead a read-only view into the one
     buffer the messages were joined into (rows `len(message)` bytes apart), which saves a pass over
     the payload when x is only read once (the consumer's normalisation). `out`, if given, must be
     C-contiguous with the messages' dtype and shape (B' >= B, *shape); x is then `out[:B]`. Raises
-    WireError with `index` set at the first bad message (malformed, or dtype/shape differing from
+    WireError with `index` set at the first bad message (malformed, or a layout differing from
     message 0) so the caller can dead-letter it and retry without it. With no values, x is `out[:0]`
     or an empty uint8 array of shape (0,).
     """
@@ -258,8 +377,9 @@ def decode_batch(values: list[bytes], out: np.ndarray | None = None, *, copy: bo
     ok = _uniform_ok(rows, rows.shape[1]) if rows is not None else None
     if ok is None:
         _raise_first_bad(values)
-    h, dt, shape = ok
-    x = rows[:, HEADER_SIZE:].view(dt).reshape(n, *shape)  # rows stay where the join put them
+    h, (dt, shape, tdt, tshape) = ok
+    end = HEADER_SIZE + math.prod(shape) * dt.itemsize
+    x = rows[:, HEADER_SIZE:end].view(dt).reshape(n, *shape)  # rows stay where the join put them
     if out is not None:
         if (out.dtype.newbyteorder("<") != dt or out.shape[1:] != shape or out.shape[0] < n
                 or not out.flags.c_contiguous):
@@ -269,7 +389,10 @@ def decode_batch(values: list[bytes], out: np.ndarray | None = None, *, copy: bo
         x = out[:n]
     elif copy:
         x = x.copy()
-    return (x, *_fields(h))
+    labels, *fields = _fields(h)
+    if tdt is not None:
+        labels = float_targets(rows[:, end:].view(tdt).reshape(n, *tshape))
+    return (x, labels, *fields)
 
 
 def _fields(h: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -310,22 +433,23 @@ class Affine:
             raise ValueError(f"normalisation has {self.channels} channels; samples of shape {shape} do not "
                              f"(their first axis must be {self.channels})")
 
-    def __call__(self, x: np.ndarray) -> np.ndarray:
-        """float32 x * scale + bias for a batch x of shape (B, *shape); x is not modified."""
+    def __call__(self, x: np.ndarray, zero_bias: bool = False) -> np.ndarray:
+        """float32 x * scale + bias for a batch x of shape (B, *shape); x is not modified. A bias of zeros
+        is skipped unless `zero_bias` (then -0.0 turns +0.0, as in the C pass, which always adds it)."""
         self._check(x.shape[1:])
         scale, bias = self._arrays
         out = x.astype(np.float32)  # a cast, then in-place affine: faster than a casting multiply
         view = out.reshape(len(out), self.channels, -1)
         view *= scale[:, None]
-        if bias.any():
+        if zero_bias or bias.any():
             view += bias[:, None]
         return out
 
 
 def decode_normalized(values: list, affine: Affine
                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """`decode_batch` then `affine`, as one float32 array: (x [B, *shape] float32, labels, devices, seqs,
-    produce_times). For uint8 samples this is one pass over each message with no joined copy (the C
+    """`decode_batch` then `affine`, as one float32 array: (x [B, *shape] float32, targets, devices, seqs,
+    produce_times). For uint8 samples with class indices this is one pass over each message with no joined copy (the C
     extension edgestream.data._wirefast, when built; numpy otherwise -- same values). `values` are
     bytes, or objects whose `value()` is the bytes (Kafka messages: no list of values is made; a null
     value counts as b"", a truncated header).
@@ -347,21 +471,22 @@ def decode_normalized(values: list, affine: Affine
                                       math.prod(shape) // affine.channels, scale, bias, out, headers)
             if bad < 0:
                 return (out, *_fields(headers))
-    # numpy: other dtypes, no extension, or a bad value (decode_batch raises WireError naming it)
+    # numpy: other dtypes, float targets, no extension, or a bad value (decode_batch raises WireError naming it)
     x, *rest = decode_batch([v if isinstance(v, bytes | bytearray | memoryview) else v.value() or b""
                              for v in values], copy=False)
-    return affine(x), *rest
+    # uint8 with the extension: the C passes' operations (+ bias always), so the values are theirs
+    return affine(x, zero_bias=_wirefast is not None and x.dtype == np.uint8), *rest
 
 
 def _u8_shape(value: bytes) -> tuple[int, ...] | None:
-    """The sample shape of a valid uint8 message; None for anything else."""
+    """The sample shape of a valid uint8 message with a class index; None for anything else."""
     if len(value) < HEADER_SIZE:
         return None
     try:
-        dt, shape = _layout(value, len(value))
+        dt, shape, tdt, _ = _layout(value, len(value))
     except WireError:
         return None
-    return shape if dt == np.uint8 else None
+    return shape if dt == np.uint8 and tdt is None else None
 
 
 try:  # the optional C extension (setup.py); without it decode_normalized uses numpy

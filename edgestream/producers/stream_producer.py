@@ -93,9 +93,10 @@ class ProducerSummary:
 
 
 class StreamProducer:
-    """Drive `devices` of a run: `x[i]`, `y[i]` are the dataset arrays, `shards[d]` device d's indices.
+    """Drive `devices` of a run: `x[i]`, `y[i]` are the dataset arrays (y: integer class indices, or float
+    targets [N] / [N, K]), `shards[d]` device d's indices.
 
-    `encode(x, label, device, seq, produce_time) -> bytes` is the run's `SampleSerde` (edgestream.data.serde;
+    `encode(x, target, device, seq, produce_time) -> bytes` is the run's `SampleSerde` (edgestream.data.serde;
     any callable with its `encode` signature, e.g. a `SampleEncoder`, works too).
     `rate_model` provides cumulative(device, t), due_time(device, k) and base_rate(device).
 
@@ -111,6 +112,7 @@ class StreamProducer:
                  create_topics: bool = True, resume: bool = True, run_config: dict | None = None) -> None:
         self.bootstrap, self.run, self.devices = bootstrap, run, list(devices)
         self.x, self.y, self.rates, self.encode = x, y, rate_model, encode
+        self._class_targets = np.asarray(y).dtype.kind in "iub"
         self.orders = {d: ShardOrder(shards[d], seed, d) for d in self.devices}
         self.topics = {d: device_topic(run, d) for d in self.devices}
         self.stats = {d: DeviceStats(d, float(rate_model.base_rate(d))) for d in self.devices}
@@ -145,7 +147,8 @@ class StreamProducer:
     def _send(self, d: int, k: int, now: float, should_stop: Callable[[], bool]) -> bool:
         """Queue sample k of device d; False (nothing queued) if stopped while the local queue was full."""
         idx = self.orders[d].index(k)
-        value = self.encode(self.x[idx], int(self.y[idx]), d, k, now)
+        y = self.y[idx]  # a class index (an int on the wire), or a float target (scalar or row) as it is
+        value = self.encode(self.x[idx], int(y) if self._class_targets else y, d, k, now)
         while True:
             try:
                 self.producer.produce(self.topics[d], value=value, key=self._keys[d], on_delivery=self._on_delivery)
