@@ -8,10 +8,12 @@ the same way) reject at load time what would otherwise fail later as a traceback
   which reads a rate trace whole (header, every row, a row for every configured device); the
   per-device rates it gives (base rates, trace rows, burst and sinusoid peaks) must stay <= MAX_RATE.
   A random walk's excursions are not bounded here (they depend on the run's length).
-- data.root (cifar10, cifar100, mnist): the folder exists and holds the files the loader reads, in
-  their standard format, checked cheaply: the CIFAR batches exist and start like pickles (they are
-  not unpickled: tens of MB), the MNIST IDX files (or .gz) exist and their headers have the right
-  magic, dimensions and sizes (images and labels agree in number); n_train / n_test fit the split.
+- data: the dataset is loaded exactly as `run` loads it (`RunPlan.dataset_of`, the same function and
+  arguments: the task, the file formats' fields, num_classes, n_train / n_test...), so `config validate`
+  and `run` agree; the loaded dataset is kept for the run (edgestream.data.datasets memo). For cifar10,
+  cifar100 and mnist the files are first checked cheaply for a pointed message: the CIFAR batches exist
+  and start like pickles, the MNIST IDX files (or .gz) exist and their headers have the right magic,
+  dimensions and sizes (images and labels agree in number); n_train / n_test fit the split.
 - devices.compute.profile: the compute profile loads (edgestream.profiles) and has the entry the run
   uses (profile_model, or its only one).
 - runtime.kafka_client: librdkafka itself checks the settings by creating a producer with them and
@@ -23,6 +25,7 @@ from __future__ import annotations
 import csv
 import gzip
 import math
+import pickle
 import struct
 from pathlib import Path
 from typing import Any
@@ -32,7 +35,7 @@ from edgestream.config import MAX_RATE, SECRET_MASK, is_secret_key
 
 def check_buildable(cfg: Any) -> list[str]:
     """Problems building `cfg`'s broker-free parts (an ExperimentConfig that passed the schema)."""
-    return [*_rate_problems(cfg), *_dataset_problems(cfg.data), *_client_problems(cfg.runtime.kafka_client),
+    return [*_rate_problems(cfg), *_dataset_problems(cfg), *_client_problems(cfg.runtime.kafka_client),
             *_profile_problems(cfg.devices.compute)]
 
 
@@ -115,7 +118,24 @@ def _peak_problems(model: Any, spec: dict, dev: Any, read_trace: Any) -> list[st
 # ---------------------------------------------------------------- datasets
 
 
-def _dataset_problems(data: Any) -> list[str]:
+def _dataset_problems(cfg: Any) -> list[str]:
+    """The cheap file checks, then the dataset loaded as the run loads it (one line per problem)."""
+    problems = _dataset_file_problems(cfg.data)
+    if problems:
+        return problems
+    from edgestream.runner.plan import RunPlan
+
+    try:
+        RunPlan.dataset_of(cfg)
+    except ValueError as exc:
+        return [line if line.startswith(("data.", "task:")) else f"data.{line}"
+                for line in (_line(p) for p in str(exc).splitlines() if p.strip())]
+    except (OSError, EOFError, pickle.UnpicklingError) as exc:  # a file the cheap checks passed but cannot be read
+        return [f"data.{'path' if cfg.data.path else 'root'}: {_line(exc)}"]
+    return []
+
+
+def _dataset_file_problems(data: Any) -> list[str]:
     if data.dataset not in ("cifar10", "cifar100", "mnist") or not data.root:
         return []
     root = Path(data.root).expanduser()

@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 import torch
 
-from edgestream.data import DATASETS, Dataset, channel_stats, load_dataset
+from edgestream.data import Dataset, channel_stats, load_dataset
 from edgestream.data.cifar import RestrictedUnpicklingError, restricted_load
+from edgestream.plugins import DATASETS
 
 
 def _check_layout(ds: Dataset, shape: tuple[int, int, int], k: int) -> None:
@@ -117,15 +118,19 @@ def test_channel_stats_match_float_statistics():
 
 
 def test_registry_errors():
-    assert set(DATASETS) == {"digits", "synthetic", "cifar10", "cifar100", "mnist"}
-    with pytest.raises(ValueError, match="unknown dataset 'imagenet'"):
+    assert set(DATASETS.builtins) == {"digits", "synthetic", "cifar10", "cifar100", "mnist", "npz", "folder", "csv",
+                                      "parquet", "windows"}
+    with pytest.raises(ValueError, match=r"^data\.dataset: 'imagenet' is not a built-in dataset.*built-ins: digits, "
+                                         r"synthetic.*'package\.module:attribute'"):
         load_dataset("imagenet")
-    with pytest.raises(ValueError, match="root"):
+    with pytest.raises(ValueError, match=r"^data\.root: required for dataset 'cifar10'"):
         load_dataset("cifar10")
-    with pytest.raises(ValueError, match="shape"):
+    with pytest.raises(ValueError, match=r"^data\.shape: dataset 'digits' has samples of shape \[1, 8, 8\], got \[3, 32, 32\]$"):
         load_dataset("digits", shape=(3, 32, 32))
-    with pytest.raises(ValueError, match="num_classes"):
+    with pytest.raises(ValueError, match=r"^data\.num_classes: dataset 'digits' has 10 classes, got 5$"):
         load_dataset("digits", num_classes=5)
+    with pytest.raises(ValueError, match=r"^task: 'regression' needs float targets, but y_train of 'digits' holds int64"):
+        load_dataset("digits", task="regression")
 
 
 def test_n_train_subsamples_a_fixed_dataset_with_a_seed():

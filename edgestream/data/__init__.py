@@ -2,11 +2,12 @@
 
 Knows nothing about Kafka. A run's samples go through one `SampleSerde` (edgestream.data.serde):
 producers encode with it, consumers validate and decode with it, restart scans and the DLQ read
-headers with it; both sides load the same `Dataset` via `load_dataset`.
+headers with it; both sides load the same `Dataset` via `load_dataset`. Dataset names resolve through
+`edgestream.plugins.DATASETS` (built-ins: edgestream.data.formats).
 """
 
 from edgestream.data.cifar import RestrictedUnpickler, RestrictedUnpicklingError, restricted_load
-from edgestream.data.datasets import DATASETS, Dataset, channel_stats, load_dataset
+from edgestream.data.datasets import Dataset, channel_stats, load_dataset
 from edgestream.data.partition import SCHEMES, partition_indices
 from edgestream.data.serde import DecodedBatch, SampleHeader, SampleSerde
 from edgestream.data.validate import DeviceRule, SampleSpec
@@ -26,7 +27,7 @@ from edgestream.data.wire import (
 )
 
 __all__ = [
-    "DATASETS", "DTYPE_CODES", "HEADER", "HEADER_SIZE", "REASONS", "SCHEMES", "Affine", "Dataset", "DecodedBatch",
+    "DTYPE_CODES", "HEADER", "HEADER_SIZE", "REASONS", "SCHEMES", "Affine", "Dataset", "DecodedBatch",
     "DeviceRule", "RestrictedUnpickler", "RestrictedUnpicklingError", "Sample", "SampleEncoder", "SampleHeader",
     "SampleSerde", "SampleSpec", "WireError",
     "channel_stats", "decode_batch", "decode_sample", "encode_sample", "load_dataset", "partition_indices",

@@ -1,5 +1,8 @@
 """Split a train split among devices: `partition_indices(labels, num_devices, scheme)`.
 
+`labels` are the train split's class indices; float targets (a regression task) are refused with one
+line (a regression run splits iid by sample count: the plan passes placeholder labels).
+
 Every scheme returns one int64 index array per device, each SORTED ascending (the producer owns the
 streaming order: it shuffles each shard with its own seed). The arrays are disjoint, together cover
 every train sample exactly once, every device gets at least one sample, and the result is a pure
@@ -28,6 +31,10 @@ SCHEMES = ("iid", "labels", "dirichlet")
 def _check(labels: np.ndarray, num_devices: int, scheme: str, labels_per_device: int, alpha: float) -> None:
     if scheme not in SCHEMES:
         raise ValueError(f"scheme: must be one of {', '.join(SCHEMES)}, got {scheme!r}")
+    if labels.dtype.kind == "f":
+        hint = "; use iid" if scheme != "iid" else " (iid uses only their count: pass np.zeros(n, np.int64))"
+        raise ValueError(f"labels: float targets (a regression task) are not class labels; data.partition "
+                         f"{scheme!r} needs class indices{hint}")
     if labels.ndim != 1 or not np.issubdtype(labels.dtype, np.integer):
         raise ValueError(f"labels: must be a 1-D integer array, got {labels.dtype} of shape {labels.shape}")
     if isinstance(num_devices, bool) or int(num_devices) != num_devices or num_devices < 1:

@@ -156,22 +156,29 @@ class RunPlan:
         return StopRule(s.max_steps, s.max_time_s, target=self.target)
 
     # ------------------------------------------------------------------ data
+    @staticmethod
+    def dataset_of(cfg: Any) -> Any:
+        """`load_dataset` of a config's data.* fields, task and seed: what `dataset` loads and what `config
+        validate` (edgestream.config_check) loads, so the two agree (loaded once per config object).
+        ValueError: one line per problem."""
+        from edgestream.data.datasets import load_once
+
+        d = cfg.data
+        return load_once(cfg, d.dataset, d.root, seed=int(cfg.seed), task=str(getattr(cfg, "task", "classification")),
+                         shape=tuple(d.shape) if d.shape else None, num_classes=d.num_classes, n_train=d.n_train,
+                         n_test=d.n_test, signal=d.signal, path=d.path, target=d.target, features=d.features,
+                         window=d.window, stride=d.stride, horizon=d.horizon, test_fraction=d.test_fraction,
+                         kwargs=d.kwargs)
+
     @property
     def dataset(self) -> Any:
         """The run's `Dataset` (loaded once per plan)."""
         if "dataset" not in self._cache:
-            from edgestream.data import load_dataset
-
-            d = self.cfg.data
-
-            def load() -> Any:
-                return load_dataset(d.dataset, d.root, seed=self.seed, shape=tuple(d.shape) if d.shape else None,
-                                    num_classes=d.num_classes, n_train=d.n_train, n_test=d.n_test, signal=d.signal)
-
             try:
-                self._cache["dataset"] = load()
+                self._cache["dataset"] = self.dataset_of(self.cfg)
             except ValueError as exc:
-                raise PlanError([p if p.startswith("data.") else f"data.{p}" for p in str(exc).splitlines()]) from None
+                raise PlanError([p if p.startswith(("data.", "task:")) else f"data.{p}"
+                                 for p in str(exc).splitlines()]) from None
         return self._cache["dataset"]
 
     @property
