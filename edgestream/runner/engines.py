@@ -121,8 +121,8 @@ def check_runs(name: str, algorithm: Any) -> None:
     """EngineError (one line) when engine `name` cannot perform a request kind `algorithm` (an
     AlgorithmSpec) sends, or `algorithm` does not declare it (`AlgorithmSpec.engines`: a user's algorithm
     says where it runs); the line names the engines that can."""
-    declared = tuple(getattr(algorithm, "engines", ()) or ())
-    if name not in declared:
+    declared = getattr(algorithm, "engines", None)
+    if declared is not None and name not in declared:
         raise EngineError([f"algorithm.name: {algorithm.name!r} runs on the engines {', '.join(declared) or 'none'} "
                            f"(its AlgorithmSpec.engines), not on {name!r}"])
     missing = engine(name).missing(algorithm)

@@ -60,9 +60,9 @@ class AlgorithmSpec:
     coordinator: CoordinatorFactory | None = None
     batch_policies: tuple[str, ...] = ("fixed",)
     default_batch: Mapping[str, Any] = field(default_factory=lambda: dict(FIXED_BATCH))
-    #: the engines that can run it: "sim" (the simulator), "local" (real trainers; a PS algorithm on the
-    #: Kafka parameter server)
-    engines: tuple[str, ...] = ("sim", "local")
+    #: the engines it runs on: "sim" (the simulator), "local" (real trainers; a PS algorithm on the Kafka
+    #: parameter server); None = every engine that performs the requests its workers send
+    engines: tuple[str, ...] | None = None
 
     def batch_for(self, given: Mapping[str, Any] | None) -> dict[str, Any]:
         """The batch policy a run of this algorithm uses: the config's algorithm.batch, or the
