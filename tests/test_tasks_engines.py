@@ -385,3 +385,49 @@ def test_events_summary_time_to_target_in_the_metric_s_direction():
     s = acc.summary(target_accuracy=0.7, wall_s=1.0, engine="sim")
     assert s["time_to_target_s"] == 1.0 and s["final_accuracy"] == 0.8 and s["final_metrics"] == {"accuracy": 0.8,
                                                                                                    "loss": 1.0}
+
+
+def test_a_user_class_of_linear_layers_takes_the_one_pass_path(on_path, monkeypatch):
+    """A user's nn.Module class made of Linear layers gets DenseStack's one autograd pass (forward hooks),
+    checked against torch.func once; a model that uses a Linear's weight outside the layer (tied) or calls
+    a Linear twice falls back to vmap, and every path gives the per-device gradients."""
+    import usermod
+
+    from edgestream.sim.batched import BatchedCompute, LinearHooks
+    from edgestream.sim.replicas import Replicas
+
+    class Tied(torch.nn.Module):  # the output layer's weight is also a penalty in the forward
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = torch.nn.Linear(6, 8), torch.nn.Linear(8, 1)
+
+        def forward(self, x):
+            return self.b(torch.relu(self.a(x))) + 0.1 * self.b.weight.sum()
+
+    class Twice(torch.nn.Module):  # one Linear called twice
+        def __init__(self):
+            super().__init__()
+            self.a, self.out = torch.nn.Linear(6, 6), torch.nn.Linear(6, 1)
+
+        def forward(self, x):
+            return self.out(torch.tanh(self.a(torch.tanh(self.a(x)))))
+
+    torch.manual_seed(1)
+    x, y = torch.randn(3, 8, 6), torch.randn(3, 8)
+    for model, kept in ((usermod.build((6,), 1), True), (Tied(), False), (Twice(), False)):
+        assert LinearHooks.of(model) is not None
+        rep = Replicas(model, (6,), 1, 3, lr=0.1, momentum=0.0, weight_decay=0.0, seed=0, shared=True, task=REGRESSION)
+        ref = Replicas(model, (6,), 1, 3, lr=0.1, momentum=0.0, weight_decay=0.0, seed=0, shared=False,
+                       task=REGRESSION)
+        batcher = BatchedCompute(rep)
+        for r in range(3):
+            batcher.post(r, x[r], y[r])
+        got = [batcher.result(r) for r in range(3)]
+        assert (batcher.hooks is not None) == kept
+        for r in range(3):
+            want = ref.compute(r, x[r], y[r])
+            assert got[r].loss == pytest.approx(want.loss, rel=1e-5)
+            for g, h in zip(got[r].grads, want.grads, strict=True):
+                assert torch.allclose(g, h, rtol=1e-4, atol=1e-6)
+    assert LinearHooks.of(torch.nn.Sequential(torch.nn.Linear(6, 2))) is None  # DenseStack's
+    assert LinearHooks.of(torch.nn.Sequential(torch.nn.Conv1d(1, 2, 3), torch.nn.Flatten())) is None

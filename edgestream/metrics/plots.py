@@ -1,4 +1,5 @@
-"""PNG plots of a run (the test metric -- accuracy, or rmse for regression -- vs time, buffer samples vs step on a log scale) and comparisons."""
+"""PNG plots of a run (the test metric -- accuracy, or rmse for regression -- vs time, buffer samples vs
+step on a log scale) and comparisons."""
 
 from __future__ import annotations
 

@@ -24,7 +24,8 @@ class RunProgress:
             self._progress = Progress(
                 TextColumn("[bold]{task.description}"), BarColumn(),
                 TextColumn(clock + " {task.completed:,.1f}/{task.fields[total_s]} s"),
-                TextColumn(("acc" if metric == "accuracy" else metric) + " {task.fields[acc]}"), TextColumn("steps {task.fields[steps]:,}"),
+                TextColumn(("acc" if metric == "accuracy" else metric) + " {task.fields[acc]}"),
+                TextColumn("steps {task.fields[steps]:,}"),
                 TimeElapsedColumn(), console=console, transient=False)
             self._task = self._progress.add_task(label, total=total_s, total_s=(f"{total_s:,.0f}" if total_s
                                                                                 else "?"), acc="-", steps=0)

@@ -24,7 +24,9 @@ one aggregated gradient):
   modules, like the mlp) on the shared replica: ONE ordinary autograd pass over the concatenated
   batch with the parameters detached; autograd returns each Linear's output gradient dY, and device
   k's weight and bias gradients are dY_k^T X_k (one bmm per layer) and sum_rows dY_k. About 25
-  torch calls per pass, whatever the number of devices;
+  torch calls per pass, whatever the number of devices. A model of another shape whose trainable
+  parameters all sit in Linear layers (a user's own class: `LinearHooks`) takes the same pass, X and
+  Y kept by forward hooks, checked against torch.func on its first pass;
 * any other qualifying model, and per-worker replicas: torch.func, `vmap` of `grad` of the loss of
   `functional_call` over the devices (parameters unbatched for the shared replica, stacked for
   per-worker replicas). More torch calls per pass (vmap decomposes some ops).
@@ -253,6 +255,71 @@ class DenseStack:
         return grads, losses.detach()
 
 
+class _NotDense(Exception):
+    """A model's forward broke a `LinearHooks` assumption (a Linear called twice, an in-place change)."""
+
+
+class LinearHooks:
+    """DenseStack's one-autograd-pass trick for a model of another shape whose trainable parameters all
+    sit in nn.Linear layers (a user's own class of Linear layers and parameter-free operations, already
+    admitted by `batch_check`): forward hooks keep each Linear's input X and output Y of ONE ordinary
+    forward of the replica over the concatenated batch, and device k's gradients are dY_k^T X_k and
+    sum_rows dY_k (autograd.grad with respect to the Ys only: nothing reaches the parameters' .grad).
+    `BatchedCompute` checks it against torch.func on its first pass and serves the model with the vmap
+    path instead when they differ (a Linear's weight also used outside the layer, e.g. tied weights)
+    or the forward breaks an assumption (a Linear called twice, its input or output changed in place).
+    `LinearHooks.of(model)` is None for models it does not fit."""
+
+    def __init__(self, names: list[str]) -> None:
+        self.names = names  # the Linear modules' names
+
+    @classmethod
+    def of(cls, model: nn.Module) -> LinearHooks | None:
+        if DenseStack.of(model) is not None or any(True for _ in model.buffers()):
+            return None
+        linears = [(name, m) for name, m in model.named_modules() if type(m) is nn.Linear]
+        owned = {id(p) for _, m in linears for p in m.parameters()}
+        if not linears or any(p.requires_grad != (id(p) in owned) for p in model.parameters()):
+            return None
+        return cls([name for name, _ in linears])
+
+    def __call__(self, model: nn.Module, x: Tensor, y: Tensor, w: Tensor | None,
+                 task: Task = CLASSIFICATION) -> tuple[dict[str, Tensor], Tensor]:
+        """Per-device gradients and losses (as `DenseStack.__call__`) of `model` (a replica of the model
+        `of` accepted) on x [K, b, ...], y [K, b, ...]; raises _NotDense when the forward breaks an
+        assumption."""
+        k, b = int(y.shape[0]), int(y.shape[1])
+        modules = dict(model.named_modules())
+        linears = [(name, modules[name]) for name in self.names]
+        saved: dict[str, tuple[Tensor, Tensor, int, int]] = {}
+
+        def hook(name: str) -> Callable[..., Any]:
+            def keep(module: nn.Module, args: tuple[Any, ...], out: Tensor) -> None:
+                if name in saved or len(args) != 1 or int(args[0].shape[0]) != k * b:
+                    raise _NotDense(name)
+                saved[name] = (args[0], out, args[0]._version, out._version)
+            return keep
+
+        handles = [m.register_forward_hook(hook(n)) for n, m in linears]
+        try:
+            output = model(x.reshape(k * b, *x.shape[2:]))
+        finally:
+            for handle in handles:
+                handle.remove()
+        if len(saved) != len(linears) or any(i._version != vi or o._version != vo for i, o, vi, vo in saved.values()):
+            raise _NotDense("a Linear was skipped, or its input or output changed in place")
+        per = task.per_sample_loss(output, y.reshape(k * b, *y.shape[2:])).view(k, b)
+        losses = per.mean(1) if w is None else (per * w).sum(1)
+        douts = torch.autograd.grad(losses.sum(), [saved[n][1] for n in self.names])
+        grads: dict[str, Tensor] = {}
+        for (name, module), dout in zip(linears, douts, strict=True):
+            dy = dout.reshape(k, -1, module.out_features)
+            grads[f"{name}.weight"] = torch.bmm(dy.transpose(1, 2), saved[name][0].reshape(k, -1, module.in_features))
+            if module.bias is not None:
+                grads[f"{name}.bias"] = dy.sum(1)
+        return grads, losses.detach()
+
+
 class BatchedCompute:
     """Serves the `Compute` requests of the simulated workers on `replicas` in passes (module doc).
 
@@ -270,7 +337,9 @@ class BatchedCompute:
         self.passes = 0
         self.served = 0
         self._fns: dict[tuple[bool, bool], Callable[..., Any]] = {}
-        self.dense = DenseStack.of(self.model)
+        self.dense: Any = DenseStack.of(self.model)
+        self.hooks = LinearHooks.of(self.model) if self.dense is None else None
+        self._hooks_checked = False
 
     # ------------------------------------------------------------------ requests
     def post(self, rank: int, x: Tensor, y: Tensor) -> None:
@@ -326,6 +395,26 @@ class BatchedCompute:
             fn = self._fns[key] = _vmapped(self.model, self.task, stacked_params, weighted)
         return fn
 
+    def _hooked(self, model: nn.Module, params: dict[str, Tensor], x: Tensor, y: Tensor,
+                w: Tensor | None) -> tuple[dict[str, Tensor], Tensor]:
+        """`LinearHooks` on `model` (the replica holding `params`); on its first pass checked against the
+        vmap path (the vmap path for good when they differ or the forward breaks an assumption)."""
+        vmapped = self._fn(False, w is not None)
+        args = (params, x, y) + ((w,) if w is not None else ())
+        try:
+            grads, losses = self.hooks(model, x, y, w, self.task)
+        except _NotDense:
+            self.hooks = None
+            return vmapped(*args)
+        if not self._hooks_checked:
+            self._hooks_checked = True
+            ref_grads, ref_losses = vmapped(*args)
+            if not (torch.allclose(losses, ref_losses, rtol=PROBE_RTOL, atol=PROBE_ATOL) and all(
+                    torch.allclose(grads[n], ref_grads[n], rtol=PROBE_RTOL, atol=PROBE_ATOL) for n in self.names)):
+                self.hooks = None
+                return ref_grads, ref_losses
+        return grads, losses
+
     def _serve(self, group: list[tuple[int, Tensor, Tensor]], slots: dict[int, int]) -> None:
         rep = self.replicas
         sizes = [int(y.shape[0]) for _, _, y in group]
@@ -354,6 +443,8 @@ class BatchedCompute:
             w = None
         if self.dense is not None and not stacked:
             grads, losses = self.dense(params, x, y, w, self.task)
+        elif self.hooks is not None and not stacked:
+            grads, losses = self._hooked(rep.models[group_slots[0]], params, x, y, w)
         elif w is not None:
             grads, losses = self._fn(stacked, True)(params, x, y, w)
         else:

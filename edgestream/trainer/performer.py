@@ -4,13 +4,14 @@
   until the policy's samples arrived; an explicit size overrides the batch policy. Injected samples
   that arrived for this device are mixed in.
 * Compute: torch forward/backward of the task's mean loss (edgestream.tasks: cross-entropy on class
-  indices, MSE on float targets) on this process's model (CUDA when the trainer runs there). Heterogeneity emulation as papers 000 and 001 did it: with
-  devices.compute.static / dynamic, the device sleeps (static_i (1 + U(0, dynamic)) - 1) times its
-  measured compute time after each step; with a compute profile (devices.compute.profile) it sleeps
-  until the step has lasted the profile's t(b) x that factor (`emulated_sleep`). A non-finite loss
-  (every step) or parameter (every PARAM_CHECK_EVERY-th model change) raises `Diverged`, one line naming
-  the device and the step. A batch is never empty unless the algorithm asked for zero samples (then no
-  forward: zero gradients): a take whose messages were all rejected waits for valid ones (the dataset).
+  indices, MSE on float targets) on this process's model (CUDA when the trainer runs there).
+  Heterogeneity emulation as papers 000 and 001 did it: with devices.compute.static / dynamic, the
+  device sleeps (static_i (1 + U(0, dynamic)) - 1) times its measured compute time after each step;
+  with a compute profile (devices.compute.profile) it sleeps until the step has lasted the profile's
+  t(b) x that factor (`emulated_sleep`). A non-finite loss (every step) or parameter (every
+  PARAM_CHECK_EVERY-th model change) raises `Diverged`, one line naming the device and the step. A batch
+  is never empty unless the algorithm asked for zero samples (then no forward: zero gradients): a take
+  whose messages were all rejected waits for valid ones (the dataset).
 * AllReduce / AllGather / Start / Poll / Wait: `DistCollectives` (torch.distributed; the AllReduce is a
   bucketed all_reduce, or with `runtime.reduction: exact` the rank-order sum the simulator computes).
 * Apply / GetParams / SetParams: the model and its SGD optimizer (the run's momentum, weight decay).
