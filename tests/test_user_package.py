@@ -159,12 +159,13 @@ def test_example_plugin_installs_and_its_entry_points_are_listed(installed_plugi
 
 
 @pytest.mark.kafka
-@pytest.mark.parametrize("engine,algorithm", [("sim", "staleness-ssp"), ("local", "ddl"), ("local", "staleness-ssp")])
-def test_example_plugin_runs_as_its_readme_says(installed_plugin, bootstrap, tmp_path, engine, algorithm):
+@pytest.mark.parametrize("engine,algorithm,params", [("sim", "staleness-ssp", "{s: 2}"), ("local", "ddl", "{}"),
+                                                     ("local", "staleness-ssp", "{s: 2}")])
+def test_example_plugin_runs_as_its_readme_says(installed_plugin, bootstrap, tmp_path, engine, algorithm, params):
     out = tmp_path / "runs"
     cmd = [sys.executable, "-m", "edgestream", "run", str(ROOT / "examples" / "plugin" / "sensor.yaml"),
            "--engine", engine, "--out", str(out), "--quiet", "--set", f"algorithm.name={algorithm}",
-           "--set", "stop.max_steps=40", "--set", "stop.max_time_s=120"]
+           "--set", f"algorithm.params={params}", "--set", "stop.max_steps=40", "--set", "stop.max_time_s=120"]
     if engine == "local":
         cmd += ["--bootstrap", bootstrap]
     done = subprocess.run(cmd, capture_output=True, text=True, env=_plugin_env(installed_plugin), timeout=280)
