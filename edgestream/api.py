@@ -25,7 +25,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from edgestream.config import PATH_FIELDS, ConfigError, ExperimentConfig, apply_override, bootstrap_ok, validate_dict
+from edgestream.config import ConfigError, ExperimentConfig, bootstrap_ok, validate_dict
 
 #: what `load_config`, `run` and `compare` take as a config: a YAML file, a dict of the same fields, or a
 #: loaded ExperimentConfig
@@ -80,21 +80,9 @@ def load_config(config: ConfigLike, overrides: Iterable[str] | None = None) -> E
 def _load_dict(raw: dict, overrides: list[str], source: str) -> ExperimentConfig:
     """`config.load_config` for a dict (see `load_config`): overrides, paths and plugins from the current
     directory, validation, the buildable check."""
-    from edgestream.config import _resolve_path
-    from edgestream.config_check import check_buildable
-    from edgestream.plugins import add_search_path
+    from edgestream.config import load_dict
 
-    for item in overrides:
-        apply_override(raw, item)
-    here = Path.cwd()
-    add_search_path(here)
-    for path_field in PATH_FIELDS:
-        _resolve_path(raw, path_field, here)
-    cfg = validate_dict(raw, source)
-    problems = check_buildable(cfg)
-    if problems:
-        raise ConfigError(problems, source)
-    return cfg
+    return load_dict(raw, overrides, None, source)
 
 
 # ---------------------------------------------------------------- results

@@ -706,29 +706,39 @@ def load_config(path: str | Path, overrides: list[str] | None = None, *, check: 
     raw = {} if raw is None else raw
     if not isinstance(raw, dict):
         raise ConfigError([f"(top level): must be a mapping of fields, got {type(raw).__name__}"], src)
+    return load_dict(raw, overrides, p.parent.absolute(), src, require_name=True, empty=empty, check=check)
+
+
+def load_dict(raw: dict, overrides: list[str] | None = None, base: str | Path | None = None, source: str = "config",
+              *, require_name: bool = False, empty: bool = False, check: bool = True) -> ExperimentConfig:
+    """A parsed config (`raw`, modified in place) as `load_config` treats a file's: `key.path=value`
+    overrides applied, `base` (the file's folder; None = the current directory) put on the import path (here
+    and in child processes), relative paths resolved against it (against the current directory where an
+    override set them), validated, and with `check` what can be built without a broker built too.
+    ConfigError with one line per problem."""
     from_cli: set[tuple[str, ...]] = set()
     for item in overrides or []:
         key = apply_override(raw, item)
         from_cli |= {f for f in PATH_FIELDS if f[:len(key)] == key}
-    folder = p.parent.absolute()
+    folder = Path(base).absolute() if base is not None else Path.cwd()
     from edgestream.plugins import add_search_path
 
     add_search_path(folder)  # import paths resolve from the config's folder, here and in child processes
     for field in PATH_FIELDS:
         _resolve_path(raw, field, Path.cwd() if field in from_cli else folder)
     problems = []
-    if "name" not in raw:
+    if require_name and "name" not in raw:
         problems.append(NAME_REQUIRED + ("; the file is empty" if empty and not overrides else ""))
     try:
-        cfg = validate_dict(raw, src)
+        cfg = validate_dict(raw, source)
     except ConfigError as exc:
-        raise ConfigError(problems + exc.problems, src) from None
+        raise ConfigError(problems + exc.problems, source) from None
     if check:
         from edgestream.config_check import check_buildable
 
         problems += check_buildable(cfg)
     if problems:
-        raise ConfigError(problems, src)
+        raise ConfigError(problems, source)
     return cfg
 
 
