@@ -262,3 +262,13 @@ def test_config_validate_and_run_refuse_the_same(tmp_path, raw, line):
     ran = subprocess.run([*EDGESTREAM, "run", str(cfg), "--engine", "sim", "--quiet", "--out", str(tmp_path)],
                          capture_output=True, text=True)
     assert ran.returncode == 2 and line in ran.stderr, ran.stderr
+
+
+def test_compare_takes_import_paths_among_the_algorithms():
+    from edgestream.runner.compare import parse_variants
+
+    variants = parse_variants("userpkg.algorithms:HALF_SSP[algorithm.params.s=1],ssp")
+    assert [(v.algorithm, v.overrides) for v in variants] == [("userpkg.algorithms:HALF_SSP", ["algorithm.params.s=1"]),
+                                                             ("ssp", [])]
+    with pytest.raises(ValueError, match="an import path package.module:attribute"):
+        parse_variants("bad name!")

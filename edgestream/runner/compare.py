@@ -77,9 +77,10 @@ def parse_variants(spec: str) -> list[Variant]:
     for raw in (e.strip() for e in entries):
         if not raw:
             continue
-        m = re.fullmatch(r"([A-Za-z0-9_\-]+)(?:\[(.*)\])?", raw)
+        m = re.fullmatch(r"([A-Za-z0-9_\-]+|[A-Za-z_][\w.]*:[A-Za-z_][\w.]*)(?:\[(.*)\])?", raw)
         if m is None:
-            raise ValueError(f"--algorithms: {raw!r} is not NAME or NAME[KEY.PATH=VALUE,...]")
+            raise ValueError(f"--algorithms: {raw!r} is not NAME or NAME[KEY.PATH=VALUE,...] (NAME: a registered "
+                             "algorithm or an import path package.module:attribute)")
         overrides = [o.strip() for o in (m.group(2) or "").split(",") if o.strip()]
         variants.append(Variant(raw, m.group(1), overrides))
     if not variants:
