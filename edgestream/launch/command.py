@@ -12,7 +12,7 @@ import typer
 #: children (a JSON object), so that they never reach the disk
 SECRET_ENV = "EDGESTREAM_KAFKA_SECRETS"
 #: summary.json keys printed as the one-line JSON summary on stdout
-PRINTED = ("time_to_target_s", "final_accuracy", "steps", "buffer_max_samples", "dropped_total",
+PRINTED = ("time_to_target_s", "final_accuracy", "final_metrics", "steps", "buffer_max_samples", "dropped_total",
            "floats_sent_total", "cnc_ratio", "stop_reason", "run_time_s", "wall_s")
 
 
