@@ -99,8 +99,9 @@ def plugins_list(kind: str = typer.Argument(None, help="models, datasets, algori
     for k in kinds:
         print(f"{k} (entry-point group {REGISTRIES[k].group!r}; or an import path 'package.module:attribute'):")
         width = max((len(a["name"]) for a in listing[k]), default=0)
+        src = max((len(a["source"]) for a in listing[k]), default=0)
         for a in listing[k]:
-            print(f"  {a['name']:<{width}}  {a['source']:<12}  {a['target']}"
+            print(f"  {a['name']:<{width}}  {a['source']:<{src}}  {a['target']}"
                   + (f"  -- {a['summary']}" if a["summary"] else ""))
 
 
