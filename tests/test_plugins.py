@@ -40,6 +40,9 @@ from edgestream.compression.builtins import topk
 def half(spec):
     return topk({"ratio": 0.5})
 
+def tenth(spec):
+    return topk({"ratio": 0.1})
+
 def wrong(spec):
     return "not a compressor"
 """
@@ -272,3 +275,18 @@ def test_compare_takes_import_paths_among_the_algorithms():
                                                              ("ssp", [])]
     with pytest.raises(ValueError, match="an import path package.module:attribute"):
         parse_variants("bad name!")
+
+
+def test_a_user_compressor_by_import_path_runs_in_the_simulator(userpkg, tmp_path):
+    from edgestream.runner import run_config
+
+    def run(compression):
+        cfg = validate_dict({"name": "ucomp", "model": {"name": "mlp"}, "devices": {"count": 2},
+                             "algorithm": {"name": "ddl", "batch": {"policy": "fixed", "size": 16}},
+                             "compression": compression, "stop": {"max_steps": 6, "target_accuracy": None}})
+        return run_config(cfg, "sim", out=tmp_path, progress=False)[1]
+
+    dense, user = run({"name": "none"}), run({"name": "userpkg.compressors:tenth"})
+    assert dense["steps"] == user["steps"] == 6
+    # top-10%: values + indices, a fifth of the dense floats
+    assert user["floats_sent_total"] < 0.25 * dense["floats_sent_total"], (user, dense)
