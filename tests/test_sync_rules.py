@@ -117,7 +117,7 @@ def test_registry_holds_the_synchronous_family_with_defaults() -> None:
     assert get_algorithm("abs-sgd").defaults == {"ref_batch": 32, "lambda": 0.5}
     assert get_algorithm("fixed-adacomm").defaults["tau"] == 40
     assert get_algorithm("scadles").resolve({}) == {"base_batch": 64, "epoch_steps": 0}
-    with pytest.raises(ValueError, match="available"):
+    with pytest.raises(ValueError, match="is not a built-in algorithm or an installed plugin; built-ins: ddl"):
         get_algorithm("nope")
 
 

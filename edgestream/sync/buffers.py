@@ -71,9 +71,10 @@ class BufferMean:
         for d in self.dtypes:
             dtype = torch.promote_types(dtype, d)
         self.initial = [t.clone() for t in initial]
-        self.latest = torch.zeros(self.world, self.numel, dtype=dtype)
-        self.has = torch.zeros(self.world, dtype=torch.bool)
-        self.sum = torch.zeros(self.numel, dtype=torch.float64)
+        # the store lives on the host (the PS node's memory), whatever device the workers' buffers are on
+        self.latest = torch.zeros(self.world, self.numel, dtype=dtype, device="cpu")
+        self.has = torch.zeros(self.world, dtype=torch.bool, device="cpu")
+        self.sum = torch.zeros(self.numel, dtype=torch.float64, device="cpu")
         self._value: list[Tensor] | None = self.initial
 
     def __len__(self) -> int:
@@ -112,7 +113,7 @@ class BufferMean:
 
     def nbytes(self) -> int:
         """Bytes of one copy of the buffers on the wire (dense)."""
-        return sum(n * torch.empty((), dtype=d).element_size() for n, d in zip(self.sizes, self.dtypes, strict=True))
+        return sum(n * d.itemsize for n, d in zip(self.sizes, self.dtypes, strict=True))
 
     def state_dict(self) -> dict[str, Any]:
         return {"latest": self.latest.clone(), "has": self.has.clone()}
