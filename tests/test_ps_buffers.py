@@ -16,7 +16,6 @@ import json
 import os
 import sys
 import textwrap
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -32,6 +31,7 @@ from edgestream.sync.coordinator import Coordinator, ServerContext
 from edgestream.sync.requests import Push
 
 sys.path.insert(0, str(Path(__file__).parent))
+from test_ps_kafka import Served  # noqa: E402  (a ParameterServer in a thread)
 from test_ps_sim import cfg_of, simulate  # noqa: E402  (the PS simulator tests' config helpers)
 
 MODEL_SOURCE = textwrap.dedent('''
@@ -196,24 +196,6 @@ def _plan(model: str, world: int = 2, algorithm: str = "asp") -> RunPlan:
         "algorithm": {"name": algorithm}, "stop": {"max_steps": 1000, "target_accuracy": None}}))
 
 
-class _Served:
-    """A ParameterServer running in a thread until `stop()`."""
-
-    def __init__(self, plan: RunPlan, run: str, bootstrap: str, run_dir: Path) -> None:
-        from edgestream.ps.server import ParameterServer
-
-        self.stop_event = threading.Event()
-        self.server = ParameterServer(plan, run, bootstrap, run_dir, stop_event=self.stop_event, checkpoint_s=0.2,
-                                      evaluate=False)
-        self.result: dict = {}
-        self.thread = threading.Thread(target=lambda: self.result.update(self.server.run()), daemon=True)
-        self.thread.start()
-
-    def stop(self) -> dict:
-        self.stop_event.set()
-        self.thread.join(60)
-        assert not self.thread.is_alive()
-        return self.result
 
 
 def _sent(client: Any) -> list:
@@ -240,7 +222,7 @@ def test_kafka_ps_pushes_and_replies_carry_the_buffers_and_the_checkpoint_holds_
     initial = [b.clone() for b in floating_buffers(models[0])]
     clients = [PSClient(bootstrap, run, w, 2, list(m.parameters()), note_s=0.5, buffers=floating_buffers(m))
                for w, m in enumerate(models)]
-    served = _Served(plan, run, bootstrap, tmp_path)
+    served = Served(plan, run, bootstrap, tmp_path)
     try:
         replies = [c.join() for c in clients]
         assert all(torch.equal(a, b) for a, b in zip(replies[0].buffers, initial, strict=True))
@@ -288,7 +270,7 @@ def test_kafka_ps_messages_of_a_model_without_buffers_are_unchanged(bootstrap: s
     run = f"{run_prefix}-nobuf"
     model = plan.build_model()
     client = PSClient(bootstrap, run, 0, 2, list(model.parameters()), note_s=0.5, buffers=floating_buffers(model))
-    served = _Served(plan, run, bootstrap, tmp_path)
+    served = Served(plan, run, bootstrap, tmp_path)
     try:
         reply = client.join()
         sent = _sent(client)
