@@ -296,28 +296,6 @@ def test_lockstep_and_real_engine_agree_on_the_same_stream(bootstrap, tmp_path):
     assert np.allclose(losses_real, losses_lock, rtol=1e-4)
 
 
-USER_NET = '''
-import math
-
-import torch
-from torch import nn
-
-
-class Net(nn.Module):
-    def __init__(self, n_in, n_out, hidden, norm):
-        super().__init__()
-        self.fc1 = nn.Linear(n_in, hidden)
-        self.norm = nn.BatchNorm1d(hidden) if norm else None
-        self.fc2 = nn.Linear(hidden, n_out)
-
-    def forward(self, x):
-        h = self.fc1(x.flatten(1))
-        return self.fc2(torch.relu(self.norm(h) if self.norm is not None else h))
-
-
-def build(input_shape, num_outputs, hidden=16, norm=False):
-    return Net(math.prod(input_shape), num_outputs, hidden, norm)
-'''
 
 
 @pytest.mark.parametrize("target_dim,norm", [(None, False), (2, True)], ids=["scalar", "vector-batchnorm"])
@@ -325,7 +303,9 @@ def test_regression_two_ranks_train_a_user_model_on_float_targets(bootstrap, tmp
     """task: regression on real trainers: float targets over the wire, the task's MSE, eval lines with
     rmse/mae/loss (accuracy null), a user's model by import path from the config's folder (in every
     trainer process), identical replicas, the model on the trainer's device as before."""
-    (tmp_path / "trainer_usernet.py").write_text(USER_NET)
+    from test_tasks_engines import USERMOD  # the user's models module of the engine tests
+
+    (tmp_path / "trainer_usernet.py").write_text(USERMOD)
     data = {"dataset": "synthetic", "shape": [6], "n_train": 800, "n_test": 200,
             **({"kwargs": {"target_dim": target_dim}} if target_dim else {})}
     run_dir, lines, summaries = _train(
