@@ -25,7 +25,6 @@ from __future__ import annotations
 import csv
 import gzip
 import math
-import pickle
 import struct
 from pathlib import Path
 from typing import Any
@@ -123,6 +122,7 @@ def _dataset_problems(cfg: Any) -> list[str]:
     problems = _dataset_file_problems(cfg.data)
     if problems:
         return problems
+    from edgestream.data.cifar import UNREADABLE
     from edgestream.runner.plan import RunPlan
 
     try:
@@ -130,7 +130,7 @@ def _dataset_problems(cfg: Any) -> list[str]:
     except ValueError as exc:
         return [line if line.startswith(("data.", "task:")) else f"data.{line}"
                 for line in (_line(p) for p in str(exc).splitlines() if p.strip())]
-    except (OSError, EOFError, pickle.UnpicklingError) as exc:  # a file the cheap checks passed but cannot be read
+    except UNREADABLE as exc:  # a file the cheap checks passed but cannot be read
         return [f"data.{'path' if cfg.data.path else 'root'}: {_line(exc)}"]
     return []
 

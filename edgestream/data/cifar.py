@@ -34,6 +34,11 @@ _ALLOWED[("numpy", "ndarray")] = (("numpy",), "ndarray")
 _ALLOWED[("numpy", "dtype")] = (("numpy",), "dtype")
 
 
+#: what reading a damaged or truncated batch file raises (beyond ValueError): callers that report a file
+#: as unreadable catch these, without importing pickle themselves
+UNREADABLE = (OSError, EOFError, pickle.UnpicklingError)
+
+
 class RestrictedUnpicklingError(pickle.UnpicklingError):
     """A pickle referenced a global outside the allow-list (nothing of it was imported or run)."""
 
