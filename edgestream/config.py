@@ -520,7 +520,7 @@ class ExperimentConfig(_Model):
     data: DataConfig = Field(default_factory=DataConfig)
     devices: DevicesConfig = Field(default_factory=DevicesConfig)
     model: ModelConfig = Field(default_factory=ModelConfig)
-    task: Literal["classification", "regression"] = "classification"
+    task: str = "classification"  # a built-in task, or a user's edgestream.tasks.Task (edgestream.plugins.TASKS)
     optim: OptimConfig = Field(default_factory=OptimConfig)
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
     compression: CompressionConfig = Field(default_factory=CompressionConfig)
@@ -528,6 +528,13 @@ class ExperimentConfig(_Model):
     eval: EvalConfig = Field(default_factory=EvalConfig)
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
     runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)
+
+    @field_validator("task")
+    @classmethod
+    def _task(cls, name: str) -> str:
+        from edgestream.plugins import TASKS
+
+        return _plugin_name(TASKS, name)
 
     @model_validator(mode="after")
     def _task_fits(self) -> ExperimentConfig:
@@ -537,10 +544,11 @@ class ExperimentConfig(_Model):
 
         task = get_task(self.task)
         stop = self.stop
-        if task.name == "regression" and stop.target_accuracy is not None:
+        if not task.labels and stop.target_accuracy is not None:
             if "target_accuracy" in stop.model_fields_set:
-                raise ValueError("stop.target_accuracy: a regression task has no accuracy; use "
-                                 "stop.target_metric: {name: rmse, value: V} (or mae, loss)")
+                raise ValueError(f"stop.target_accuracy: task {task.name!r} has no accuracy; use "
+                                 f"stop.target_metric: {{name: {task.primary}, value: V}} (metrics: "
+                                 f"{', '.join(task.metrics)})")
             stop.target_accuracy = None
         if stop.target_metric is not None:
             if stop.target_metric.name not in task.metrics:

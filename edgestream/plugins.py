@@ -7,7 +7,7 @@
 3. an **entry point** named `name` in the group ``edgestream.<kind>`` of an installed package
    (``[project.entry-points."edgestream.models"] sensor-cnn = "mypkg.models:sensor_cnn"``).
 
-Kinds (`REGISTRIES`): ``models``, ``datasets``, ``algorithms``, ``compressors``. Built-ins are registered
+Kinds (`REGISTRIES`): ``models``, ``datasets``, ``algorithms``, ``compressors``, ``tasks``. Built-ins are registered
 as import-path strings, so looking a built-in name up imports nothing (the config schema loads
 without torch); the object is imported on `load`.
 
@@ -194,7 +194,18 @@ COMPRESSORS = Registry("compressors", "compressor", _callable)
 #: algorithms: an edgestream.sync.AlgorithmSpec (see docs/extending.md)
 ALGORITHMS = Registry("algorithms", "algorithm", None)
 
-REGISTRIES: dict[str, Registry] = {r.kind: r for r in (MODELS, DATASETS, ALGORITHMS, COMPRESSORS)}
+
+
+def _task(obj: Any) -> str | None:
+    from edgestream.tasks import Task
+
+    return None if isinstance(obj, Task) else f"is a {type(obj).__name__}, not an edgestream.tasks.Task"
+
+
+#: tasks: an edgestream.tasks.Task (the loss and the metrics)
+TASKS = Registry("tasks", "task", _task)
+
+REGISTRIES: dict[str, Registry] = {r.kind: r for r in (MODELS, DATASETS, ALGORITHMS, COMPRESSORS, TASKS)}
 
 for _name, _target in (("mlp", "edgestream.models.mlp:mlp"), ("cnn-small", "edgestream.models.cnn:cnn_small"),
                        ("resnet18", "edgestream.models.resnet:resnet18"),
@@ -206,3 +217,5 @@ for _name, _target in (("none", "none"), ("fp16", "fp16"), ("topk", "topk"), ("r
     COMPRESSORS.register(_name, f"edgestream.compression.builtins:{_target}")
 for _name in ("digits", "synthetic", "cifar10", "cifar100", "mnist", "npz", "folder", "csv", "parquet", "windows"):
     DATASETS.register(_name, f"edgestream.data.formats:{_name}")
+for _name, _target in (("classification", "CLASSIFICATION"), ("regression", "REGRESSION")):
+    TASKS.register(_name, f"edgestream.tasks:{_target}")

@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-TASKS = ("classification", "regression")
+TASKS = ("classification", "regression")  # the built-ins (edgestream.plugins.TASKS)
 #: metric name -> True when higher is better
 DIRECTIONS: dict[str, bool] = {"accuracy": True, "loss": False, "rmse": False, "mae": False}
 
@@ -38,10 +38,6 @@ class Task:
     def primary(self) -> str:
         """The metric a run is judged by (summary's final metric, the default stop target)."""
         return self.metrics[0]
-
-    def better(self, name: str, value: float, target: float) -> bool:
-        """Whether `value` of metric `name` reached `target` (>= for accuracy, <= for errors)."""
-        return value >= target if DIRECTIONS[name] else value <= target
 
     def num_outputs(self, num_classes: int | None, target_shape: tuple[int, ...] = ()) -> int:
         """How many outputs the model needs: the classes, or the target's length (1 for a scalar)."""
@@ -107,8 +103,10 @@ _TASKS = {t.name: t for t in (CLASSIFICATION, REGRESSION)}
 
 
 def get_task(name: str) -> Task:
-    """The task called `name` (one of TASKS); ValueError naming the allowed ones otherwise."""
-    try:
+    """The task `name` resolves to through edgestream.plugins.TASKS (a built-in of TASKS, an import path to a
+    `Task`, or an entry point in the group edgestream.tasks); PluginError (a ValueError, one line) otherwise."""
+    if name in _TASKS:
         return _TASKS[name]
-    except KeyError:
-        raise ValueError(f"task: {name!r} is not allowed; must be one of {', '.join(TASKS)}") from None
+    from edgestream.plugins import TASKS as REGISTRY
+
+    return REGISTRY.load(name, "task")

@@ -161,6 +161,21 @@ def test_failing_import_names_the_module_and_the_exception(userpkg):
                            "failed to load (ModuleNotFoundError")
 
 
+def test_a_task_resolves_through_the_registry(userpkg):
+    (userpkg / "userpkg" / "tasks.py").write_text(
+        "from edgestream.tasks import Task\n"
+        "HUBERISH = Task('huberish', ('rmse', 'mae', 'loss'), labels=False)\n"
+        "NOT_A_TASK = 'regression'\n")
+    cfg = validate_dict({"task": "userpkg.tasks:HUBERISH", "data": {"dataset": "synthetic", "shape": [8]},
+                         "model": {"name": "mlp"}, "stop": {"target_metric": {"name": "mae", "value": 0.1}}})
+    assert cfg.stop.target_accuracy is None and cfg.target() == ("mae", 0.1)
+    (line,) = _problems({"task": "userpkg.tasks:NOT_A_TASK"})
+    assert line == "task: 'userpkg.tasks:NOT_A_TASK' is a str, not an edgestream.tasks.Task"
+    (line,) = _problems({"task": "ranking"})
+    assert line.startswith("task: 'ranking' is not a built-in task or an installed plugin; built-ins: classification, "
+                           "regression")
+
+
 def test_wrong_kind_says_what_was_expected(userpkg):
     from edgestream.compression import build_compressor
     from edgestream.models import build_model
@@ -210,7 +225,8 @@ def test_cli_plugins_lists_builtins_and_entry_points(userpkg):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(userpkg), os.environ.get("PYTHONPATH", "")]))
     out = subprocess.run([*EDGESTREAM, "plugins", "--json"], capture_output=True, text=True, env=env, check=True)
     listing = json.loads(out.stdout)
-    assert set(listing) == {"models", "datasets", "algorithms", "compressors"}
+    assert set(listing) == {"models", "datasets", "algorithms", "compressors", "tasks"}
+    assert [t["name"] for t in listing["tasks"]] == ["classification", "regression"]
     models = {m["name"]: m for m in listing["models"]}
     assert models["mlp"]["source"] == "built-in"
     assert models["tiny-ep"] == {"name": "tiny-ep", "source": "entry point (userpkg-dist 1.2.3)",
@@ -220,7 +236,7 @@ def test_cli_plugins_lists_builtins_and_entry_points(userpkg):
     assert "half" in text and "entry point (userpkg-dist 1.2.3)" in text and "adaptive-topk" in text
     bad = subprocess.run([*EDGESTREAM, "plugins", "optimizers"], capture_output=True, text=True, env=env)
     assert bad.returncode == 2
-    assert bad.stderr.strip() == "kind: 'optimizers' is not allowed; must be one of models, datasets, algorithms, compressors"
+    assert bad.stderr.strip() == "kind: 'optimizers' is not allowed; must be one of models, datasets, algorithms, compressors, tasks"
 
 
 def test_config_validate_takes_set(tmp_path):

@@ -245,9 +245,9 @@ def load_dataset(name: str, root: str | None = None, *, seed: int = 0, task: str
                     window=window, stride=stride, horizon=horizon, test_fraction=test_fraction,
                     kwargs=dict(kwargs or {}), shape=tuple(int(d) for d in shape) if shape is not None else None,
                     num_classes=num_classes, n_train=n_train, n_test=n_test, signal=signal)
-    regression = task == "regression"
-    if task not in ("classification", "regression"):
-        raise ValueError(f"task: {task!r} is not allowed; must be classification or regression")
+    from edgestream.tasks import get_task
+
+    regression = not get_task(task).labels  # float targets; a task with labels takes class indices
     if regression and num_classes is not None:
         raise ValueError(f"data.num_classes: task 'regression' has no classes (got {num_classes}); remove it")
     got = to_arrays(spec)

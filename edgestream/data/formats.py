@@ -75,7 +75,9 @@ class DataSpec:
 
     @property
     def regression(self) -> bool:
-        return self.task == "regression"
+        from edgestream.tasks import get_task
+
+        return not get_task(self.task).labels
 
     @property
     def fraction(self) -> float:

@@ -145,7 +145,9 @@ def make_synthetic(shape: tuple[int, ...] = (3, 32, 32), num_classes: int = 10, 
     if not 1 <= len(shape) <= 3 or any(int(d) < 1 for d in shape):
         raise ValueError(f"shape: must be (features,), (channels, length) or (channels, height, width) with every "
                          f"entry >= 1, got {tuple(shape)}")
-    regression = task == "regression"
+    from edgestream.tasks import get_task
+
+    regression = not get_task(task).labels
     if not regression and num_classes < 2:
         raise ValueError(f"num_classes: must be >= 2, got {num_classes}")
     if target_dim is not None and (isinstance(target_dim, bool) or not isinstance(target_dim, int) or target_dim < 1):
