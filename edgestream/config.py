@@ -383,6 +383,10 @@ class AlgorithmConfig(_Model):
     name: str = "scadles"
     batch: BatchConfig | None = None
     buffer: Literal["persist", "truncate"] = "persist"
+    #: bound on a device's backlog in seconds of data (null: unbounded). A device whose oldest unread
+    #: sample is older than this skips ahead to the samples of the last `max_lag_s` seconds before it takes
+    #: a batch (the truncate reading, whatever `buffer` says); the skipped samples are counted as dropped
+    max_lag_s: Float | None = Field(None, gt=0)
     injection: InjectionConfig | None = None
     params: dict[str, Any] = Field(default_factory=dict)
 
@@ -471,6 +475,11 @@ class RuntimeConfig(_Model):
     reduction: Literal["allreduce", "exact"] = "allreduce"
     #: the all-reduce bucket size in MiB (DDP's bucket_cap_mb); "allreduce" only
     bucket_mb: Float = Field(25.0, gt=0)
+    #: real runs: how long trainers, the producer and the parameter server wait for an unreachable Kafka
+    #: (a broker restart, a rolling upgrade, a network blip) before the run stops, resumable
+    kafka_outage_s: Float = Field(300.0, gt=0)
+    #: real runs: a warning line when a device's backlog (consumer lag) has kept growing for this long
+    lag_warning_s: Float = Field(60.0, gt=0)
 
     @field_validator("kafka_client", mode="before")
     @classmethod
