@@ -654,11 +654,15 @@ def run_cmd(config: Path = typer.Argument(None, help="experiment YAML file (opti
         return
     from edgestream.config import ConfigError
     from edgestream.runner import EngineError, run_config
+    from edgestream.runner.divergence import Diverged
 
     try:
         path, summary = run_config(cfg, engine, out=out, run_id=run_id, progress=not quiet)
     except (EngineError, ConfigError) as exc:
         _config_problems(exc)
+    except Diverged as exc:  # the simulated training diverged: one line (its run directory is written)
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(exc.code) from None
     keys = ("time_to_target_s", "final_accuracy", "final_metrics", "steps", "buffer_max_samples", "dropped_total",
             "floats_sent_total", "cnc_ratio", "stop_reason", "virtual_time_s", "wall_s")
     typer.echo(f"run directory: {path}", err=True)

@@ -260,17 +260,18 @@ def test_merged_events_stitch_a_resumed_session(tmp_path):
         ("step", 0, 1.0), ("step", 1, 1.5), ("step", 0, 2.0), ("step", 0, 2.9), ("step", 0, 3.9), ("eval", None, 4.0)]
 
 
-def test_secrets_reach_the_children_only_through_their_environment(tmp_path, run_prefix, monkeypatch):
-    """config.yaml shows secrets as ***, and it is what the children read: the secret values travel in
-    EDGESTREAM_KAFKA_SECRETS (never on disk), which the child's config loading puts back in place of the
-    masks and removes from its environment; a resume from the masked config.yaml alone is refused (the
-    secret is not there to give them)."""
+def test_secrets_reach_the_children_only_through_a_pipe(tmp_path, run_prefix, monkeypatch):
+    """config.yaml shows secrets as ***, and it is what the children read: the secret values travel on a
+    pipe whose descriptor number is in EDGESTREAM_KAFKA_SECRETS_FD (never on disk, never in an
+    environment), which the child's config loading reads, closes and puts back in place of the masks; a
+    resume from the masked config.yaml alone is refused (the secret is not there to give them)."""
     import json
     import os
 
     from edgestream.config import load_config
     from edgestream.launch import LaunchError, LocalRun
-    from edgestream.launch.command import SECRET_ENV, load_or_exit
+    from edgestream.launch.command import SECRET_FD_ENV, load_or_exit
+    from edgestream.launch.procs import filled_pipe
 
     raw = yaml.safe_load(write_cfg(tmp_path / "c.yaml", run_prefix, max_steps=5, every_steps=5).read_text())
     raw["runtime"] = {"kafka_client": {"sasl.username": "u", "sasl.password": "s3cret"}}
@@ -281,10 +282,10 @@ def test_secrets_reach_the_children_only_through_their_environment(tmp_path, run
     child = run._child_config()
     assert child == run.path / "config.yaml"
     assert not any(b"s3cret" in f.read_bytes() for f in run.path.rglob("*") if f.is_file())
-    assert json.loads(run._secret_env[SECRET_ENV]) == {"sasl.password": "s3cret"}
-    monkeypatch.setenv(SECRET_ENV, run._secret_env[SECRET_ENV])
+    assert json.loads(run._secrets) == {"sasl.password": "s3cret"}
+    monkeypatch.setenv(SECRET_FD_ENV, str(filled_pipe(run._secrets)))  # what ChildSet.start hands a child
     assert load_or_exit(child).runtime.kafka_client["sasl.password"] == "s3cret"  # what a child sees
-    assert SECRET_ENV not in os.environ  # and nothing it starts inherits them
+    assert SECRET_FD_ENV not in os.environ  # and nothing it starts inherits them
     masked = load_config(run.path / "config.yaml")
     with pytest.raises(LaunchError, match=r"sasl.password: the value is \*\*\*") as err:
         LocalRun(masked, resume=run.path)

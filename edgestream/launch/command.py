@@ -3,13 +3,19 @@ only hands the options over)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 from pathlib import Path
 
 import typer
 
-#: the environment variable that hands runtime.kafka_client's secret values to the orchestrator's
-#: children (a JSON object), so that they never reach the disk
+#: the environment variable naming a file descriptor that holds runtime.kafka_client's secret values (a
+#: JSON object): the orchestrator hands them to each child on an inherited pipe, which the child reads to
+#: its end and closes at start (`child_secrets`), so they are never on disk nor in any environment
+SECRET_FD_ENV = "EDGESTREAM_KAFKA_SECRETS_FD"
+#: the values themselves in the environment (how earlier versions handed them over): still read, with a
+#: warning, since a process's environment stays readable in /proc/<pid>/environ for its whole life
 SECRET_ENV = "EDGESTREAM_KAFKA_SECRETS"
 #: summary.json keys printed as the one-line JSON summary on stdout
 PRINTED = ("time_to_target_s", "final_accuracy", "final_metrics", "steps", "buffer_max_samples", "dropped_total",
@@ -53,25 +59,55 @@ def load_or_exit(config: Path, overrides: list[str] | None = None, *, notes: boo
 
 
 def child_secrets(cfg, environ=None) -> None:
-    """A child of the orchestrator reads the run's config.yaml, where secret runtime.kafka_client values
-    are masked: put the values the orchestrator handed over in EDGESTREAM_KAFKA_SECRETS (JSON, never on
-    disk) back in place of the masks, and drop the variable so that nothing this process starts sees it."""
-    import os
-
+    """Put the secret runtime.kafka_client values handed to this process back in place of their masks (a
+    child of the orchestrator reads the run's config.yaml, where they show as ***): from the file
+    descriptor named by EDGESTREAM_KAFKA_SECRETS_FD (read to its end, then closed), or, with a warning,
+    from EDGESTREAM_KAFKA_SECRETS itself. Both variables are dropped, so nothing this process starts
+    sees them; a bad handover exits 2 with one line."""
     from edgestream.config import SECRET_MASK
 
     env = os.environ if environ is None else environ
-    raw = env.pop(SECRET_ENV, None)
-    if not raw:
-        return
-    try:
-        values = json.loads(raw)
-    except ValueError:
-        _fail(f"{SECRET_ENV}: not a JSON object of runtime.kafka_client secrets")
+    fd_text, raw = env.pop(SECRET_FD_ENV, None), env.pop(SECRET_ENV, None)
+    values: dict = {}
+    if raw:
+        typer.echo(f"warning: {SECRET_ENV}: secrets in the environment stay readable in /proc/<pid>/environ for "
+                   f"this process's whole life; hand them over on a file descriptor ({SECRET_FD_ENV}, see "
+                   "docs/runtime.md) or keep them in the config file", err=True)
+        values.update(_secret_values(raw, SECRET_ENV))
+    if fd_text:
+        values.update(_secret_values(_read_fd(fd_text), f"{SECRET_FD_ENV}={fd_text}"))
     client = cfg.runtime.kafka_client
     for key, value in values.items():
         if client.get(key) == SECRET_MASK:
             client[key] = str(value)
+
+
+def _read_fd(fd_text: str) -> str:
+    """Everything on file descriptor `fd_text` (a pipe or a file), which is then closed."""
+    fd = int(fd_text) if fd_text.strip().isdigit() else -1
+    if fd < 0:
+        _fail(f"{SECRET_FD_ENV}={fd_text!r}: not a file descriptor number")
+    chunks = []
+    try:
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
+    except OSError as exc:
+        _fail(f"{SECRET_FD_ENV}={fd}: cannot read the runtime.kafka_client secrets from file descriptor {fd} "
+              f"({exc.strerror}); open it for reading, e.g. `{fd}<secrets.json`")
+    finally:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    return b"".join(chunks).decode("utf-8", "replace")
+
+
+def _secret_values(raw: str, where: str) -> dict:
+    try:
+        values = json.loads(raw)
+    except ValueError:
+        values = None
+    if not isinstance(values, dict):
+        _fail(f"{where}: not a JSON object of runtime.kafka_client secrets (key: value)")
+    return values
 
 
 def run_local_command(cfg, *, out: Path | None, run_id: str | None, bootstrap: str | None,

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from edgestream.config import RESUME_MAY_CHANGE
-from edgestream.launch.command import SECRET_ENV
+from edgestream.launch.command import SECRET_ENV, SECRET_FD_ENV
 from edgestream.launch.procs import Child, ChildSet, describe_status, tail_lines
 from edgestream.launch.tail import JsonlTail, RanksTail
 from edgestream.launch.view import LiveState, View
@@ -228,7 +228,8 @@ class LocalRun:
         self.broker_pid: int | None = None
         self._lock_fd: int | None = None      # the run's claim (LOCK_FILE), held while this LocalRun runs
         self._created: list[Path] = []        # folders the claim created (removed if the run never started)
-        self._secret_env: dict[str, str] = {}
+        self._secrets: bytes | None = None    # runtime.kafka_client's secret values, for the children's pipe
+        self._hold = None                     # this run's mark on the broker (launch/hold.py)
         self._disk_trouble: str | None = None  # a write of the run directory the disk refused
 
     # ------------------------------------------------------------ helpers
@@ -299,6 +300,9 @@ class LocalRun:
     def _release(self) -> None:
         """Give the claim up: remove the lock file (while still holding it), then unlock; folders the
         claim created are removed when the run never wrote anything."""
+        if self._hold is not None:
+            self._hold.close()
+            self._hold = None
         if self._lock_fd is None:
             return
         with contextlib.suppress(OSError):
@@ -394,12 +398,20 @@ class LocalRun:
 
     def _check_no_topics(self) -> None:
         """A new run must not find its topics on the broker already: their samples belong to an earlier
-        run under this id (its run directory elsewhere or deleted), and the trainers would read them."""
+        run under this id (its run directory elsewhere or deleted), and the trainers would read them; or to
+        a concurrent one, named so while its orchestrator is a live member of the run's hold group (this
+        run directory's lock cannot see an orchestrator of another --out folder; launch/hold.py)."""
         from edgestream.kafka.admin import list_topics
         from edgestream.kafka.topics import run_topic_prefix
+        from edgestream.launch.hold import hold_group, live_holder
 
         found = list_topics(self.bootstrap, prefix=run_topic_prefix(self.run_name),
                             security=self.plan.security)
+        holder = live_holder(self.bootstrap, self.run_name, self.plan.security) if found else None
+        if holder:
+            raise LaunchError(f"run {self.run_name} is held by a concurrent run: {holder} (a live member of consumer "
+                              f"group {hold_group(self.run_name)} on {self.bootstrap}); choose another --run-id, or "
+                              "wait for it to end", 2)
         if found:
             raise LaunchError(f"run {self.run_name} already has topics on {self.bootstrap} ({sorted(found)[0]}, ...): "
                               "an earlier run used this run id; choose another --run-id (or --resume its run "
@@ -426,9 +438,9 @@ class LocalRun:
 
     def _child_config(self) -> Path:
         """config.yaml (secrets masked): the record, and the file the children read. Secret
-        runtime.kafka_client values never reach the disk: they go to the children in the environment
-        variable SECRET_ENV (JSON; `edgestream.launch.command.load_or_exit` puts them back in place of
-        the masks), readable only by this user (/proc/<pid>/environ) and gone with the processes."""
+        runtime.kafka_client values reach neither the disk nor an environment: each child gets them (JSON)
+        on an inherited pipe whose descriptor number is in SECRET_FD_ENV (ChildSet.handover), reads and
+        closes it at start (`edgestream.launch.command.child_secrets` puts them in place of the masks)."""
         from edgestream.config import is_secret_key
 
         with contextlib.suppress(OSError):  # left in clear by an earlier version's orchestrator
@@ -439,14 +451,21 @@ class LocalRun:
             raise LaunchError(f"{self.path / 'config.yaml'}: cannot write the run's config ({exc.strerror}); "
                               f"the out folder is {self.out}", 1) from None
         secrets = {k: v for k, v in self.cfg.runtime.kafka_client.items() if is_secret_key(k)}
-        self._secret_env = {SECRET_ENV: json.dumps(secrets)} if secrets else {}
+        self._secrets = json.dumps(secrets).encode() if secrets else None
         return self.path / "config.yaml"
 
     def _start_children(self, config_file: Path) -> None:
-        from edgestream.kafka.broker import free_port
+        from confluent_kafka import KafkaException
 
+        from edgestream.kafka.broker import free_port
+        from edgestream.launch.hold import RunHold
+
+        with contextlib.suppress(KafkaException):  # the run's mark on the broker, for its concurrent users
+            self._hold = RunHold(self.bootstrap, self.run_name, self.path, self.plan.security)
         common = ["--bootstrap", self.bootstrap, "--run-id", self.run_id]
-        env = dict(os.environ, PYTHONUNBUFFERED="1", **self._secret_env)
+        env = {k: v for k, v in os.environ.items() if k not in (SECRET_ENV, SECRET_FD_ENV)}
+        env["PYTHONUNBUFFERED"] = "1"
+        self.children.handover = (SECRET_FD_ENV, self._secrets) if self._secrets else None
         self._producer_args = (config_file, common, env)
         for stale in (self.path / "ranks").glob("*.ready"):  # a resumed run's previous session
             stale.unlink()

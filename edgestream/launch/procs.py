@@ -16,6 +16,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import ctypes
+import fcntl
 import os
 import signal
 import subprocess
@@ -92,25 +93,67 @@ def describe_status(code: int) -> str:
     return f"exit status {code}"
 
 
+def filled_pipe(data: bytes) -> int:
+    """The read end of a new pipe that already holds `data` (its write end closed, so a reader gets
+    `data` and then end of file): nothing waits for the reader, and nothing is left anywhere once the
+    read end is closed in every process. The pipe grows to fit `data` where the kernel allows (Linux);
+    ValueError when it cannot hold it."""
+    r, w = os.pipe()
+    try:
+        if len(data) > 4096 and hasattr(fcntl, "F_SETPIPE_SZ"):
+            with contextlib.suppress(OSError):
+                fcntl.fcntl(w, fcntl.F_SETPIPE_SZ, len(data))
+        os.set_blocking(w, False)
+        view = memoryview(data)
+        while view:
+            try:
+                view = view[os.write(w, view):]
+            except BlockingIOError:
+                raise ValueError(f"{len(data)} bytes do not fit in a pipe") from None
+    except BaseException:
+        os.close(r)
+        raise
+    finally:
+        os.close(w)
+    return r
+
+
 class ChildSet:
-    """The children of one run, started and stopped together."""
+    """The children of one run, started and stopped together.
+
+    `handover`: (VAR, data) that every child started from then on gets on an inherited pipe
+    (`filled_pipe`), the pipe's file descriptor number in its environment variable VAR: how the run's
+    secrets reach the children without being on disk or in an environment (a process's environment
+    stays readable in /proc/<pid>/environ for its whole life); a restarted child gets a new pipe."""
 
     def __init__(self) -> None:
         self.children: list[Child] = []
+        self.handover: tuple[str, bytes] | None = None
         ref = weakref.ref(self)
         self._atexit = lambda: (lambda s: s.kill_all() if s is not None else None)(ref())
         atexit.register(self._atexit)
 
     def start(self, name: str, cmd: Sequence[str], out_path: Path, env: Mapping[str, str] | None = None,
               device: int | None = None, cwd: str | Path | None = None) -> Child:
-        """Start `cmd` as the leader of a new process group, stdout and stderr appended to `out_path`."""
+        """Start `cmd` as the leader of a new process group, stdout and stderr appended to `out_path`
+        (and the `handover`, if any, on a pipe)."""
         out_path.parent.mkdir(parents=True, exist_ok=True)
         parent = os.getpid()
         preexec = (lambda: _die_with_parent(parent)) if _PRCTL is not None else None
-        with open(out_path, "ab") as out:
-            proc = subprocess.Popen(list(cmd), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    env=dict(env) if env is not None else None, cwd=cwd,
-                                    start_new_session=True, preexec_fn=preexec)
+        env = dict(env if env is not None else os.environ)
+        fds: tuple[int, ...] = ()
+        if self.handover is not None:
+            var, data = self.handover
+            fds = (filled_pipe(data),)
+            env[var] = str(fds[0])
+        try:
+            with open(out_path, "ab") as out:
+                proc = subprocess.Popen(list(cmd), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                        env=env, cwd=cwd, start_new_session=True, preexec_fn=preexec,
+                                        pass_fds=fds)
+        finally:
+            for fd in fds:  # the child holds its own copy now
+                os.close(fd)
         child = Child(name, device, proc, out_path)
         self.children.append(child)
         return child

@@ -235,9 +235,21 @@ def read_rank_summaries(ranks_dir: Path) -> dict[int, dict]:
     return dict(sorted(out.items()))
 
 
+def steps_reached(records: Iterable[dict]) -> dict[int, int]:
+    """device -> the steps it reached by its step lines (the last one's step + 1: the lines count from
+    step 0), for a rank that ended without its summary (a failed or killed trainer)."""
+    out: dict[int, int] = {}
+    for r in records:
+        if r.get("kind", "step") == "step" and _is_int(r.get("device")) and _is_int(r.get("step")):
+            out[r["device"]] = max(out.get(r["device"], 0), r["step"] + 1)
+    return out
+
+
 def write_local_rundir(path: Path, plan: Any, run: str, *, wall_s: float, stop_reason: str,
                        extra: dict[str, Any] | None = None) -> dict:
-    """Merge ranks/*.jsonl into events.jsonl, then write summary.json and the plots; returns the summary."""
+    """Merge ranks/*.jsonl into events.jsonl, then write summary.json and the plots; returns the summary.
+    `device_steps`: each rank's steps, by its summary or by its step lines (`steps_reached`), whichever
+    went further: a rank that failed or was killed wrote no summary, or only an earlier session's."""
     records = merged_events(path / "ranks")
     log = EventLog(path / "events.jsonl")
     try:
@@ -251,10 +263,12 @@ def write_local_rundir(path: Path, plan: Any, run: str, *, wall_s: float, stop_r
         log.close()
     ranks = read_rank_summaries(path / "ranks")
     times = [float(r["time"]) for r in records if isinstance(r.get("time"), (int, float))]
+    reached = steps_reached(records)
     return finish(path, plan, log, records, engine="local", run=run, wall_s=wall_s,
                   algorithm=plan.algorithm.name, devices=plan.world, stop_reason=stop_reason,
                   run_time_s=round(max(times), 6) if times else 0.0,
-                  device_steps={str(r): s.get("steps") for r, s in ranks.items()},
+                  device_steps={str(r): max(int((ranks.get(r) or {}).get("steps") or 0), reached.get(r, 0))
+                                for r in sorted(set(range(plan.world)) | set(ranks))},
                   rank_stop_reasons={str(r): s.get("stop_reason") for r, s in ranks.items()}, **(extra or {}))
 
 

@@ -17,7 +17,9 @@ that loop's performer (`now(rank)`, `perform(rank, request)`; see edgestream.syn
   per-device path stays (`batch_compute=False`, or EDGESTREAM_SIM_COMPUTE=per-device) as the reference.
   A user's model (by import path) takes the batched path when torch.func runs it per sample (a probe,
   `batch_check`); otherwise the run falls back to the per-device path, with the reason in the summary
-  (`compute_reason`) and logged once. The loss is the run's task's (edgestream.tasks).
+  (`compute_reason`) and logged once. The loss is the run's task's (edgestream.tasks). A non-finite loss
+  stops the run (`Diverged`, stop_reason "diverged"); a loss grown 100x over its start warns once
+  (edgestream.runner.divergence, shared with the real trainer).
 * AllReduce / AllGather / Start / Poll / Wait: `Collectives` (matched by order, network-timed).
 * Apply / GetParams / SetParams: the worker's replica and SGD optimizer (`Replicas`: one shared
   replica while synchronous workers stay in lockstep and the model has no buffers, per-worker
@@ -64,6 +66,7 @@ import simpy
 import torch
 
 from edgestream.metrics import EventLog
+from edgestream.runner.divergence import Diverged, LossGrowth, check_loss
 from edgestream.runner.engines import EngineError
 from edgestream.runner.evaluate import Evaluation, evaluate
 from edgestream.runner.group import WorkerGroup
@@ -209,6 +212,8 @@ class SimEngine:
             self.ps = PSNode(self.env, coordinator, self.network, m, self.meters, self.replicas)
         self.stats = SimStats()
         self.hard_limited = False
+        self.diverged: Diverged | None = None  # a non-finite loss stopped the run (check_loss)
+        self.loss_growth = LossGrowth()
         self.last_backlog = [0] * m
         self.last_held = [0] * m
         self.progress = RunProgress(f"{plan.name} ({self.spec.name}, {m} devices)", plan.max_time_s,
@@ -226,7 +231,9 @@ class SimEngine:
     # ------------------------------------------------------------------ run state
     @property
     def stop_reason(self) -> str | None:
-        """Why the run stopped: the StopRule's reason, "hard_limit", or None while it runs."""
+        """Why the run stopped: the StopRule's reason, "hard_limit", "diverged", or None while it runs."""
+        if self.diverged is not None:
+            return "diverged"
         return "hard_limit" if self.hard_limited else self.group.stop.reason
 
     @property
@@ -337,7 +344,11 @@ class SimEngine:
             if max_time is not None:
                 hard = env.timeout(max_time * HARD_LIMIT_FACTOR + HARD_LIMIT_EXTRA_S)
                 until = simpy.AnyOf(env, [until, hard])
-            env.run(until=until)
+            try:
+                env.run(until=until)
+            except Diverged as exc:  # a non-finite loss: the run stops there, as a real trainer does
+                self.diverged = exc
+                return self.stats
             if group.running:
                 self.hard_limited = True
             self.collectives.check_gathers()
@@ -395,9 +406,16 @@ class SimEngine:
         if batcher is not None:
             batcher.post(rank, batch.x, batch.y)
             yield self.env.timeout(dt)
-            return batcher.result(rank)
-        yield self.env.timeout(dt)
-        return self.replicas.compute(rank, batch.x, batch.y)
+            result = batcher.result(rank)
+        else:
+            yield self.env.timeout(dt)
+            result = self.replicas.compute(rank, batch.x, batch.y)
+        step = self.contexts[rank].step
+        check_loss(rank, result.loss, step)  # Diverged, as in the real trainer
+        warning = self.loss_growth.check(rank, result.loss, step)
+        if warning is not None:
+            log.warning("simulator: %s", warning)
+        return result
 
     def _collective(self, rank: int, req: AllReduce | AllGather) -> Generator[Any, Any, Any]:
         op = self.collectives.post(rank, req, self.env.now)
@@ -546,6 +564,8 @@ class SimEngine:
             "algorithm": self.spec.name,
             "devices": self.world,
             "stop_reason": self.stop_reason or "finished",
+            **({"error": str(self.diverged)} if self.diverged is not None else {}),
+            **({"loss_warning": self.loss_growth.warning} if self.loss_growth.warning else {}),
             "virtual_time_s": round(float(self.env.now), 6),
             "device_steps": self.stats.device_steps,
             "buffer_final_samples": int(sum(self.last_backlog)),
@@ -573,9 +593,14 @@ def run_sim(cfg: Any, *, out: str | Path | None = None, run_id: str | None = Non
             base_dir: str | Path | None = None) -> tuple[Path, dict]:
     """The "sim" engine's run function (edgestream.runner.engines): simulate `cfg` and write its run
     directory with `runner.write_run`; returns (path, summary). base_dir: folder that relative paths in
-    the config (rate traces) are relative to."""
+    the config (rate traces) are relative to. A run stopped by a non-finite loss raises `Diverged` (one
+    line naming the device, the step and the run directory, which is written: stop_reason "diverged")."""
     try:
         plan = RunPlan.resolve(cfg, base_dir=base_dir)
     except EngineError as exc:
         raise SimConfigError(exc.problems) from None
-    return write_run(plan, "sim", lambda events: SimEngine(plan, events, progress=progress), out=out, run_id=run_id)
+    path, summary = write_run(plan, "sim", lambda events: SimEngine(plan, events, progress=progress), out=out,
+                              run_id=run_id)
+    if summary.get("stop_reason") == "diverged":  # the run directory is written; the run failed
+        raise Diverged(f"{summary['error']}; run directory {path}")
+    return path, summary

@@ -22,10 +22,12 @@ empty, checksum, another run, another rank, another config, ranks at different s
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import io
 import json
 import os
+import re
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -35,6 +37,8 @@ import torch
 from edgestream.config import RESUME_MAY_CHANGE
 
 FORMAT = 3
+#: bytes a file system may keep free and still count as full for a checkpoint write that failed
+FULL_MARGIN = 64 * 1024
 
 
 class CheckpointError(ValueError):
@@ -91,16 +95,46 @@ def save_checkpoint(path: Path, *, model, optimizer, step: int, state: dict, str
         os.replace(tmp, path)
         _fsync_dir(path.parent)
     except (OSError, RuntimeError) as exc:  # torch's zip writer reports a failed write as RuntimeError
+        reason = _write_failure(exc, path.parent, len(body))  # before the partial file is removed
         with contextlib.suppress(OSError):
             tmp.unlink()
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else " ".join(str(exc).split())[:160]
         who = f"device {ident['rank']}: " if ident and "rank" in ident else ""
         raise CheckpointError(f"{who}cannot write the checkpoint {path}: {reason}") from None
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return (text.splitlines()[0][:160] if text else type(exc).__name__)
+def _write_failure(exc: BaseException, folder: Path, size: int) -> str:
+    """Why a checkpoint write failed, in words: the OSError's own, and for torch's zip writer (a
+    RuntimeError such as "[enforce fail at inline_container.cc:671] . unexpected pos 832 vs 726", its
+    internals) "No space left on device" when the folder's file system has less room left than the
+    checkpoint needs, else the message's first sentence."""
+    if isinstance(exc, OSError) and exc.strerror:
+        full = exc.errno == errno.ENOSPC
+        return f"{exc.strerror} (the disk is full)" if full else exc.strerror
+    try:
+        st = os.statvfs(folder)
+        full = st.f_bavail * st.f_frsize < size + FULL_MARGIN
+    except OSError:
+        full = False
+    if full or "no space left" in str(exc).lower():
+        return f"{os.strerror(errno.ENOSPC)} (the disk is full)"
+    return _first_line(exc)
+
+
+def _first_line(exc: BaseException, limit: int = 160) -> str:
+    """An error's message in one line, never cut mid-sentence: the first line when it fits in `limit`
+    characters, else its first sentence (torch's "PytorchStreamReader failed reading zip archive: failed
+    finding central directory. This is an internal miniz error. If you are seeing this error, there is a
+    high likelihood ..." becomes "... failed finding central directory"); only a single sentence longer
+    than twice `limit` is shortened, at a word, with "..."."""
+    text = " ".join(str(exc).strip().splitlines()[0].split()) if str(exc).strip() else ""
+    if not text:
+        return type(exc).__name__
+    if len(text) <= limit:
+        return text.rstrip(".")
+    end = re.search(r"[.!?](?=\s)", text)
+    if end is not None and end.end() <= 2 * limit:
+        return text[:end.start()]
+    return text[:limit].rsplit(" ", 1)[0] + " ..."
 
 
 def load_checkpoint(path: Path, map_location: Any = "cpu", *, expect: dict | None = None) -> dict:
@@ -117,7 +151,8 @@ def load_checkpoint(path: Path, map_location: Any = "cpu", *, expect: dict | Non
     try:
         outer = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - torch raises many kinds for a damaged zip or pickle
-        raise CheckpointError(f"{path}: not a readable checkpoint ({_first_line(exc)})") from None
+        raise CheckpointError(f"{path}: not a readable checkpoint: the file is truncated or damaged "
+                              f"({_first_line(exc)})") from None
     if not isinstance(outer, dict) or outer.get("format") != FORMAT:
         found = outer.get("format") if isinstance(outer, dict) else type(outer).__name__
         raise CheckpointError(f"{path}: checkpoint format {found!r}, this edgestream reads {FORMAT}")

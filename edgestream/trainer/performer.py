@@ -31,7 +31,6 @@
 
 from __future__ import annotations
 
-import math
 import os
 import threading
 import time
@@ -45,6 +44,7 @@ from torch import Tensor, nn
 
 from edgestream.consumers.batch import StreamBatch
 from edgestream.models import set_lr
+from edgestream.runner.divergence import Diverged, check_loss, non_finite_params  # noqa: F401 - Diverged re-exported
 from edgestream.runner.driver import StepMeter
 from edgestream.sync.requests import (
     Ack,
@@ -80,10 +80,6 @@ PARAM_CHECK_EVERY = 10
 
 class Stopped(RuntimeError):
     """The trainer was asked to stop (signal) while it waited."""
-
-
-class Diverged(ArithmeticError):
-    """The loss or the parameters stopped being finite; the message is one line naming the device and step."""
 
 
 class InjectedFailure(Exception):
@@ -256,9 +252,7 @@ class TrainerPerformer:
             loss.backward()
             grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
             loss_value = float(loss.detach())  # synchronises with the device: the step's compute is done
-        if not math.isfinite(loss_value):
-            raise Diverged(f"device {self.rank}: the loss is non-finite ({loss_value}) at step {self.step()}: "
-                           "training diverged (lower optim.lr, or check the data and the model)")
+        check_loss(self.rank, loss_value, self.step())  # Diverged: one line naming the device and the step
         dt = time.perf_counter() - t0
         factor = self.static * (1.0 + (float(self._rng.uniform(0.0, self.dynamic)) if self.dynamic > 0 else 0.0))
         extra = emulated_sleep(dt, int(batch.n), factor, self.curve)
@@ -290,8 +284,7 @@ class TrainerPerformer:
             return
         total = torch.stack(torch._foreach_norm(self.params)).sum()
         if not bool(torch.isfinite(total)):
-            raise Diverged(f"device {self.rank}: a parameter is non-finite {when} {self.step()}: training "
-                           "diverged (lower optim.lr, or check the data and the model)")
+            raise non_finite_params(self.rank, f"{when} {self.step()}")
 
     def _get_params(self, req: GetParams) -> list[Tensor]:
         return [p.detach().clone() for p in self.params]
