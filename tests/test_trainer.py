@@ -234,8 +234,9 @@ def test_bad_input_ends_with_one_line(bootstrap, tmp_path):
         s.bind(("127.0.0.1", 0))
         dead = f"127.0.0.1:{s.getsockname()[1]}"
     [(code, _, err)] = _finish(_start(cfg_path, dead, "x2", out, [0], 2, _free_port(),
-                                      EDGESTREAM_BROKER_TIMEOUT_S=3))
+                                      args=("--set", "runtime.kafka_outage_s=3")))
     assert code != 0 and err.strip().count("\n") == 0 and dead in err
+    assert err.startswith("error: device 0: ") and "runtime.kafka_outage_s" in err, err
     # a missing rendezvous peer
     _produce(cfg_path, bootstrap, "x3", 0.3)
     port = _free_port()

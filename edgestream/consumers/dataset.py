@@ -26,6 +26,7 @@ the trainer process).
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -41,10 +42,13 @@ from edgestream.consumers.injection import InjectionChannel
 from edgestream.data.serde import DecodedBatch, SampleSerde
 from edgestream.data.validate import DeviceRule, SampleSpec
 from edgestream.data.wire import Affine
+from edgestream.kafka.outage import Outage
 from edgestream.streams import build_batch_policy, build_buffer_policy
 
 #: version of `KafkaStreamDataset.state_dict()`
 STATE_VERSION = 1
+
+log = logging.getLogger(__name__)
 
 
 class KafkaStreamDataset(IterableDataset):
@@ -65,7 +69,8 @@ class KafkaStreamDataset(IterableDataset):
                  normalize: Affine | Callable[[np.ndarray], torch.Tensor] | None = None, window_s: float = 1.0,
                  security: dict | None = None, max_batches: int | None = None, timeout: float | None = None,
                  pin_memory: bool = False, commit: str = "sync", broker_timeout_s: float = BROKER_TIMEOUT_S,
-                 serde: SampleSerde | None = None, torch_device: torch.device | str | None = None) -> None:
+                 serde: SampleSerde | None = None, torch_device: torch.device | str | None = None,
+                 outage: Outage | None = None) -> None:
         super().__init__()
         if serde is None:
             if spec is None:
@@ -82,15 +87,17 @@ class KafkaStreamDataset(IterableDataset):
         self.spec, self.normalize = serde.spec, serde.normalize
         self._own_rule = DeviceRule(device, num_devices)
         self._inj_rule = DeviceRule(device, num_devices, injected=True)
+        # every client of the dataset waits through one outage (runtime.kafka_outage_s: `broker_timeout_s`)
+        self.outage = outage if outage is not None else Outage(bootstrap, broker_timeout_s)
         self.stream = KafkaDeviceStream(bootstrap, run, device, batch_policy=build_batch_policy(batch),
                                         buffer_policy=build_buffer_policy(buffer, window_s=window_s),
-                                        window_s=window_s, security=security, broker_timeout_s=broker_timeout_s)
+                                        window_s=window_s, security=security, outage=self.outage)
         try:
             # the algorithm decides what to inject (its Inject request -> `inject`); the dataset only opens
             # the channel when the run injects, and mixes what others injected into its next batch
-            self.channel = (InjectionChannel(bootstrap, run, device, security, broker_timeout_s=broker_timeout_s)
+            self.channel = (InjectionChannel(bootstrap, run, device, security, outage=self.outage)
                             if injection else None)
-            self.dlq = DeadLetters(bootstrap, run, security)
+            self.dlq = DeadLetters(bootstrap, run, security, outage=self.outage)
         except BaseException:
             self.stream.close()
             raise
@@ -255,11 +262,35 @@ class KafkaStreamDataset(IterableDataset):
         self.totals.update({k: int(v) for k, v in totals.items()})
         self.stream.dropped_total = self.totals["dropped"]
 
-    def close(self) -> None:
-        self.dlq.flush()
-        if self.channel is not None:
-            self.channel.close()
-        self.stream.close()
+    def hurry(self) -> None:
+        """Wait for Kafka no more (a process ending in failure): a commit that gets no answer raises
+        KafkaUnavailable at once instead of waiting out the outage budget."""
+        for reader in (self.stream.reader, self.channel.reader if self.channel is not None else None):
+            if reader is not None:
+                reader.calls.patient = False
+
+    def close(self, wait: bool = True) -> None:
+        """Flush the DLQ and the injected samples, make the last acknowledged offsets durable, close the
+        consumers. Through an outage it waits while the budget lasts (KafkaUnavailable after closing the
+        rest). wait=False (a process ending in failure): whatever Kafka does not take at once is left
+        (logged; a resumed run starts from its checkpoint's positions anyway)."""
+        if not wait:
+            self.hurry()
+        first: Exception | None = None
+        parts = [("the DLQ", lambda: self.dlq.flush(wait)),
+                 ("the injection channel", (lambda: self.channel.close(wait)) if self.channel else None),
+                 ("the device stream", lambda: self.stream.close(wait))]
+        for what, close in parts:
+            if close is None:
+                continue
+            try:
+                close()
+            except Exception as exc:  # noqa: BLE001 - the other parts still close; the first error is raised
+                if wait and first is None:
+                    first = exc
+                log.warning("closing %s of device %d: %s", what, self.device, exc)
+        if first is not None:
+            raise first
 
 
 def make_dataloader(dataset: KafkaStreamDataset, pin_memory: bool = False) -> DataLoader:

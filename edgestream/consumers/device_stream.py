@@ -23,19 +23,13 @@ from dataclasses import dataclass
 
 from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException, Message, TopicPartition
 
+from edgestream.consumers.broker_calls import BROKER_TIMEOUT_S, FATAL, BrokerCalls
 from edgestream.kafka.admin import KafkaUnavailable
 from edgestream.kafka.clients import consumer_config
+from edgestream.kafka.outage import Outage
+from edgestream.kafka.outage_calls import Probe, answers
 from edgestream.kafka.topics import device_topic
 from edgestream.streams.take import TakeRule
-
-#: errors that no retry cures: raised at once, naming the address
-_FATAL = {KafkaError._AUTHENTICATION, KafkaError._SSL, KafkaError.TOPIC_AUTHORIZATION_FAILED,
-          KafkaError.GROUP_AUTHORIZATION_FAILED, KafkaError.SASL_AUTHENTICATION_FAILED, KafkaError._INVALID_ARG,
-          KafkaError.CLUSTER_AUTHORIZATION_FAILED}
-
-#: how long a consumer keeps retrying a broker that does not answer (at start, or mid-stream while it
-#: bounces) before it raises KafkaUnavailable naming the bootstrap address
-BROKER_TIMEOUT_S = 30.0
 
 #: how old the end offset read at start may be before the first fetch response replaces it
 HIGH_WATERMARK_MAX_AGE_S = 0.5
@@ -44,40 +38,6 @@ HIGH_WATERMARK_MAX_AGE_S = 0.5
 ASYNC_COMMIT_INTERVAL_S = 0.1
 
 log = logging.getLogger(__name__)
-
-
-class BrokerCalls:
-    """Calls to one broker with a deadline: transient errors (a broker starting, bouncing, electing a
-    leader, a coordinator loading) are retried with exponential backoff for up to `timeout_s`; then
-    KafkaUnavailable names the bootstrap address. Errors no retry cures raise at once."""
-
-    def __init__(self, bootstrap: str, timeout_s: float = BROKER_TIMEOUT_S, refresh=None) -> None:
-        self.bootstrap, self.timeout_s, self.refresh = bootstrap, timeout_s, refresh
-
-    def __call__(self, fn, what: str):
-        """fn(call_timeout) -> result; raise KafkaException for a retriable failure."""
-        deadline = time.monotonic() + self.timeout_s
-        backoff, last = 0.1, None
-        while True:
-            left = deadline - time.monotonic()
-            try:
-                return fn(max(0.5, min(left, 5.0)))
-            except KafkaException as exc:
-                err = exc.args[0]
-                if err.code() in _FATAL or err.fatal():
-                    raise RuntimeError(f"{what} at {self.bootstrap} failed: {err.str()}") from None
-                last = err
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise KafkaUnavailable(f"{what}: no answer from Kafka at {self.bootstrap} within "
-                                       f"{self.timeout_s:.0f} s (last error: {last.str()})") from None
-            time.sleep(min(backoff, left))
-            backoff = min(backoff * 2, 2.0)
-            if self.refresh is not None:  # a leader moved or the broker came back: ask for fresh metadata
-                try:
-                    self.refresh(min(2.0, max(0.1, deadline - time.monotonic())))
-                except KafkaException:
-                    pass
 
 
 def commit_offset(bootstrap: str, topic: str, group: str, offset: int, security: dict | None = None) -> None:
@@ -123,12 +83,16 @@ class PartitionReader:
     """
 
     def __init__(self, bootstrap: str, topic: str, group: str, security: dict | None = None,
-                 overrides: dict | None = None, broker_timeout_s: float = BROKER_TIMEOUT_S) -> None:
+                 overrides: dict | None = None, broker_timeout_s: float = BROKER_TIMEOUT_S,
+                 outage: Outage | None = None) -> None:
         self.topic, self.bootstrap = topic, bootstrap
         self.tp = TopicPartition(topic, 0)
-        self.calls = BrokerCalls(bootstrap, broker_timeout_s,
+        self.calls = BrokerCalls(bootstrap, broker_timeout_s, outage=outage,
                                  refresh=lambda t: self.consumer.list_topics(topic, timeout=t))
+        self.outage = self.calls.outage
         self._down_since: float | None = None  # set by librdkafka's "all brokers down", cleared by answers
+        self._reported = False                 # _down_since is a wait of the outage
+        self._probe = Probe(lambda t: self.consumer.list_topics(topic, timeout=t))  # "does Kafka answer again?"
         conf = consumer_config(bootstrap, group, security, **(overrides or {}))
         conf.setdefault("error_cb", self._on_error)
         self.consumer = Consumer(conf)
@@ -167,16 +131,26 @@ class PartitionReader:
         log.debug("%s: %s", self.topic, err)
 
     def check_broker(self) -> None:
-        """Raise KafkaUnavailable when every broker has been down for longer than the timeout (asked
-        once more before giving up: a broker that came back clears it)."""
-        if self._down_since is None or time.monotonic() - self._down_since < self.calls.timeout_s:
+        """While every broker is down (librdkafka's error callback said so): a wait of the process's outage
+        (KafkaUnavailable once its budget is spent), asking the cluster every few seconds whether it
+        answers again (`Probe.tick`); the wait ends with the first answer, here or in another client.
+        The callback's news may be old (it is served by this reader's next consume: a trainer that waited
+        in a collective meanwhile hears of an outage that is over), so the cluster is asked first."""
+        if self._down_since is None:
             return
-        try:
-            self.consumer.list_topics(self.topic, timeout=5.0)
-        except KafkaException as exc:
-            raise KafkaUnavailable(f"reading {self.topic}: no answer from Kafka at {self.bootstrap} for "
-                                   f"{time.monotonic() - self._down_since:.0f} s ({exc.args[0].str()})") from None
-        self._down_since = None
+        if self._reported and not self.outage.waiting:  # another client of the process saw Kafka answer
+            self._down_since, self._reported = None, False
+            return
+        if not self._reported and answers(self._probe.probe):
+            self._down_since = None
+            self.outage.up()
+            return
+        what = f"reading {self.topic}"
+        self.outage.down(what, since=self._down_since)
+        self._reported = True
+        self._probe.tick(self.outage, what)
+        if not self.outage.waiting:
+            self._down_since, self._reported = None, False
 
     def fill(self, timeout: float, max_messages: int = 5000) -> int:
         """Fetch what is available (waiting up to `timeout` for `max_messages`); return how many arrived."""
@@ -186,14 +160,16 @@ class PartitionReader:
         if any(map(Message.error, msgs)):  # rare: keep the data; librdkafka retries transient errors itself
             for m in msgs:
                 err = m.error()
-                if err is not None and (err.code() in _FATAL or err.fatal()):
+                if err is not None and (err.code() in FATAL or err.fatal()):
                     raise RuntimeError(f"consumer error on {self.topic} at {self.bootstrap}: {err.str()}")
                 if err is not None and err.code() != KafkaError._PARTITION_EOF:
                     log.debug("%s: %s (retried by the client)", self.topic, err)
             msgs = [m for m in msgs if m.error() is None]
             if not msgs:
                 return 0
-        self._down_since = None  # messages came: a broker answers
+        if self._down_since is not None or self.outage.waiting:  # messages came: a broker answers
+            self._down_since, self._reported = None, False
+            self.outage.up()
         if msgs and msgs[0].offset() < self._tail:  # behind a truncation seek
             msgs = [m for m in msgs if m.offset() >= self._tail]
         if not msgs:
@@ -343,16 +319,27 @@ class PartitionReader:
 
     _closed = False
 
-    def close(self) -> None:
+    def close(self, wait: bool = True) -> None:
+        """Make the last acknowledged offset durable (through an outage, within its budget), then close the
+        consumer. wait=False (a process ending anyway): one try, none while Kafka is known to be silent
+        (a commit without a coordinator blocks for seconds); KafkaUnavailable when it is not made."""
+        self.calls.patient = self.calls.patient and wait
         with self._lock:
             self._closed = True
             if self._timer is not None:
                 self._timer.cancel()
                 self._timer = None
-        if self._async or self.committed > self._sent:  # make the last acknowledged offset durable
-            tp = [TopicPartition(self.topic, 0, self.committed)]
-            self.calls(lambda t: self.consumer.commit(offsets=tp, asynchronous=False), f"final commit on {self.topic}")
-        self.consumer.close()
+        try:
+            if self._async or self.committed > self._sent:  # make the last acknowledged offset durable
+                silent = self.outage.waiting or self.outage.hurried or self._down_since is not None
+                if not self.calls.patient and silent:
+                    raise KafkaUnavailable(f"offset {self.committed} on {self.topic} not committed: Kafka at "
+                                           f"{self.bootstrap} is silent and the process is ending")
+                tp = [TopicPartition(self.topic, 0, self.committed)]
+                self.calls(lambda t: self.consumer.commit(offsets=tp, asynchronous=False),
+                           f"committing offset {self.committed} on {self.topic}")
+        finally:
+            self.consumer.close()
 
 
 class KafkaDeviceStream:
@@ -361,11 +348,11 @@ class KafkaDeviceStream:
 
     def __init__(self, bootstrap: str, run: str, device: int, *, batch_policy, buffer_policy,
                  window_s: float = 1.0, security: dict | None = None, group: str | None = None,
-                 broker_timeout_s: float = BROKER_TIMEOUT_S) -> None:
+                 broker_timeout_s: float = BROKER_TIMEOUT_S, outage: Outage | None = None) -> None:
         self.device, self.window_s = device, window_s
         self.rule = TakeRule(buffer_policy, batch_policy, window_s)
         self.reader = PartitionReader(bootstrap, device_topic(run, device), group or trainer_group(run, device),
-                                      security, broker_timeout_s=broker_timeout_s)
+                                      security, broker_timeout_s=broker_timeout_s, outage=outage)
         self.dropped_total = 0
         self._avg_msg_bytes = 0.0
         self._high: int | None = None
@@ -420,5 +407,5 @@ class KafkaDeviceStream:
     def ack(self, next_offset: int, wait: bool = True) -> None:
         self.reader.commit(next_offset, wait)
 
-    def close(self) -> None:
-        self.reader.close()
+    def close(self, wait: bool = True) -> None:
+        self.reader.close(wait)

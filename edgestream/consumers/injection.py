@@ -12,7 +12,9 @@ from collections.abc import Sequence
 from confluent_kafka import Message, Producer
 
 from edgestream.consumers.device_stream import BROKER_TIMEOUT_S, PartitionReader, trainer_group
+from edgestream.consumers.dlq import flush_through
 from edgestream.kafka.clients import produce, producer_config
+from edgestream.kafka.outage import Outage
 from edgestream.kafka.topics import injection_topic
 
 
@@ -20,11 +22,14 @@ class InjectionChannel:
     """Send samples to other devices' injection topics; receive this device's injected samples."""
 
     def __init__(self, bootstrap: str, run: str, device: int, security: dict | None = None, *,
-                 broker_timeout_s: float = BROKER_TIMEOUT_S) -> None:
+                 broker_timeout_s: float = BROKER_TIMEOUT_S, outage: Outage | None = None) -> None:
         self.run, self.device = run, device
-        self._producer = Producer(producer_config(bootstrap, security, **{"linger.ms": 1}))
         self.reader = PartitionReader(bootstrap, injection_topic(run, device),
-                                      trainer_group(run, device, "inj"), security, broker_timeout_s=broker_timeout_s)
+                                      trainer_group(run, device, "inj"), security, broker_timeout_s=broker_timeout_s,
+                                      outage=outage)
+        self.outage = self.reader.outage
+        self._producer = Producer(producer_config(bootstrap, security, outage_s=self.outage.budget_s,
+                                                  **{"linger.ms": 1}))
         self.sent_samples = self.sent_bytes = 0
         self.received_samples = self.received_bytes = 0
 
@@ -42,9 +47,9 @@ class InjectionChannel:
         self.sent_bytes += nbytes
         return nbytes
 
-    def flush(self, timeout: float = 30.0) -> None:
-        if self._producer.flush(timeout):
-            raise RuntimeError(f"injected samples of device {self.device} not acknowledged within {timeout} s")
+    def flush(self, wait: bool = True) -> None:
+        """Wait until the broker acknowledged every injected sample (through an outage, within its budget)."""
+        flush_through(self._producer, self.outage, f"flushing the samples device {self.device} injected", wait)
 
     def receive(self, wait_s: float = 0.0) -> tuple[list[Message], int]:
         """Everything injected into this device so far (not yet taken): (Kafka messages, next_offset)."""
@@ -57,6 +62,8 @@ class InjectionChannel:
     def ack(self, next_offset: int) -> None:
         self.reader.commit(next_offset)
 
-    def close(self) -> None:
-        self.flush()
-        self.reader.close()
+    def close(self, wait: bool = True) -> None:
+        try:
+            self.flush(wait)
+        finally:
+            self.reader.close(wait)

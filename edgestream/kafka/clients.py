@@ -29,8 +29,16 @@ def client_config(bootstrap: str, security: Mapping[str, str] | None = None, **o
     return conf
 
 
-def producer_config(bootstrap: str, security: Mapping[str, str] | None = None, **overrides) -> dict:
-    """Idempotent producer batching for throughput; never flush per message."""
+#: seconds a producer's messages may wait in its local queue beyond the outage budget before librdkafka
+#: fails them (message.timeout.ms): the process gives up first (runtime.kafka_outage_s), never a message
+DELIVERY_MARGIN_S = 60.0
+
+
+def producer_config(bootstrap: str, security: Mapping[str, str] | None = None, *, outage_s: float | None = None,
+                    **overrides) -> dict:
+    """Idempotent producer batching for throughput; never flush per message. `outage_s` (the run's
+    runtime.kafka_outage_s): its messages stay queued through an outage of that long (message.timeout.ms =
+    budget + DELIVERY_MARGIN_S; librdkafka's default of 300 s would fail them at a 300 s budget)."""
     conf = client_config(bootstrap, security)
     conf.update({
         "enable.idempotence": True,
@@ -42,6 +50,8 @@ def producer_config(bootstrap: str, security: Mapping[str, str] | None = None, *
         "queue.buffering.max.messages": 1_000_000,
         "compression.type": "none",
     })
+    if outage_s is not None:
+        conf["message.timeout.ms"] = int((float(outage_s) + DELIVERY_MARGIN_S) * 1000)
     conf.update(overrides)
     return conf
 

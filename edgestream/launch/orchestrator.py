@@ -96,6 +96,7 @@ class _Outcome:
     stopped: list[str] = field(default_factory=list)
     killed: list[str] = field(default_factory=list)   # children still alive GRACE_S after SIGTERM
     stop_s: float | None = None                        # seconds from SIGTERM to the last child gone
+    hint: str = ""                                     # how to go on (a Kafka outage: launch/outage.py)
 
 
 class _Signals:
@@ -580,6 +581,16 @@ class LocalRun:
                 state.status = "training"
             time.sleep(0.1)
 
+    def _name_kafka_outage(self, outcome: _Outcome) -> None:
+        """When a child ended because Kafka did not answer within runtime.kafka_outage_s (first the one
+        that failed first), the run's error line is that child's line, and says how to go on."""
+        from edgestream.launch.outage import kafka_failure, resume_hint
+
+        found = kafka_failure([outcome.child, *self.trainers.values(), self.ps, self.producer])
+        if found is not None:
+            outcome.child, outcome.reason = found
+            outcome.hint = resume_hint(self.path, self.world, self.plan.checkpoint_every)
+
     def _stop_producer(self, grace_s: float, hurry=None) -> tuple[dict | None, list[str]]:
         """SIGTERM the producer (it flushes and prints its summary), SIGKILL after `grace_s`; returns
         (its summary, [its name] if it had to be killed)."""
@@ -629,6 +640,8 @@ class LocalRun:
                     self.echo(f"run {self.run_name}: producer and {self.world} trainer(s) started (pids in "
                               f"{self.path / 'pids.json'}); Kafka at {self.bootstrap}")
                 outcome = self._watch(signals, state, view, RanksTail(self.path / "ranks", offsets))
+                if outcome.kind == "failed":  # Kafka silent past runtime.kafka_outage_s: named, with how to go on
+                    self._name_kafka_outage(outcome)
                 state.status = outcome.reason
                 t_stop = time.monotonic()
                 outcome.stopped = [c.name for c in self.children.running() if c is not outcome.child]
@@ -699,7 +712,8 @@ class LocalRun:
                         detail.append(f"last lines of {p}:")
                         detail += ["  " + ln for ln in lines]
             stopped = f"; stopped {', '.join(outcome.stopped)}" if outcome.stopped else ""
-            raise LaunchError(f"{outcome.reason}{disk}{stopped}; run directory {self.path}", 1, detail, self.path)
+            raise LaunchError(f"{outcome.reason}{disk}{stopped}{outcome.hint}; run directory {self.path}", 1, detail,
+                              self.path)
         if outcome.kind == "signal":
             raise LaunchError(f"{outcome.reason}{disk}: stopped every child; run directory {self.path} (continue with "
                               f"--resume {self.path})", 128 + (outcome.signum or signal.SIGINT), run_dir=self.path)

@@ -9,6 +9,9 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from edgestream.launch.outage import KINDS as WAIT_KINDS
+from edgestream.launch.outage import KafkaWaits
+
 WINDOW = 20  # steps per device that the rate and the wait/compute/comm shares are taken over
 #: the metric an eval line is shown by: the first of these it carries (classification, regression)
 PRIMARY = ("accuracy", "rmse")
@@ -65,6 +68,7 @@ class LiveState:
         self.eval_step: int | None = None
         self.status = "starting"
         self.ps: PSState | None = None     # a parameter-server run's PS figures
+        self.kafka = KafkaWaits()          # the devices waiting for Kafka (their "wait" records)
 
     def add_ps(self, records: list[dict]) -> None:
         """Records of the parameter server's ranks/ps.jsonl."""
@@ -82,6 +86,9 @@ class LiveState:
                     self.metric, self.accuracy, self.eval_step = metric, float(rec[metric]), rec.get("step")
                 continue
             device = rec.get("device", rank)
+            if rec.get("kind") in WAIT_KINDS:
+                self.kafka.add(int(device), rec)
+                continue
             self.devices.setdefault(int(device), DeviceState()).add(rec)
 
     @property
@@ -90,7 +97,8 @@ class LiveState:
 
     def headline(self) -> str:
         acc = f"{self.accuracy:.3f} (step {self.eval_step})" if self.accuracy is not None else "-"
-        return f"{self.run} | {self.elapsed:6.1f} s | {self.metric} {acc} | {self.status}"
+        wait = self.kafka.text()  # a device waiting for Kafka
+        return f"{self.run} | {self.elapsed:6.1f} s | {self.metric} {acc} | {self.status}" + (f" | {wait}" * bool(wait))
 
     def table(self) -> Any:
         from rich.table import Table
@@ -119,6 +127,8 @@ class LiveState:
                 f"{self.metric} {self.accuracy:.3f}" if self.accuracy is not None else f"{self.metric} -",
                 f"trained/s {sum(tps):.0f}" if tps else "trained/s -",
                 f"buffer max {max(buf)}" if buf else "buffer -"]
+        if self.kafka.text():
+            part.insert(1, self.kafka.text())
         if shares:
             n = len(shares)
             part.append("wait/compute/comm " + "/".join(f"{sum(x[i] for x in shares) / n:.0%}" for i in range(3)))

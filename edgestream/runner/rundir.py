@@ -257,8 +257,10 @@ def write_local_rundir(path: Path, plan: Any, run: str, *, wall_s: float, stop_r
             if rec.get("kind") == "eval":
                 log.evaluation(rec.get("time") or 0.0, rec.get("step"),
                                **{k: v for k, v in rec.items() if k not in ("kind", "time", "step")})
-            else:
+            elif rec.get("kind", "step") == "step":
                 log.step(**{k: v for k, v in rec.items() if k != "kind"})
+            else:  # e.g. a trainer's "wait" for Kafka: kept, not counted as a step
+                log.record(rec["kind"], **{k: v for k, v in rec.items() if k != "kind"})
     finally:
         log.close()
     ranks = read_rank_summaries(path / "ranks")

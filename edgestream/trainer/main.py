@@ -15,6 +15,9 @@ The orchestrator (`edgestream run --engine local`) merges them into the run dire
 
 Errors a user can cause end with one line naming the problem (`TrainerError`): an unreachable broker,
 a rank outside the config's devices, a rendezvous that times out (naming MASTER_ADDR:MASTER_PORT).
+
+A Kafka outage is waited out for `runtime.kafka_outage_s` (edgestream.trainer.outage: "wait" records,
+log lines; the peers wait in their collective), then the rank ends with one line naming the budget.
 """
 
 from __future__ import annotations
@@ -36,12 +39,13 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from edgestream.consumers.device_stream import BROKER_TIMEOUT_S
+from edgestream.kafka.admin import KafkaUnavailable
 from edgestream.runner.driver import StepMeter
 
 log = logging.getLogger("edgestream.trainer")
 
-#: seconds a trainer waits for all peers at the rendezvous (and for a collective) before failing
+#: seconds a trainer waits for all peers at the rendezvous before failing; a collective waits this long
+#: plus runtime.kafka_outage_s (a peer may be waiting for Kafka: edgestream.trainer.outage)
 RENDEZVOUS_TIMEOUT_S = 60.0
 
 
@@ -152,10 +156,11 @@ def _setup_logging(path: Path) -> logging.Handler:
     return handler
 
 
-def _rendezvous(env: DistEnv, cuda: bool, requested: str, timeout_s: float) -> str:
+def _rendezvous(env: DistEnv, cuda: bool, requested: str, timeout_s: float, collective_s: float) -> str:
     """The env:// rendezvous, where the ranks agree on one backend (edgestream.trainer.backend), then
     init_process_group with it; returns the backend. A missing peer ends in TrainerError naming the
-    address; ranks that cannot agree end in the same one line on every rank."""
+    address after `timeout_s`; ranks that cannot agree end in the same one line on every rank. The group's
+    collectives then wait `collective_s` for a peer."""
     from torch.distributed import rendezvous
 
     from edgestream.trainer.backend import BackendError, negotiate
@@ -169,6 +174,7 @@ def _rendezvous(env: DistEnv, cuda: bool, requested: str, timeout_s: float) -> s
         log.info("backend %s agreed by %d ranks (%s)", backend, env.world, announced)
         dist.init_process_group(backend, store=store, rank=env.rank, world_size=env.world,
                                 timeout=timedelta(seconds=timeout_s))
+        dist.set_timeout(timedelta(seconds=collective_s))
         return backend
     except BackendError as exc:
         raise TrainerError(f"device {env.rank}: {exc}") from None
@@ -191,7 +197,7 @@ def _agree_on_step(env: DistEnv, step: int, device: torch.device, path: Path) ->
 
 
 def _join_ps(plan: Any, bootstrap: str, run: str, env: DistEnv, model: torch.nn.Module, device: torch.device,
-             stop_event: threading.Event, *, fresh: bool) -> Any:
+             stop_event: threading.Event, *, fresh: bool, outage: Any = None) -> Any:
     """Connect worker `env.rank` to the run's parameter server through Kafka and wait until it answers
     (a worker started before the PS waits here, logging what it waits for). A fresh worker starts from
     the PS's current model; a resumed one keeps its checkpoint's."""
@@ -225,17 +231,19 @@ def train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: boo
     """Run this process's worker until the group stops; returns the rank's summary (see module doc).
     A file it cannot write (a read-only or full output folder) ends it with one line naming the path and
     the device (TrainerError)."""
+    rank = (os.environ if environ is None else environ).get("RANK", "?")
     try:
         return _train(cfg, run_id=run_id, bootstrap=bootstrap, out=out, resume=resume, digest=digest,
                       environ=environ)
     except OSError as exc:
-        rank = (os.environ if environ is None else environ).get("RANK", "?")
         raise TrainerError(_disk_error(rank, exc, Path(out))) from None
+    except KafkaUnavailable as exc:  # at start-up, or the final checkpoint's commit: the budget ran out
+        raise TrainerError(f"device {rank}: {exc}") from None
 
 
 def _train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: bool = False, digest: bool = True,
            environ: dict | None = None) -> dict:
-    from edgestream.kafka.admin import KafkaUnavailable
+    from edgestream.kafka.outage import Outage
     from edgestream.kafka.topics import run_name
     from edgestream.metrics import EventLog
     from edgestream.models import param_names
@@ -254,6 +262,7 @@ def _train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: bo
         save_checkpoint,
     )
     from edgestream.trainer.collectives import DistCollectives
+    from edgestream.trainer.outage import OutageRecords, collective_timeout_s, give_up_line
     from edgestream.trainer.performer import ACK_INTERVAL_S, Diverged, Stopped, TrainerPerformer
 
     try:
@@ -310,32 +319,35 @@ def _train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: bo
     # when the dataset closes. (A synchronous commit per step cost the step 5-10 ms and the broker more
     # CPU than the trainer's own per-step overhead: benchmarks/bench_vs_ddp.py.)
     commit = "sync" if plan.checkpoint_every is not None else "async"
+    waits = OutageRecords(env.rank)  # every Kafka client of this rank waits through one outage
+    outage = Outage(bootstrap, cfg.runtime.kafka_outage_s, listener=waits)
     try:
         # on a GPU the batch crosses as uint8 and is normalised there (consumers/dataset.py)
         dataset = plan.kafka_dataset(bootstrap, run, env.rank, timeout=1.0, commit=commit, torch_device=device,
-                                     broker_timeout_s=float(os.environ.get("EDGESTREAM_BROKER_TIMEOUT_S",
-                                                                           BROKER_TIMEOUT_S)))
+                                     outage=outage)
         if ckpt is not None:  # the stream positions that match the restored model
             dataset.load_state_dict(ckpt["stream"])
     except KafkaUnavailable as exc:
-        raise TrainerError(str(exc)) from None
+        raise TrainerError(f"device {env.rank}: {exc}") from None
     ps_run = plan.algorithm.family == "ps"
     ps_client = None
     if ps_run:  # the workers meet only at the parameter server, through Kafka: no rendezvous
         backend = "kafka-ps"
         try:
-            ps_client = _join_ps(plan, bootstrap, run, env, model, device, stop_event, fresh=ckpt is None)
+            ps_client = _join_ps(plan, bootstrap, run, env, model, device, stop_event, fresh=ckpt is None,
+                                 outage=outage)
         except TrainerError:
-            dataset.close()
+            dataset.close(wait=False)
             raise
     else:
         timeout_s = float(os.environ.get("EDGESTREAM_RENDEZVOUS_TIMEOUT_S", RENDEZVOUS_TIMEOUT_S))
         try:
-            backend = _rendezvous(env, cuda, requested, timeout_s)
+            backend = _rendezvous(env, cuda, requested, timeout_s,
+                                  collective_timeout_s(cfg.runtime.kafka_outage_s, timeout_s))
             if ckpt is not None:  # every rank resumes from the same step, or none does
                 _agree_on_step(env, int(ckpt["step"]), device, ckpt_file)
         except TrainerError:
-            dataset.close()
+            dataset.close(wait=False)
             raise
 
     (ranks / f"{env.rank}.ready").touch()  # rendezvous done, consumers open (the orchestrator waits for it)
@@ -358,6 +370,7 @@ def _train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: bo
         performer.samples = int(ckpt.get("samples", 0))
     stop = plan.stop_rule()
     events = EventLog(ranks / f"{env.rank}.jsonl", append=resume, live=True)
+    waits.attach(events, lambda: performer.now(env.rank), lambda: session.ctx.step)
     evaluation = None
     if env.rank == 0 and not ps_run:  # a PS run is scored at the PS (its W)
         ds = plan.dataset
@@ -413,6 +426,10 @@ def _train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: bo
     except PSStopped as exc:
         status = "stopped"
         raise TrainerError(f"device {env.rank}: {exc}") from None
+    except KafkaUnavailable:  # runtime.kafka_outage_s ran out (the wait's log lines and records are written)
+        status = "failed"
+        outage.hurry()  # Kafka is silent: its clients close without waiting for it again
+        raise TrainerError(give_up_line(env.rank, outage, session.ctx.step)) from None
     except (TrainerError, Diverged) as exc:  # already one line naming the device (and the step or the file)
         status = "failed"
         log.error("%s", exc)
@@ -435,6 +452,8 @@ def _train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: bo
         status = "failed"
         raise
     finally:
+        if status != "finished":  # ending in failure: close the Kafka clients without waiting for Kafka
+            dataset.hurry()
         if evaluation is not None:
             if status == "finished":
                 evaluation.final(performer.now(env.rank), session.ctx.step)
@@ -443,9 +462,13 @@ def _train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: bo
         if status == "finished" and every is not None:
             checkpoint(session)
         elif every is None:
-            performer.commit_pending()  # the newest acknowledged batch not yet committed (ACK_INTERVAL_S)
+            try:
+                performer.commit_pending()  # the newest acknowledged batch not yet committed (ACK_INTERVAL_S)
+            except KafkaUnavailable:
+                if status == "finished":
+                    raise
         events.close()
-        dataset.close()
+        dataset.close(wait=status == "finished")
         if ps_client is not None:
             ps_client.close()
         if dist.is_initialized():
