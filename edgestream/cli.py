@@ -214,12 +214,18 @@ def produce(config: Path = typer.Argument(..., help="experiment YAML file"),
             report_every: float = typer.Option(5.0, help="seconds between effective-rate reports (0: none)"),
             flush_timeout: float = typer.Option(15.0, help="seconds to wait at stop for the broker to acknowledge "
                                                 "what was sent; the rest is reported as unacknowledged"),
+            status_file: Path = typer.Option(None, "--status-file", help="also write the running counts (produced, "
+                                             "delivered, failed, unacknowledged, queued) as JSON to this file at "
+                                             "every report"),
             set_: list[str] = typer.Option(None, "--set", help="override KEY.PATH=VALUE (repeatable)")) -> None:
     """Stream every device's shard into Kafka at its rate S_i(t); print a JSON summary at exit.
 
+    A Kafka outage is waited out for runtime.kafka_outage_s (samples due meanwhile are queued and
+    delivered when Kafka answers again); past it the producer stops streaming and says so.
     Exit 0 when the broker acknowledged everything sent; 1 (after the summary) when it did not, or on
     Kafka trouble; 2 on bad input; 130 when interrupted while waiting for the broker.
     """
+    import logging
     import signal
 
     from confluent_kafka import KafkaException
@@ -228,6 +234,7 @@ def produce(config: Path = typer.Argument(..., help="experiment YAML file"),
     from edgestream.kafka.admin import KafkaUnavailable, WaitInterrupted, wait_for_broker
     from edgestream.kafka.topics import new_run_id, run_name
     from edgestream.producers import ResumeError, RunConfigConflict, parse_device_range
+    from edgestream.producers.status import write_status
     from edgestream.runner.plan import RunPlan
 
     _produce_flags(duration, report_every, flush_timeout)
@@ -257,20 +264,29 @@ def produce(config: Path = typer.Argument(..., help="experiment YAML file"),
             bootstrap = _broker(None).read_state()["bootstrap"]
         typer.echo(f"run {run}: connecting to Kafka at {bootstrap}", err=True)
         wait_for_broker(bootstrap, plan.security, should_stop=lambda: stop["flag"])
-        producer = plan.producer(bootstrap, run, ids)
+        # an outage is said once on stderr, by the producer's `note` (not also raw by the outage's logger)
+        logging.getLogger("edgestream.kafka.outage").addHandler(logging.NullHandler())
+        producer = plan.producer(bootstrap, run, ids, outage_s=cfg.runtime.kafka_outage_s,
+                                 note=lambda m: typer.echo(m, err=True))
         resumed = {d: k for d, k in producer.start.items() if k}
         typer.echo(f"run {run}: devices {ids[0]}-{ids[-1]} -> {bootstrap}"
                    + (f"; continuing {len(resumed)} device stream(s) where their topics end (device "
                       f"{min(resumed)} at sample {resumed[min(resumed)]})" if resumed else ""), err=True)
 
         def _report(r: dict) -> None:
+            if status_file is not None:
+                write_status(status_file, r)
             eff = sorted(rate / target for _, target, rate in r["devices"] if target > 0)
+            waiting = f" | waiting for Kafka {r['waiting_s']:.0f} s" if r.get("waiting_s") is not None else ""
             typer.echo(f"[{r['t']:7.1f}s] delivered {r['delivered']:,} queued {r['queued']:,} | effective/target "
-                       f"min {eff[0]:.1%} median {eff[len(eff) // 2]:.1%}", err=True)
+                       f"min {eff[0]:.1%} median {eff[len(eff) // 2]:.1%}{waiting}", err=True)
             if len(r["devices"]) <= 16:
                 typer.echo("    " + "  ".join(f"{d}:{rate:.0f}/{target:.0f}" for d, target, rate in r["devices"]),
                            err=True)
 
+        if status_file is not None:  # streaming begins: a status file says so (edgestream.producers.status)
+            write_status(status_file, {"t": 0.0, "produced": 0, "delivered": 0, "failed": 0, "unacknowledged": 0,
+                                       "queued": 0})
         summary = producer.run_for(duration, should_stop=lambda: stop["flag"], report=_report,
                                    report_every_s=report_every, flush_timeout_s=flush_timeout)
     except WaitInterrupted as exc:
@@ -291,6 +307,11 @@ def produce(config: Path = typer.Argument(..., help="experiment YAML file"),
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     print(summary.to_json(), flush=True)
+    if summary.error is not None:  # Kafka away past runtime.kafka_outage_s: it stopped streaming by itself
+        left = (f"{summary.unacknowledged:,} of {summary.produced:,} samples sent were not acknowledged"
+                if summary.unacknowledged else f"all {summary.produced:,} samples sent were acknowledged")
+        _produce_fail(f"producer: {summary.error}; stopped streaming; {left} (the same --run-id continues after "
+                      "the last sample in each topic)", 1)
     if not summary.complete:
         parts = []
         if summary.unacknowledged:

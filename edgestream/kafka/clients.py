@@ -6,18 +6,53 @@ Security settings (security.protocol, sasl.*, ssl.*) pass through from the exper
 librdkafka's own log lines (connection refused, broker down, ...) never go raw to the terminal: every
 client routes them to the Python logger `edgestream.kafka.client` (a NullHandler by default; an
 application that wants them, e.g. the trainer, attaches a file handler to it or to `edgestream`).
+While a broker is down, librdkafka repeats the same line (a refused connection) up to 20 times a second;
+each distinct line is logged at most once every REPEAT_S seconds, the next one saying how many it held back.
 """
 
 from __future__ import annotations
 
 import logging
+import re
+import threading
+import time
 from collections.abc import Mapping
 
 from edgestream.kafka.broker import MAX_MESSAGE_BYTES
 
+#: a librdkafka line repeated within this many seconds is held back (counted, said with the next one)
+REPEAT_S = 10.0
+
+
+class _Repeats(logging.Filter):
+    """Holds back a line that repeats one logged less than REPEAT_S ago (numbers aside: "after 0ms")."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._seen: dict[str, list] = {}  # line without numbers -> [when last logged, lines held back since]
+        self._lock = threading.Lock()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        key = re.sub(r"\d+", "#", record.getMessage())
+        now = time.monotonic()
+        with self._lock:
+            seen = self._seen.get(key)
+            if seen is not None and now - seen[0] < REPEAT_S:
+                seen[1] += 1
+                return False
+            if len(self._seen) > 1000:
+                self._seen.clear()
+            held = seen[1] if seen is not None else 0
+            self._seen[key] = [now, 0]
+        if held:
+            record.msg, record.args = f"{record.getMessage()} (and {held} more like it in {REPEAT_S:g} s)", None
+        return True
+
+
 #: where librdkafka's log lines go (served by the client's poll/consume calls)
 CLIENT_LOGGER = logging.getLogger("edgestream.kafka.client")
 CLIENT_LOGGER.addHandler(logging.NullHandler())
+CLIENT_LOGGER.addFilter(_Repeats())
 
 
 def client_config(bootstrap: str, security: Mapping[str, str] | None = None, **overrides) -> dict:

@@ -43,6 +43,7 @@ from edgestream.launch.command import SECRET_ENV, SECRET_FD_ENV
 from edgestream.launch.procs import Child, ChildSet, describe_status, tail_lines
 from edgestream.launch.tail import JsonlTail, RanksTail
 from edgestream.launch.view import LiveState, View
+from edgestream.producers.status import account, printed_summary
 from edgestream.runid import check_run_id, new_run_id
 from edgestream.runner.engines import check_runs
 from edgestream.runner.plan import RunPlan
@@ -54,6 +55,11 @@ STRAGGLER_S = float(os.environ.get("EDGESTREAM_LAUNCH_STRAGGLER_S", "120"))
 GRACE_S = float(os.environ.get("EDGESTREAM_LAUNCH_GRACE_S", "10"))
 #: seconds the producer gets to flush and print its summary after SIGTERM
 PRODUCER_STOP_S = 40.0
+#: the producer's own flush timeout at a stop (--flush-timeout): shorter than the time it gets, so it always
+#: prints its summary (what the broker did not acknowledge by then is counted as unacknowledged)
+PRODUCER_FLUSH_S = max(1.0, min(15.0, GRACE_S - 5.0))
+#: the producer's running counts (edgestream.producers.status): summary.json's fallback if it is killed
+PRODUCER_STATUS = "producer.status.json"
 #: broker reachability attempts (wait_for_broker backoff 0.5, 1 s: about 8 s before giving up)
 BROKER_ATTEMPTS = 3
 #: where an orchestrator of an earlier version left the revealed config (removed when found)
@@ -179,17 +185,6 @@ def resume_target(resume: Path, cfg: Any) -> tuple[Path, str]:
     return resume.parent, run_id
 
 
-def _read_json_line(path: Path) -> dict | None:
-    """The last line of `path` that is a JSON object (the producer's summary)."""
-    for line in reversed(tail_lines(path, 50)):
-        if line.startswith("{"):
-            with contextlib.suppress(ValueError):
-                rec = json.loads(line)
-                if isinstance(rec, dict):
-                    return rec
-    return None
-
-
 class LocalRun:
     """One local run; `run()` returns (run directory, summary) or raises LaunchError."""
 
@@ -221,6 +216,7 @@ class LocalRun:
         self._console = None
         self.children = ChildSet()
         self.producer: Child | None = None
+        self._producer_out_at = 0             # where this session's producer began writing producer.out
         self.trainers: dict[int, Child] = {}
         self.ps: Child | None = None          # the parameter server of a PS-family run
         self.ps_restarts = 0
@@ -519,8 +515,15 @@ class LocalRun:
                                                 for r in range(self.world)):
             return
         config_file, common, env = self._producer_args
-        self.producer = self.children.start("producer", cli_cmd("produce", str(config_file), *common),
-                                            self.path / "producer.out", env=env)
+        status = self.path / PRODUCER_STATUS
+        with contextlib.suppress(OSError):  # an earlier session's: this producer writes its own
+            status.unlink()
+        out = self.path / "producer.out"
+        self._producer_out_at = out.stat().st_size if out.exists() else 0  # this session's lines start here
+        self.producer = self.children.start("producer", cli_cmd("produce", str(config_file), *common,
+                                                                "--flush-timeout", f"{PRODUCER_FLUSH_S:g}",
+                                                                "--status-file", str(status)),
+                                            out, env=env)
         self._write_pids()
 
     # ------------------------------------------------------------ the children's phase
@@ -597,7 +600,7 @@ class LocalRun:
         if self.producer is None:
             return None, []
         killed = self.children.stop([self.producer], grace_s=grace_s, hurry=hurry)
-        return _read_json_line(self.producer.out_path), killed
+        return printed_summary(self.producer.out_path, self._producer_out_at), killed
 
     # ------------------------------------------------------------ the run
     def run(self) -> tuple[Path, dict]:
@@ -655,7 +658,7 @@ class LocalRun:
                     while self.ps.poll() is None and time.monotonic() < deadline and not hurry():
                         time.sleep(0.05)
                     outcome.killed += self.children.stop([self.ps], grace_s=GRACE_S, hurry=hurry)
-                grace = PRODUCER_STOP_S if outcome.kind == "done" else GRACE_S
+                grace = PRODUCER_STOP_S if outcome.kind == "done" else max(GRACE_S, PRODUCER_FLUSH_S + 5.0)
                 producer_summary, killed = self._stop_producer(grace, hurry)
                 outcome.killed += killed
                 outcome.stop_s = time.monotonic() - t_stop
@@ -686,9 +689,7 @@ class LocalRun:
                  "session_wall_s": round(wall, 3),
                  "children_stop_s": round(outcome.stop_s, 3) if outcome.stop_s is not None else None,
                  "children_killed": outcome.killed,
-                 "producer": {k: producer_summary.get(k) for k in ("produced", "delivered", "failed",
-                                                                   "unacknowledged", "duration_s")}
-                 if producer_summary else None}
+                 "producer": account(producer_summary, self.path / PRODUCER_STATUS, started=self.producer is not None)}
         if self.ps_family:
             extra["ps"] = {**(ps_summary or {"status": "no summary (the parameter server did not finish)"}),
                            "restarts": self.ps_restarts}

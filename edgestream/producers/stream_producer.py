@@ -9,6 +9,14 @@ exactly what the broker acknowledged per device, and what it did not.
 Restarted under an existing run id, it continues each device's stream after the last sequence number
 in its topic (producers/restart.py): sample k stays sample k (same dataset index, same point of the
 rate schedule), so a crashed producer can be restarted without duplicates.
+
+Kafka outages (`outage_s`: runtime.kafka_outage_s; edgestream.kafka.outage): the producer keeps its rate
+schedule while Kafka is away. Samples that fall due are stamped and queued in librdkafka's local queue
+(their `message.timeout.ms` is above the budget, so none fails) and delivered, in order and once each
+(idempotent producer), when Kafka answers again; if the local queue fills first, the producer pauses and
+sends the samples due meanwhile as soon as there is room (the schedule is absolute: it catches up, at most
+`max_burst` per device per pass). It says when the wait starts and ends. Past the budget it stops streaming
+(`ProducerSummary.error`), flushes for its flush timeout and reports what the broker did not acknowledge.
 """
 
 from __future__ import annotations
@@ -23,13 +31,19 @@ from confluent_kafka import KafkaError, Producer
 
 from edgestream.data.order import ShardOrder
 from edgestream.data.serde import SampleSerde
+from edgestream.kafka.admin import KafkaUnavailable
 from edgestream.kafka.clients import producer_config
+from edgestream.kafka.outage import Outage
+from edgestream.kafka.outage_calls import Probe, WaitLines, answers, on_client_error
 from edgestream.kafka.run_topics import ensure_run_topics
 from edgestream.kafka.topics import device_topic
 from edgestream.producers.restart import claim_run, stream_ends
 from edgestream.producers.schedule import due_count
 
 _PURGED = (KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT)
+#: seconds without a delivery report, with samples queued, before the producer asks whether Kafka answers
+#: (a silent network drops no connection, so librdkafka may not say "all brokers down" for a long while)
+SILENT_S = 10.0
 
 
 @dataclass
@@ -82,6 +96,9 @@ class ProducerSummary:
     failed: int = 0
     unacknowledged: int = 0
     first_error: str | None = None
+    kafka_waits: int = 0        # outages the producer waited through (or gave up in)
+    kafka_wait_s: float = 0.0   # seconds it waited for Kafka in all
+    error: str | None = None    # why it stopped by itself: Kafka away past runtime.kafka_outage_s
 
     @property
     def complete(self) -> bool:
@@ -103,13 +120,15 @@ class StreamProducer:
     `resume` (default): continue each device's stream after the last sequence number in its topic
     (a fresh run starts at 0). `run_config` (the plan's `stream_identity`): when given, the
     run's `<run>.meta` topic pins it, and a different one is refused with RunConfigConflict before any
-    device topic is created.
+    device topic is created. `outage_s`: ride out Kafka outages of up to that long (module doc); `note`:
+    where the lines saying so go besides the log (None: no outage handling, as before).
     """
 
     def __init__(self, bootstrap: str, run: str, devices: Sequence[int], x: np.ndarray, y: np.ndarray,
                  shards: Sequence[np.ndarray], rate_model, encode: Callable[..., bytes], *, seed: int = 0,
                  security: dict | None = None, producer_overrides: dict | None = None,
-                 create_topics: bool = True, resume: bool = True, run_config: dict | None = None) -> None:
+                 create_topics: bool = True, resume: bool = True, run_config: dict | None = None,
+                 outage_s: float | None = None, note: Callable[[str], None] | None = None) -> None:
         self.bootstrap, self.run, self.devices = bootstrap, run, list(devices)
         self.x, self.y, self.rates, self.encode = x, y, rate_model, encode
         self._class_targets = np.asarray(y).dtype.kind in "iub"
@@ -124,14 +143,27 @@ class StreamProducer:
         self.start = stream_ends(bootstrap, run, self.devices, security) if resume else dict.fromkeys(self.devices, 0)
         for d, k in self.start.items():
             self.stats[d].start_seq = k
-        self.producer = Producer(producer_config(bootstrap, security, **(producer_overrides or {})))
+        self.waits = WaitLines("producer", echo=note)
+        self.outage = Outage(bootstrap, outage_s, listener=self.waits) if outage_s is not None else None
+        self._last_ack = time.monotonic()
+        self.gave_up: str | None = None  # the line of an outage past the budget, once the producer gave up
+        extra = {"error_cb": self._on_error} if self.outage is not None else {}
+        self.producer = Producer(producer_config(bootstrap, security, outage_s=outage_s,
+                                                 **{**extra, **(producer_overrides or {})}))
+        self._probe = Probe(lambda t: self.producer.list_topics(timeout=t))
         self._keys = {d: str(d).encode() for d in self.devices}
         self._first_error: str | None = None
         self.started_at: float | None = None
 
+    def _on_error(self, err: KafkaError) -> None:
+        on_client_error(self.outage, err, "streaming")
+
     def _on_delivery(self, err, msg) -> None:
         st = self.stats[int(msg.key())]
         if err is None:
+            self._last_ack = time.monotonic()
+            if self.outage is not None and self.outage.waiting:
+                self.outage.up()
             if not st.delivered:
                 st.first_ack = msg.value()
             st.last_ack = msg.value()
@@ -144,6 +176,24 @@ class StreamProducer:
             if self._first_error is None:
                 self._first_error = f"{msg.topic()}: {err.str()}"
 
+    def _kafka_gone(self) -> bool:
+        """Watch Kafka while samples wait (module doc): True once an outage has lasted the budget."""
+        outage = self.outage
+        if outage is None:
+            return False
+        if outage.waiting:
+            try:
+                self._probe.tick(outage, "streaming")
+            except KafkaUnavailable as exc:
+                self.gave_up = str(exc)
+                return True
+        elif len(self.producer) and time.monotonic() - self._last_ack >= SILENT_S:
+            self._last_ack = time.monotonic()
+            if not answers(self._probe.probe):
+                outage.down("streaming", error=f"no delivery report for {SILENT_S:g} s, no answer to a metadata "
+                            "request")
+        return False
+
     def _send(self, d: int, k: int, now: float, should_stop: Callable[[], bool]) -> bool:
         """Queue sample k of device d; False (nothing queued) if stopped while the local queue was full."""
         idx = self.orders[d].index(k)
@@ -154,7 +204,7 @@ class StreamProducer:
                 self.producer.produce(self.topics[d], value=value, key=self._keys[d], on_delivery=self._on_delivery)
                 break
             except BufferError:  # local queue full: serve delivery reports, then retry; never drop
-                if should_stop():  # e.g. the broker is down and the queue filled up: stop anyway
+                if should_stop() or self._kafka_gone():  # e.g. the broker is down and the queue filled up
                     return False
                 self.producer.poll(0.01)
         st = self.stats[d]
@@ -183,7 +233,7 @@ class StreamProducer:
         stopped = False
         while not stopped:
             now = time.monotonic() - t0
-            if should_stop() or (duration is not None and now >= duration):
+            if should_stop() or (duration is not None and now >= duration) or self._kafka_gone():
                 break
             horizon = now if duration is None else min(now, duration)
             next_due = float("inf")
@@ -214,6 +264,10 @@ class StreamProducer:
         elapsed = time.monotonic() - t0
         summary = ProducerSummary(self.run, self.bootstrap, duration_s=round(elapsed, 3),
                                   first_error=self._first_error)
+        if self.outage is not None:
+            summary.kafka_waits = self.waits.waits
+            summary.kafka_wait_s = round(self.waits.total_s(self.outage), 3)
+            summary.error = self.gave_up
         for d in self.devices:
             st = self.stats[d]
             summary.devices.append(st.as_dict(elapsed))
@@ -230,9 +284,12 @@ class StreamProducer:
             st.last_rate = st.window_delivered / span
             st.window_delivered, st.window_start = 0, now
             rates.append((st.device, st.target_rate, st.last_rate))
-        return {"t": round(now, 1), "devices": rates,
-                "delivered": sum(s.delivered for s in self.stats.values()),
-                "queued": len(self.producer)}
+        stats = self.stats.values()
+        return {"t": round(now, 1), "devices": rates, "produced": sum(s.produced for s in stats),
+                "delivered": sum(s.delivered for s in stats), "failed": sum(s.failed for s in stats),
+                "unacknowledged": sum(s.unacknowledged for s in stats), "queued": len(self.producer),
+                "waiting_s": round(self.outage.length_s(), 1) if self.outage is not None and self.outage.waiting
+                else None}
 
 
 def parse_device_range(text: str | None, count: int) -> list[int]:

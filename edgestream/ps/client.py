@@ -10,6 +10,12 @@
   sees them in order) and waits for the reply with that id on `<run>.ps.pull.<i>`, ignoring replies to
   earlier requests (re-sent by a restarted PS). The PS holds the reply as long as the algorithm says.
 
+Outages (edgestream.kafka.outage): a push or pull that meets a Kafka outage waits for Kafka, keeping its
+messages queued, for up to the process's `Outage` budget (runtime.kafka_outage_s; the trainer passes its
+own, shared with its readers), saying when the wait starts and ends; then it continues (a push is
+acknowledged once: the producer is idempotent; the PS drops a re-sent push id), or, past the budget,
+raises KafkaUnavailable naming the address. A stop (signal) while it waits: PSStopped.
+
 Buffers (edgestream.sync.buffers): given the model's floating buffers (`buffers=`, the live tensors), a
 push carries their current values after the update's tensors (meta "buffers": their count), and a
 pull writes the PS's buffers from its reply into them; a join's reply carries them in `Reply.buffers`
@@ -28,12 +34,29 @@ from typing import Any
 
 from torch import Tensor
 
+from edgestream.kafka.outage import Outage
+from edgestream.kafka.outage_calls import WaitLines, call_through
 from edgestream.ps.memory import keep_large_buffers
-from edgestream.ps.transport import Receiver, Sender, chunk_bytes, ensure_ps_topics, pull_topic, push_topic
+from edgestream.ps.transport import (
+    Receiver,
+    Sender,
+    SendInterrupted,
+    chunk_bytes,
+    ensure_ps_topics,
+    pull_topic,
+    push_topic,
+)
 from edgestream.ps.wire import Envelope, Reassembler, WireError, split_buffers, tensor_bytes
 from edgestream.sync.buffers import load_buffers
 
 log = logging.getLogger("edgestream.ps.client")
+
+
+def default_outage_s() -> float:
+    """runtime.kafka_outage_s's default (a client given no `Outage` waits this long)."""
+    from edgestream.config import RuntimeConfig
+
+    return float(RuntimeConfig.model_fields["kafka_outage_s"].default)
 
 
 class PSStopped(RuntimeError):
@@ -60,19 +83,23 @@ class PSClient:
     def __init__(self, bootstrap: str, run: str, worker: int, world: int, model: Sequence[Tensor], *,
                  security: Mapping[str, str] | None = None, stop: Callable[[], bool] | None = None,
                  note_s: float = 10.0, device: Any = "cpu", echo: Callable[[str], None] | None = None,
-                 buffers: Sequence[Tensor] = ()) -> None:
+                 buffers: Sequence[Tensor] = (), outage: Outage | None = None) -> None:
         self.run, self.worker = run, worker
         self.buffers = list(buffers)  # the model's floating buffers: live tensors (module doc)
         self.model_bytes = tensor_bytes(list(model) + self.buffers)
         keep_large_buffers(self.model_bytes)
-        ensure_ps_topics(bootstrap, run, world, self.model_bytes, security)
+        self.stop = stop or (lambda: False)
+        self.outage = outage if outage is not None else Outage(
+            bootstrap, default_outage_s(), listener=WaitLines(f"worker {worker}", echo=echo or log.warning))
+        call_through(self.outage, lambda: ensure_ps_topics(bootstrap, run, world, self.model_bytes, security),
+                     f"creating the parameter server's topics of run {run}", should_stop=self.stop)
         self.topic = push_topic(run)
         self.reply_topic = pull_topic(run, worker)
         # read replies from the topic's current end: replies to an earlier session's requests are not ours
-        self.receiver = Receiver(bootstrap, self.reply_topic, f"{run}.ps.worker.{worker}", None, security)
-        self.sender = Sender(bootstrap, chunk_bytes(self.model_bytes), security)
+        self.receiver = Receiver(bootstrap, self.reply_topic, f"{run}.ps.worker.{worker}", None, security,
+                                 outage=self.outage)
+        self.sender = Sender(bootstrap, chunk_bytes(self.model_bytes), security, outage=self.outage, stop=self.stop)
         self.reasm = Reassembler(run, device=device)
-        self.stop = stop or (lambda: False)
         self.note_s = float(note_s)
         self.echo = echo  # where "still waiting" notes also go (the trainer: its stderr)
         self.next_request = 1
@@ -102,7 +129,9 @@ class PSClient:
                     return env, nbytes
                 nbytes = 0  # a reply to an earlier request: not ours
             t = time.monotonic()
-            if t - last_note >= self.note_s:
+            if self.outage.waiting:  # said by the outage; the PS is not the one that is late
+                last_note = t
+            elif t - last_note >= self.note_s:
                 last_note = t
                 note = (f"worker {self.worker}: still waiting for {what} on {self.reply_topic} ({t - t0:.0f} s; is "
                         f"`edgestream ps` running for run {self.run}?)")
@@ -115,7 +144,7 @@ class PSClient:
         nonce = uuid.uuid4().hex[:12]
         log.info("worker %d: joining the parameter server of run %s (hello on %s, waiting on %s)", self.worker,
                  self.run, self.topic, self.reply_topic)
-        self.sender.send(self.topic, Envelope(self.run, "hello", self.worker, 0, 0, {"nonce": nonce}))
+        self._send(Envelope(self.run, "hello", self.worker, 0, 0, {"nonce": nonce}))
         env, nbytes = self._await(lambda e: e.meta.get("hello") == nonce, "the parameter server to answer hello")
         self.next_request = int(env.meta.get("next_request", 1))
         self.last_push_id = int(env.meta.get("last_push", 0))
@@ -141,19 +170,25 @@ class PSClient:
         if self.buffers:
             meta = {**meta, "buffers": len(self.buffers)}
             tensors += [b.detach() for b in self.buffers]
-        return self.sender.send(self.topic, Envelope(self.run, "push", self.worker, int(push_id), int(version),
-                                                     meta, tensors))
+        return self._send(Envelope(self.run, "push", self.worker, int(push_id), int(version), meta, tensors))
 
     def pull(self) -> Reply:
         """Ask for the model and wait for the PS's reply to this request."""
         seq = self.next_request
         self.next_request += 1
-        self.sender.send(self.topic, Envelope(self.run, "pull", self.worker, seq, 0, {}))
+        self._send(Envelope(self.run, "pull", self.worker, seq, 0, {}))
         env, nbytes = self._await(lambda e: e.seq == seq and "hello" not in e.meta,
                                   f"the parameter server's reply to pull {seq}")
         reply = self._reply(env, nbytes)
         self.set_buffers(reply.buffers)
         return reply
+
+    def _send(self, env: Envelope) -> int:
+        """Send `env` to the push topic and wait for its acknowledgement (through an outage, module doc)."""
+        try:
+            return self.sender.send(self.topic, env)
+        except SendInterrupted as exc:
+            raise PSStopped(str(exc)) from None
 
     def close(self) -> None:
         self.sender.close()

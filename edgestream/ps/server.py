@@ -19,6 +19,13 @@ node) behind the run's PS topics (edgestream.ps.transport) and answers in real t
 A message that is malformed, truncated, fails its checksum or names another run is rejected with a
 reason into the run's DLQ and counted (`rejected`); it is never applied.
 
+Kafka outages (edgestream.kafka.outage): the PS waits for Kafka for up to runtime.kafka_outage_s, saying
+so on stderr, in ps.log and with "wait" records in ranks/ps.jsonl (state start, end or gave_up:
+edgestream.kafka.outage_calls.WaitLines); its replies stay queued meanwhile and it goes on where it was
+(no push lost or applied twice: the ids decide). Past the budget it stops like a crash (checkpoint,
+summary with status "failed", one line): the orchestrator restarts it, and a PS restarted while Kafka is
+away waits the budget again.
+
 Crash safety: every `checkpoint_s` seconds (and at a stop) the PS writes `checkpoints/ps.pt`: the
 coordinator's state (model, server optimizer, algorithm state), the push-topic offset to replay from,
 the per-worker last push and request ids, the pending pulls and the counters. A restarted PS loads it
@@ -56,8 +63,19 @@ from typing import Any
 
 import torch
 
+from edgestream.kafka.admin import KafkaUnavailable
+from edgestream.kafka.outage import Outage
+from edgestream.kafka.outage_calls import WaitLines, call_through
 from edgestream.ps.memory import keep_large_buffers
-from edgestream.ps.transport import Receiver, Sender, chunk_bytes, ensure_ps_topics, pull_topic, push_topic
+from edgestream.ps.transport import (
+    Receiver,
+    Sender,
+    SendInterrupted,
+    chunk_bytes,
+    ensure_ps_topics,
+    pull_topic,
+    push_topic,
+)
 from edgestream.ps.wire import Envelope, Reassembler, WireError, peek, split_buffers, tensor_bytes
 from edgestream.sync.buffers import floating_buffers, load_buffers
 from edgestream.sync.requests import Push
@@ -76,6 +94,12 @@ class PSError(RuntimeError):
 
 def ps_checkpoint_path(run_dir: Path) -> Path:
     return Path(run_dir) / "checkpoints" / "ps.pt"
+
+
+def ps_outage(plan: Any, bootstrap: str) -> Outage:
+    """The PS's account of Kafka outages (runtime.kafka_outage_s): its lines go to ps.log and stderr
+    (ps.out), its records to ps.jsonl once `WaitLines.record` is set."""
+    return Outage(bootstrap, plan.cfg.runtime.kafka_outage_s, listener=WaitLines("parameter server"))
 
 
 def expected_step_s(plan: Any, model: Any) -> float | None:
@@ -149,6 +173,8 @@ class ParameterServer:
         self.partial_start: dict[tuple[str, int], int] = {}  # (kind, worker) -> offset of its first chunk
         self.reasm = Reassembler(run)
         self.dlq = DeadLetters(bootstrap, run, plan.security)
+        self.outage = ps_outage(plan, bootstrap)
+        self.error: str | None = None  # why it stopped, when it failed (Kafka away past the budget)
         self._evaluate = evaluate
         self.reason: str | None = None
         self.replay_until: int | None = None
@@ -410,8 +436,11 @@ class ParameterServer:
 
         run_dir = self.run_dir
         (run_dir / "ranks").mkdir(parents=True, exist_ok=True)
-        ensure_ps_topics(self.bootstrap, self.run_name, self.world, self.model_bytes, self.plan.security)
         self.events = EventLog(run_dir / "ranks" / "ps.jsonl", append=True, live=True)
+        self.outage.listener.record, self.outage.listener.now = self.events.record, self.stream_now
+        call_through(self.outage, lambda: ensure_ps_topics(self.bootstrap, self.run_name, self.world,
+                                                           self.model_bytes, self.plan.security),
+                     "creating the parameter server's topics")
         if self._evaluate:
             from edgestream.runner.evaluate import Evaluation
 
@@ -423,9 +452,10 @@ class ParameterServer:
             self.evaluation = Evaluation(self._score, self.events, self.stop_rule, self.plan.eval_every_s,
                                          on_eval=lambda t, v, acc: log.info("eval t=%.1fs version %d accuracy %.4f",
                                                                             t, v, acc))
-        self.sender = Sender(self.bootstrap, self.chunk, self.plan.security)
+        self.sender = Sender(self.bootstrap, self.chunk, self.plan.security, outage=self.outage,
+                             stop=self.stop_event.is_set)
         receiver = Receiver(self.bootstrap, push_topic(self.run_name), f"{self.run_name}.ps", self.offset,
-                            self.plan.security)
+                            self.plan.security, outage=self.outage)
         if self.resumed:
             try:
                 _, high = receiver.consumer.get_watermark_offsets(receiver.consumer.assignment()[0], timeout=10.0)
@@ -472,6 +502,10 @@ class ParameterServer:
                     last_ckpt = t
             if status == "finished" and self._evaluate and self.origin_wall is not None:
                 self._eval(final=True)
+        except SendInterrupted:  # a stop while a reply waited for Kafka
+            status = "stopped"
+        except KafkaUnavailable as exc:  # Kafka away past runtime.kafka_outage_s
+            status, self.error = "failed", str(exc)
         finally:
             try:
                 self.checkpoint(wait=True)
@@ -483,12 +517,15 @@ class ParameterServer:
                         log.error("closing: %s: %s", type(exc).__name__, exc)
         summary = self.summary(status)
         (run_dir / "ranks" / "ps.summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        if self.error is not None:
+            raise PSError(self.error)
         return summary
 
     def summary(self, status: str = "finished") -> dict[str, Any]:
         c = self.counts
-        applied = c["pushes_applied"]
-        return {"status": status, "stop_reason": self.reason, "starts": self.starts,
+        applied, waits = c["pushes_applied"], self.outage.listener
+        return {"status": status, "stop_reason": self.reason, "starts": self.starts, "error": self.error,
+                "kafka_waits": waits.waits, "kafka_wait_s": round(waits.total_s(self.outage), 3),
                 "pushes_received": c["pushes_received"], "pushes_applied": applied,
                 "duplicates_dropped": c["duplicates_dropped"], "rejected": c["rejected"],
                 "replayed": c["replayed"], "pulls_answered": c["pulls_answered"], "hellos": c["hellos"],
@@ -515,7 +552,8 @@ def serve(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path) -> dict[str
     """The `edgestream ps` process: serve run `<name>-<run id>` until it stops; returns the summary."""
     import signal
 
-    from edgestream.kafka.admin import KafkaUnavailable, wait_for_broker
+    from edgestream.kafka.admin import WaitInterrupted, wait_for_broker
+    from edgestream.kafka.outage_calls import wait_until_answers
     from edgestream.kafka.topics import run_name
     from edgestream.runner.engines import EngineError
     from edgestream.runner.plan import RunPlan
@@ -540,8 +578,11 @@ def serve(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path) -> dict[str
         signal.signal(sig, lambda signum, frame: stop_event.set())
     try:
         try:
-            wait_for_broker(bootstrap, plan.security, should_stop=stop_event.is_set)
-        except KafkaUnavailable as exc:
+            if ps_checkpoint_path(run_dir).exists():  # a restart, maybe while Kafka is away: wait the budget
+                wait_until_answers(bootstrap, ps_outage(plan, bootstrap), plan.security, should_stop=stop_event.is_set)
+            else:
+                wait_for_broker(bootstrap, plan.security, should_stop=stop_event.is_set)
+        except (KafkaUnavailable, WaitInterrupted) as exc:
             raise PSError(str(exc)) from None
         server = ParameterServer(plan, run, bootstrap, run_dir, stop_event=stop_event)
         return server.run()
