@@ -78,7 +78,7 @@ def dataset_rate(bootstrap: str, run: str, n: int, batch: int, group: str = "ds"
     False: the raw uint8 batches on the host, normalize=None)."""
     import torch
 
-    from edgestream.consumers.device_stream import KafkaDeviceStream
+    from edgestream.consumers.kafka_stream import KafkaDeviceStream
     from edgestream.data import SampleSerde
     from edgestream.data.validate import SampleSpec
 

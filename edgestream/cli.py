@@ -522,7 +522,8 @@ def status_cmd(run: str = typer.Argument(..., help="run id, or the run name <nam
                watch: bool = typer.Option(False, "--watch", help="repeat every --interval until Ctrl-C"),
                as_json: bool = typer.Option(False, "--json", help="one JSON line per reading")) -> None:
     """A run as the broker sees it, from any host that reaches the broker: per device the samples produced,
-    the producer's rate, the trainer's acknowledged offset and the consumer lag; the DLQ's count; the
+    the producer's rate, the trainer's acknowledged offset and the consumer lag (samples, and seconds of data:
+    now minus the produce time of the oldest unacknowledged sample); the DLQ's count; the
     parameter server's push rate. Read-only."""
     from edgestream.kafka.status import StatusError, format_status, run_status
 

@@ -238,8 +238,8 @@ def test_a_dataset_on_a_device_hands_out_the_same_batches(bootstrap, run_prefix)
     spec = SampleSpec(np.uint8, (3, 5, 7), 10)
     rng = np.random.default_rng(11)
     serde = SampleSerde(spec, Affine((1 / 255, 2 / 255, -1 / 255), (0.0, -0.5, 1.0)))
-    own = [serde.encode(x, k % 10, 0, k, 1.0) for k, x in enumerate(_rows(rng, np.uint8, spec.shape, 24))]
-    own[5] = own[5][:-1]  # one hostile message: dead-lettered on either path
+    own = [serde.encode(x, k % 10, 0, k, 1.0) for k, x in enumerate(_rows(rng, np.uint8, spec.shape, 25))]
+    own[5] = own[5][:-1]  # one hostile message: dead-lettered on either path, and replaced (3 batches of 8)
     _send(bootstrap, device_topic(run_prefix, 0), own)
     _send(bootstrap, injection_topic(run_prefix, 0),
           [serde.encode(x, 3, 1, 100 + k, 2.0) for k, x in enumerate(_rows(rng, np.uint8, spec.shape, 6))])
@@ -254,7 +254,7 @@ def test_a_dataset_on_a_device_hands_out_the_same_batches(bootstrap, run_prefix)
         while ds.channel.reader.queued < 6 and time.monotonic() < deadline:
             ds.channel.reader.fill(0.2)
         try:  # no ack: the next dataset of the run reads the same messages
-            while len(got) < 29 and len(out) < 10:  # 23 own (one of 24 is hostile) + 6 injected
+            while len(got) < 30 and len(out) < 10:  # 24 own (one of 25 is hostile) + 6 injected
                 b = ds.next_batch()
                 if b is None:
                     break
@@ -271,7 +271,7 @@ def test_a_dataset_on_a_device_hands_out_the_same_batches(bootstrap, run_prefix)
         return got, out
 
     (host, hb), (cpu, cb), (meta, mb) = rows(None), rows("cpu"), rows("meta")
-    want = {(0, k) for k in range(24) if k != 5} | {(1, 100 + k) for k in range(6)}
+    want = {(0, k) for k in range(25) if k != 5} | {(1, 100 + k) for k in range(6)}
     assert set(host) == set(cpu) == set(meta) == want
     assert sum(b.dlq for b in hb) == sum(b.dlq for b in cb) == sum(b.dlq for b in mb) == 1
     for key, (x, label) in host.items():

@@ -115,11 +115,12 @@ def test_a_failing_transform_is_isolated_per_message():
 def test_odd_head_message_is_dead_lettered_and_the_batch_is_delivered(bootstrap, run_prefix):
     cfg = _cfg(run_prefix)
     ensure_run_topics(bootstrap, run_prefix, [0, 1])
-    values = [_digit(shape=(1, 1, 1))] + [_digit(seq=k) for k in range(1, 16)]
-    _send(bootstrap, device_topic(run_prefix, 0), values, keys=[b"odd"] + [b"0"] * 15)
+    values = [_digit(shape=(1, 1, 1))] + [_digit(seq=k) for k in range(1, 17)]
+    _send(bootstrap, device_topic(run_prefix, 0), values, keys=[b"odd"] + [b"0"] * 16)
     ds = RunPlan.resolve(cfg).kafka_dataset(bootstrap, run_prefix, 0, timeout=5)
-    batch = ds.next_batch()
-    assert batch.n == 15 and batch.dlq == 1 and tuple(batch.x.shape) == (15, 1, 8, 8)
+    batch = ds.next_batch()  # the rejected sample is replaced by the next one: the fixed batch stays 16
+    assert batch.n == 16 and batch.dlq == 1 and tuple(batch.x.shape) == (16, 1, 8, 8)
+    assert batch.seqs.tolist() == list(range(1, 17)) and batch.next_offset == 17
     ds.ack(batch)
     ds.close()
     [m] = _read_all(bootstrap, dlq_topic(run_prefix), 1, f"{run_prefix}.dlqcheck")
@@ -132,7 +133,7 @@ def test_channel_mismatch_is_no_poison_pill(bootstrap, run_prefix):
     """A 1-channel sample in a 3-channel run used to crash the loader at the same offset on every restart."""
     cfg = _cfg(run_prefix, dataset={"dataset": "synthetic", "shape": [3, 8, 8], "n_train": 64, "n_test": 32})
     ensure_run_topics(bootstrap, run_prefix, [0, 1])
-    values = [_digit(seq=k, shape=(3, 8, 8)) for k in range(16)]
+    values = [_digit(seq=k, shape=(3, 8, 8)) for k in range(18)]
     values[5] = _digit(seq=5, shape=(1, 8, 8))
     values[9] = _digit(seq=9, shape=(3, 4, 16))
     _send(bootstrap, device_topic(run_prefix, 0), values)
@@ -140,8 +141,8 @@ def test_channel_mismatch_is_no_poison_pill(bootstrap, run_prefix):
         ds = RunPlan.resolve(cfg).kafka_dataset(bootstrap, run_prefix, 0, timeout=5)
         batch = ds.next_batch()
         ds.close()
-        assert batch.n == 14 and batch.dlq == 2
-        assert 5 not in batch.seqs.tolist() and 9 not in batch.seqs.tolist()
+        assert batch.n == 16 and batch.dlq == 2  # the two rejected ones replaced by samples 16 and 17
+        assert batch.seqs.tolist() == [k for k in range(18) if k not in (5, 9)]
 
 
 def test_async_ack_reaches_the_broker_while_the_trainer_idles(bootstrap, run_prefix):

@@ -49,7 +49,10 @@ def _check(run_dir: Path, devices: int) -> None:
             mine = [e for e in steps if e["device"] == d]
             loss = acc.Scalars(f"loss/device_{d}")
             assert [(s.step, round(s.value, 4)) for s in loss] == [(e["step"], round(e["loss"], 4)) for e in mine]
-            assert {f"batch/device_{d}", f"rate/device_{d}", f"buffer/device_{d}", f"share_wait/device_{d}"} <= tags
+            assert {f"batch/device_{d}", f"rate/device_{d}", f"buffer/device_{d}", f"lag_seconds/device_{d}",
+                    f"share_wait/device_{d}"} <= tags
+            lag = acc.Scalars(f"lag_seconds/device_{d}")
+            assert [round(s.value, 4) for s in lag] == [round(e["lag_s"], 4) for e in mine if e.get("lag_s") is not None]
             shares = [acc.Scalars(f"share_{k}/device_{d}")[-1].value for k in ("wait", "compute", "comm")
                       if f"share_{k}/device_{d}" in tags]
             assert sum(shares) == pytest.approx(1.0, abs=1e-5)

@@ -35,6 +35,8 @@ class StreamBatch:
     next_offset: int                # commit this on the device topic to acknowledge the batch
     inj_next_offset: int | None     # ... and this on the injection topic (None: no injection channel)
     messages: list[Message] = field(default_factory=list, repr=False)  # the rows' Kafka messages, row order
+    lag_s: float | None = 0.0       # seconds of data behind: age of the oldest unread own sample (None: unknown)
+    lag_warning: str | None = None  # the warning line when the lag has kept growing (runtime.lag_warning_s)
 
     @property
     def n(self) -> int:

@@ -2,15 +2,17 @@
 
 Every message is validated against the run's dataset by the run's `SampleSerde` (spec: dtype, shape,
 target: class range or float dtype and shape; the device id must be the topic's device): anything
-else goes to the run's DLQ with a reason and its original key, and is skipped. No per-message failure
-reaches the trainer.
+else goes to the run's DLQ with a reason and its original key, and is skipped -- and replaced by the
+next genuine sample, so a batch holds the policy's b_i whatever is rejected (`next_batch`). No
+per-message failure reaches the trainer.
 
 Each item is a `StreamBatch` (edgestream.consumers.batch): x float32 (uint8 samples normalised on the
 consumer side: on the host in the decoding pass, or -- `torch_device` a GPU -- on that device, where
 the batch arrives as uint8 and is converted and normalised: the same values), labels (the targets:
 int64 class indices, or float32 regression targets (n,) / (n, K), as the run's `SampleSpec` says), each
-row's device, sequence number and produce time, and what the stream did (wait, buffer,
-dropped/injected/DLQ counts) plus what `ack(batch)` needs to commit its offsets. Offsets are
+row's device, sequence number and produce time, and what the stream did (wait, the lag left in samples
+and seconds of data, dropped/injected/DLQ counts, a lag warning) plus what `ack(batch)` needs to commit
+its offsets. Offsets are
 committed only on ack, so a crash re-delivers every unacknowledged sample (at-least-once).
 `commit="sync"` (default) makes each ack durable before it returns, so a restart re-delivers exactly
 the unacknowledged samples; `commit="async"` is faster and may also re-deliver the last acknowledged
@@ -29,6 +31,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -36,17 +39,32 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from edgestream.consumers.batch import StreamBatch
-from edgestream.consumers.device_stream import BROKER_TIMEOUT_S, KafkaDeviceStream
+from edgestream.consumers.broker_calls import BROKER_TIMEOUT_S
 from edgestream.consumers.dlq import DeadLetters
 from edgestream.consumers.injection import InjectionChannel
+from edgestream.consumers.kafka_stream import KafkaDeviceStream, RawBatch
 from edgestream.data.serde import DecodedBatch, SampleSerde
 from edgestream.data.validate import DeviceRule, SampleSpec
 from edgestream.data.wire import Affine
 from edgestream.kafka.outage import Outage
 from edgestream.streams import build_batch_policy, build_buffer_policy
+from edgestream.streams.lag import LagWatch
 
 #: version of `KafkaStreamDataset.state_dict()`
 STATE_VERSION = 1
+
+
+@dataclass
+class _Taking:
+    """A batch being taken: its take (`RawBatch`), the own samples accepted so far (decoded parts) and
+    how many were rejected; top-ups replace the rejected ones (`next_batch`)."""
+
+    raw: RawBatch
+    parts: list[DecodedBatch] = field(default_factory=list)
+    valid: int = 0
+    dlq: int = 0
+    wait_s: float = 0.0
+    topped_up: bool = False
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +88,8 @@ class KafkaStreamDataset(IterableDataset):
                  security: dict | None = None, max_batches: int | None = None, timeout: float | None = None,
                  pin_memory: bool = False, commit: str = "sync", broker_timeout_s: float = BROKER_TIMEOUT_S,
                  serde: SampleSerde | None = None, torch_device: torch.device | str | None = None,
-                 outage: Outage | None = None) -> None:
+                 outage: Outage | None = None, max_lag_s: float | None = None,
+                 lag_warning_s: float | None = 60.0) -> None:
         super().__init__()
         if serde is None:
             if spec is None:
@@ -91,7 +110,8 @@ class KafkaStreamDataset(IterableDataset):
         self.outage = outage if outage is not None else Outage(bootstrap, broker_timeout_s)
         self.stream = KafkaDeviceStream(bootstrap, run, device, batch_policy=build_batch_policy(batch),
                                         buffer_policy=build_buffer_policy(buffer, window_s=window_s),
-                                        window_s=window_s, security=security, outage=self.outage)
+                                        window_s=window_s, security=security, outage=self.outage,
+                                        max_lag_s=max_lag_s)
         try:
             # the algorithm decides what to inject (its Inject request -> `inject`); the dataset only opens
             # the channel when the run injects, and mixes what others injected into its next batch
@@ -106,7 +126,9 @@ class KafkaStreamDataset(IterableDataset):
         self.step = 0
         self.totals = {"samples": 0, "dropped": 0, "injected_in": 0, "injected_out": 0, "injected_bytes": 0,
                        "dlq": 0}
-        self._carry = self._no_carry()  # what takes whose messages were all rejected counted (next_batch)
+        self._taking: _Taking | None = None  # a batch being taken (its rejected samples being replaced)
+        # runtime.lag_warning_s: one warning when the lag has kept growing this long (None: never)
+        self.lag_watch = LagWatch(lag_warning_s) if lag_warning_s is not None else None
         # how far each stream was consumed: the next offset after the last batch handed out
         self._consumed: dict[str, int | None] = {
             "dev": self.stream.reader.next_offset,
@@ -121,9 +143,27 @@ class KafkaStreamDataset(IterableDataset):
             self.dlq.send(m.value(), reason, source_topic=topic, offset=m.offset(), key=m.key())
         return out, len(bad)
 
-    @staticmethod
-    def _no_carry() -> dict[str, Any]:
-        return {"dropped": 0, "dlq": 0, "wait_s": 0.0, "inj_next": None}
+    def _accept(self, taking: _Taking, messages: list) -> None:
+        """Decode own-stream `messages` into the batch being taken (the rejected ones to the DLQ)."""
+        own, bad = self._decode(messages, self._own_rule, self.stream.reader.topic)
+        taking.dlq += bad
+        if own is not None:
+            taking.parts.append(own)
+            taking.valid += len(own)
+
+    def _lag_warning(self, lag: int, lag_s: float | None) -> str | None:
+        """The warning line (logged, and carried by the batch) when the lag in seconds of data has kept
+        growing for runtime.lag_warning_s (`LagWatch`: once per growth episode); else None. Seconds, not
+        samples: a bounded lag (max_lag_s) or a producer slowing down is no stream outrunning training."""
+        watch = self.lag_watch
+        if watch is None or lag_s is None or not watch.update(time.monotonic(), lag_s):
+            return None
+        line = (f"warning: device {self.device}: the stream outruns training: its lag has kept growing for "
+                f"{time.monotonic() - watch.grown_since:.0f} s, to {lag:,} samples, {lag_s:.1f} s of data "
+                f"(runtime.lag_warning_s {watch.warn_after_s:g} s); set algorithm.max_lag_s to bound it (older "
+                "samples are skipped and counted as dropped), or train faster")
+        log.warning("%s", line)
+        return line
 
     def inject(self, batch: StreamBatch, indices: list[int], targets: list[int]) -> tuple[int, int]:
         """Send the rows `indices` of `batch` to each of `targets`' injection topics (their original bytes).
@@ -148,36 +188,46 @@ class KafkaStreamDataset(IterableDataset):
         """One batch, or None when `timeout` passed without the policy's samples arriving. `size`
         overrides the batch policy's b_i (an algorithm's explicit TakeBatch size).
 
-        A take whose messages were all rejected (a burst of malformed messages) is no batch: its messages
-        go to the DLQ and the take is repeated until valid samples arrive (or `timeout` passes); the
-        rejected messages are counted (dlq, dropped, wait) and acknowledged with the next batch handed
-        out. So a batch is empty only when the algorithm asked for zero samples (`size=0`)."""
+        Own samples rejected by validation (to the DLQ, with their reasons) are replaced by the next
+        valid ones (`TakeDecision.refill`): a fixed, rate or explicit size waits for them as for any slow
+        stream, so hostile messages never change a batch's size; `available` tops up from what is buffered
+        without waiting (and waits for one valid sample when none was). The rejected messages are counted
+        (`dlq`) and acknowledged with the batch (its `next_offset` lies past them). A take that times out
+        part-way is continued by the next call. Injected samples (from peers) come on top of the own ones.
+        So a batch is empty only when the algorithm asked for zero samples (`size=0`)."""
         deadline = None if self.timeout is None else time.monotonic() + self.timeout
-        while True:
-            left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            raw = self.stream.take(timeout=left, size=size)
+
+        def left() -> float | None:
+            return None if deadline is None else max(0.0, deadline - time.monotonic())
+
+        taking = self._taking
+        if taking is None:
+            raw = self.stream.take(timeout=left(), size=size)
             if raw is None:
                 return None
-            own, bad_own = self._decode(raw.messages, self._own_rule, self.stream.reader.topic)
-            injected, inj_next = self.channel.receive() if self.channel else ([], None)
-            inj, bad_inj = (self._decode(injected, self._inj_rule, self.channel.reader.topic) if injected
-                            else (None, 0))
-            if own is not None or inj is not None or raw.target == 0:
+            taking = self._taking = _Taking(raw, wait_s=raw.wait_s)
+            self._accept(taking, raw.messages)
+        while True:
+            more, need = taking.raw.decision.refill(taking.valid)
+            if more == 0:
                 break
-            c = self._carry  # nothing valid: carried to the batch that acknowledges these offsets
-            c["dropped"] += raw.dropped
-            c["dlq"] += bad_own + bad_inj
-            c["wait_s"] += raw.wait_s
-            if inj_next is not None:
-                c["inj_next"] = inj_next
-            if deadline is not None and time.monotonic() >= deadline:
-                return None
-            if not raw.messages:  # the stream said samples were there, none could be fetched yet (e.g. a
-                time.sleep(0.05)  # broker coming back): wait a moment rather than ask it again at once
-        carry, self._carry = self._carry, self._no_carry()
-        if inj_next is None:
-            inj_next = carry["inj_next"]
-        parts = [p for p in (own, inj) if p is not None]
+            t0 = time.monotonic()
+            messages = self.stream.top_up(more, need, timeout=left())
+            taking.wait_s += time.monotonic() - t0
+            if messages is None:
+                return None  # the next call goes on with this batch
+            taking.topped_up = True
+            valid = taking.valid
+            if messages:
+                self._accept(taking, messages)
+            if need == 0 and taking.valid == valid:  # `available`: what is buffered brought nothing valid
+                break
+        self._taking = None
+        raw, own = taking.raw, taking.parts
+        injected, inj_next = self.channel.receive() if self.channel else ([], None)
+        inj, bad_inj = (self._decode(injected, self._inj_rule, self.channel.reader.topic) if injected
+                        else (None, 0))
+        parts = own + [inj] if inj is not None else own
         if len(parts) == 1:
             p = parts[0]
             x, y, src, seq, pt, messages = p.x, p.labels, p.devices, p.seqs, p.produce_times, p.accepted
@@ -186,7 +236,7 @@ class KafkaStreamDataset(IterableDataset):
             xt = torch.cat([torch.from_numpy(p.x) if isinstance(p.x, np.ndarray) else p.x for p in parts])
             y, src, seq, pt = (np.concatenate([getattr(p, f) for p in parts])
                                for f in ("labels", "devices", "seqs", "produce_times"))
-            messages = own.accepted + inj.accepted
+            messages = [m for p in parts for m in p.accepted]
         else:
             xt = torch.zeros((0, *self.spec.shape), device=self.torch_device)
             y, src = self.spec.empty_targets(), np.zeros(0, dtype=np.int64)
@@ -198,16 +248,20 @@ class KafkaStreamDataset(IterableDataset):
         if self.pin_memory and torch.cuda.is_available():
             xt, yt = (xt.pin_memory() if xt.device.type == "cpu" else xt), yt.pin_memory()
         n_inj = 0 if inj is None else len(inj)
+        # what is left unread: the consumer lag (after the top-ups: read again), past the rejected messages
+        next_offset = self.stream.reader.next_offset
+        lag, lag_bytes, lag_s = (self.stream.backlog() if taking.topped_up
+                                 else (raw.buffer_samples, raw.buffer_bytes, raw.lag_s))
         batch = StreamBatch(
             x=xt, labels=yt, devices=src if src.dtype == np.int64 else src.astype(np.int64),
             # seqs: uint64 on the wire, int64 here (the same bits below 2**63: a view, not a copy)
             seqs=seq.view(np.int64) if seq.dtype == np.uint64 else np.asarray(seq, dtype=np.int64),
             produce_times=pt if pt.dtype == np.float64 else pt.astype(np.float64), device=self.device, step=self.step,
-            target=raw.target, wait_s=raw.wait_s + carry["wait_s"], rate=raw.rate,
-            dropped=raw.dropped + carry["dropped"], injected=n_inj, dlq=bad_own + bad_inj + carry["dlq"],
-            buffer_samples=raw.buffer_samples, buffer_bytes=raw.buffer_bytes,
-            next_offset=raw.next_offset, inj_next_offset=inj_next, messages=messages)
-        self._consumed = {"dev": raw.next_offset, "inj": inj_next if inj_next is not None else self._consumed["inj"]}
+            target=raw.target, wait_s=taking.wait_s, rate=raw.rate, dropped=raw.dropped, injected=n_inj,
+            dlq=taking.dlq + bad_inj, buffer_samples=lag, buffer_bytes=lag_bytes, lag_s=lag_s,
+            next_offset=next_offset, inj_next_offset=inj_next, messages=messages,
+            lag_warning=self._lag_warning(lag, lag_s))
+        self._consumed = {"dev": next_offset, "inj": inj_next if inj_next is not None else self._consumed["inj"]}
         self.step += 1
         t = self.totals
         t["samples"] += batch.n
@@ -253,6 +307,7 @@ class KafkaStreamDataset(IterableDataset):
             raise ValueError(f"stream state version {version}; this edgestream reads version {STATE_VERSION}")
         if device != self.device:
             raise ValueError(f"the stream state is device {device}'s; this dataset is device {self.device}'s")
+        self._taking = None  # a batch being taken is dropped with the queue: re-read from `dev`
         self.stream.seek(dev)
         if self.channel is not None and inj is not None:
             self.channel.reader.seek(int(inj))

@@ -1,38 +1,45 @@
-"""One device's Kafka stream as a sequence of batches: `KafkaDeviceStream`, the consumer's source of a
-device stream (the simulator's is `edgestream.sim.stream.VirtualStream`).
+"""Reading one topic partition of samples: `PartitionReader` (a manually assigned consumer with a local
+queue of fetched messages, commits on acknowledgement, waits through a Kafka outage), the consumer
+groups' names (`trainer_group`) and `commit_offset`. The batches of a device stream are taken by
+`edgestream.consumers.kafka_stream.KafkaDeviceStream` on top of it.
 
 The consumer belongs to a group named for the run and device, starts at the group's committed offset
 (or the topic's first offset: data produced before the trainer connects is not lost), never
 auto-commits, and commits only when the trainer acknowledges a batch (at-least-once).
-
-A batch is taken by the sequence of `edgestream.streams.take` (the decisions are `TakeRule.decide`,
-shared with the simulator); this source supplies the counts from the broker: buffered = the consumer
-lag (end offset - read position), arrived in the last window = end offset - the first offset whose
-timestamp is inside the window (offsets_for_times, asked only when the rule reads it). `truncate`
-seeks forward past the skipped samples (counted in `dropped`); waiting is polling the broker.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
 from bisect import bisect_left
 from collections import deque
-from dataclasses import dataclass
+from itertools import islice
 
 from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from edgestream.consumers.broker_calls import BROKER_TIMEOUT_S, FATAL, BrokerCalls
-from edgestream.kafka.admin import KafkaUnavailable
+from edgestream.kafka.admin import KafkaUnavailable, admin_client
 from edgestream.kafka.clients import consumer_config
 from edgestream.kafka.outage import Outage
 from edgestream.kafka.outage_calls import Probe, answers
-from edgestream.kafka.topics import device_topic
-from edgestream.streams.take import TakeRule
+
+#: seconds of outage after which a reader whose own requests still fail asks a new client whether Kafka
+#: answers (and replaces its consumer when it does: PartitionReader._refresh); also the interval between asks
+REOPEN_AFTER_S = 10.0
 
 #: how old the end offset read at start may be before the first fetch response replaces it
 HIGH_WATERMARK_MAX_AGE_S = 0.5
+
+#: what librdkafka reads ahead of a sample stream's reader, and in what pieces. Its defaults (100,000
+#: messages or 64 MB queued, fetches of up to max.partition.fetch.bytes = the largest message, 17 MB)
+#: made a trainer behind its stream grow by tens of MB: a message keeps its whole fetch response alive
+#: while a batch (or an ack held back) refers to it. Still thousands of samples ahead; a larger message
+#: than a fetch is still fetched whole (docs/BENCHMARKS.md, "A stream that outruns training")
+STREAM_PREFETCH = {"queued.min.messages": 20000, "queued.max.messages.kbytes": 16384,
+                   "max.partition.fetch.bytes": 1024 * 1024}
 
 #: asynchronous acks are committed within this many seconds (coalesced: at most one request per interval)
 ASYNC_COMMIT_INTERVAL_S = 0.1
@@ -55,25 +62,6 @@ def trainer_group(run: str, device: int, kind: str = "dev") -> str:
     return f"{run}.{kind}.{device}.trainer"
 
 
-@dataclass
-class RawBatch:
-    """Undecoded messages of one batch plus what the trainer needs to report and acknowledge it."""
-
-    messages: list[Message]     # the batch's Kafka messages, in offset order
-    next_offset: int            # commit this to acknowledge the batch (covers truncated samples too)
-    target: int                 # b_i the batch policy asked for
-    wait_s: float               # time spent waiting for samples
-    dropped: int                # samples skipped by truncation before this batch
-    buffer_samples: int         # unconsumed samples left after taking the batch (consumer lag)
-    buffer_bytes: int
-    rate: float                 # measured arrival rate used by the batch policy (samples/s)
-
-    @property
-    def values(self) -> list[bytes]:
-        """The messages' values; a null value (a tombstone) is b"" (malformed: it goes to the DLQ)."""
-        return [m.value() or b"" for m in self.messages]
-
-
 class PartitionReader:
     """A manually assigned single-partition consumer with a local queue of fetched messages.
 
@@ -87,15 +75,17 @@ class PartitionReader:
                  outage: Outage | None = None) -> None:
         self.topic, self.bootstrap = topic, bootstrap
         self.tp = TopicPartition(topic, 0)
-        self.calls = BrokerCalls(bootstrap, broker_timeout_s, outage=outage,
-                                 refresh=lambda t: self.consumer.list_topics(topic, timeout=t))
+        self.calls = BrokerCalls(bootstrap, broker_timeout_s, outage=outage, refresh=self._refresh)
+        self._security, self._fresh_asked = security, 0.0
         self.outage = self.calls.outage
         self._down_since: float | None = None  # set by librdkafka's "all brokers down", cleared by answers
         self._reported = False                 # _down_since is a wait of the outage
-        self._probe = Probe(lambda t: self.consumer.list_topics(topic, timeout=t))  # "does Kafka answer again?"
-        conf = consumer_config(bootstrap, group, security, **(overrides or {}))
+        self._probe = Probe(self._refresh)  # "does Kafka answer again?" (a wedged consumer is replaced)
+        conf = consumer_config(bootstrap, group, security, **{**STREAM_PREFETCH, **(overrides or {})})
         conf.setdefault("error_cb", self._on_error)
+        self._conf = conf
         self.consumer = Consumer(conf)
+        self.reopened = 0                   # times a wedged consumer was replaced (_refresh)
         self._lock = threading.Lock()       # the commit state, shared with the async-commit timer
         self._timer: threading.Timer | None = None
         try:
@@ -116,6 +106,33 @@ class PartitionReader:
         self._tail = committed              # offset after the last queued message
         self.committed = committed          # newest acknowledged offset
         self._sent, self._sent_at, self._async = committed, 0.0, False  # newest offset sent to the broker
+
+    def _refresh(self, timeout: float):
+        """BrokerCalls' retry step: fresh metadata for this reader. After a long outage librdkafka's consumer
+        can stay wedged (its metadata requests wait for a usable broker that never comes, although the broker
+        is back and a new client gets answers): when its own request fails after REOPEN_AFTER_S of outage and
+        a new client's succeeds (asked at most every REOPEN_AFTER_S), the consumer is replaced by a new one
+        assigned where this one would fetch next (the local queue and the commit state are kept)."""
+        try:
+            return self.consumer.list_topics(self.topic, timeout=timeout)
+        except KafkaException:
+            now = time.monotonic()
+            if (not hasattr(self, "_sent") or self.outage.length_s() < REOPEN_AFTER_S
+                    or now - self._fresh_asked < REOPEN_AFTER_S):  # (not while __init__ still reads offsets)
+                raise
+            self._fresh_asked = now
+            if not answers(lambda t: admin_client(self.bootstrap, self._security).list_topics(timeout=t)):
+                raise
+        log.warning("%s: reopening the consumer at offset %d: it got no answer from Kafka while a new client did",
+                    self.topic, self._tail)
+        with self._lock:
+            old, self.consumer = self.consumer, Consumer(self._conf)
+            self.consumer.assign([TopicPartition(self.topic, 0, self._tail)])
+            self._sent = min(self._sent, self.committed - 1)  # an async commit of the old one may be lost: resend
+        self.reopened += 1
+        with contextlib.suppress(KafkaException, RuntimeError):
+            old.close()
+        return self.consumer.list_topics(self.topic, timeout=timeout)
 
     def _committed(self, timeout: float) -> int:
         tp = self.consumer.committed([TopicPartition(self.topic, 0)], timeout=timeout)[0]
@@ -204,6 +221,15 @@ class PartitionReader:
 
         res = self.calls(ask, f"looking up offsets by time on {self.topic}")
         return res.offset if res.offset >= 0 else self.high_watermark()
+
+    def first_at_or_after(self, ts_ms: int) -> int | None:
+        """The offset of the first queued message whose timestamp is >= ts_ms, None when none queued is
+        (a scan: a message with an odd timestamp, e.g. written by someone else, cannot make it skip more)."""
+        for i, chunk in enumerate(self._chunks):
+            for m in islice(chunk, self._head if i == 0 else 0, None):
+                if m.timestamp()[1] >= ts_ms:
+                    return m.offset()
+        return None
 
     def skip_to(self, offset: int) -> int:
         """Advance the read position to `offset`, dropping what lies before; return how many were skipped."""
@@ -340,72 +366,3 @@ class PartitionReader:
                            f"committing offset {self.committed} on {self.topic}")
         finally:
             self.consumer.close()
-
-
-class KafkaDeviceStream:
-    """Batches of one device's Kafka stream, shaped by a buffer policy and a batch policy
-    (edgestream.streams) through the shared take sequence (`TakeRule`)."""
-
-    def __init__(self, bootstrap: str, run: str, device: int, *, batch_policy, buffer_policy,
-                 window_s: float = 1.0, security: dict | None = None, group: str | None = None,
-                 broker_timeout_s: float = BROKER_TIMEOUT_S, outage: Outage | None = None) -> None:
-        self.device, self.window_s = device, window_s
-        self.rule = TakeRule(buffer_policy, batch_policy, window_s)
-        self.reader = PartitionReader(bootstrap, device_topic(run, device), group or trainer_group(run, device),
-                                      security, broker_timeout_s=broker_timeout_s, outage=outage)
-        self.dropped_total = 0
-        self._avg_msg_bytes = 0.0
-        self._high: int | None = None
-
-    def _arrivals_in_window(self) -> int:
-        start = self.reader.offset_for_time(int((time.time() - self.window_s) * 1000))
-        return max(0, self.reader.high_watermark() - start)
-
-    def take(self, timeout: float | None = None, size: int | None = None) -> RawBatch | None:
-        """The next batch, waiting for the policy's b_i samples (or exactly `size`, when given); None if
-        `timeout` passes first."""
-        t0 = time.monotonic()
-        reader = self.reader
-        reader.flush_commits()
-        # 1. counts: the window (a broker lookup) only when the rule reads it
-        if self.rule.measures_window:
-            high, available = None, reader.lag()
-            arrived = self._arrivals_in_window()
-        else:
-            high, arrived = reader.high_watermark(), None
-            available = max(0, high - reader.next_offset)
-        # 2. truncate once, measure the rate, size the batch
-        decision = self.rule.decide(available, arrived, size)
-        dropped = reader.skip_to(reader.next_offset + decision.skip) if decision.skip > 0 else 0
-        self.dropped_total += dropped
-        self._high = reader.high_watermark() if high is None else high
-        target = decision.target
-        # 3. wait until ready. Fetch exactly what the batch still misses: librdkafka prefetches in its
-        # own thread, and small consume() calls keep each batch's bytes in cache from fetch to tensor.
-        # Wait (up to 50 ms a call) while the batch is not ready; once it is, take only what is here.
-        while reader.queued < target:
-            ready = decision.ready(reader.queued)
-            if not ready and timeout is not None and time.monotonic() - t0 > timeout:
-                return None
-            reader.check_broker()
-            got = reader.fill(0.0 if ready else 0.05, max_messages=target - reader.queued)
-            if ready and got == 0:
-                break
-        # 4. take (the dataset adds the injected samples)
-        messages = reader.take(target)
-        wait_s = time.monotonic() - t0
-        if messages:  # the buffer's bytes are estimated from the newest batch's message sizes
-            self._avg_msg_bytes = (len(messages[0]) + len(messages[-1])) / 2
-        lag = max(0, self._high - reader.next_offset)
-        return RawBatch(messages, reader.next_offset, target, wait_s, dropped, lag,
-                        int(lag * self._avg_msg_bytes), decision.rate)
-
-    def seek(self, offset: int) -> None:
-        """Continue the stream at `offset` (PartitionReader.seek: queue dropped, group offset committed)."""
-        self.reader.seek(offset)
-
-    def ack(self, next_offset: int, wait: bool = True) -> None:
-        self.reader.commit(next_offset, wait)
-
-    def close(self, wait: bool = True) -> None:
-        self.reader.close(wait)

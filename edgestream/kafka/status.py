@@ -4,8 +4,11 @@ Only Kafka is asked, so it works from any host that reaches the broker (a testbe
 Jetson), while the run goes on: per device, the stream's end offset (samples produced so far), the
 producer's rate (end offsets read twice, `interval_s` apart), the trainer group's committed offset
 (samples acknowledged) and the consumer lag (produced - acknowledged: the device's backlog as the
-broker sees it); plus the DLQ's count and, for parameter-server runs, the push topic's messages and
-rate. Read-only: no group is joined, nothing is committed.
+broker sees it), in samples and in seconds of data (`lag_s`: now minus the timestamp of the oldest
+unacknowledged message, its produce time; 0 without a backlog); plus the DLQ's count and, for
+parameter-server runs, the push topic's messages and rate. Read-only: no group is joined, nothing is
+committed. (A trainer acknowledges now and then -- with each checkpoint, or at most once a second --
+so the lag here includes what it has read but not yet acknowledged.)
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Consumer, TopicPartition
 
 from edgestream.kafka.admin import admin_client
 from edgestream.kafka.clients import consumer_config
@@ -75,6 +78,10 @@ def run_status(bootstrap: str, run: str, *, interval_s: float = 2.0,
             end = second[topic]
             rows.append({"device": d, "produced": end, "rate": (end - first[topic]) / dt if interval_s > 0 else None,
                          "acknowledged": committed, "lag": end - (committed or 0)})
+        ages = _oldest_ages(reader, {device_topic(run, r["device"]): r["acknowledged"] or 0
+                                     for r in rows if r["lag"] > 0}, timeout_s)
+        for r in rows:
+            r["lag_s"] = ages.get(device_topic(run, r["device"])) if r["lag"] > 0 else 0.0
         dlq = dlq_topic(run)
         out: dict[str, Any] = {"run": run, "interval_s": round(dt, 3), "devices": rows,
                                "dlq": (reader.get_watermark_offsets(TopicPartition(dlq, 0), timeout=timeout_s)[1]
@@ -87,16 +94,38 @@ def run_status(bootstrap: str, run: str, *, interval_s: float = 2.0,
         reader.close()
 
 
+def _oldest_ages(reader: Consumer, offsets: dict[str, int], timeout_s: float) -> dict[str, float]:
+    """Seconds since the message at each topic's offset was produced (its timestamp), read with one
+    assignment; a topic whose message does not come within `timeout_s` is left out."""
+    if not offsets:
+        return {}
+    reader.assign([TopicPartition(t, 0, o) for t, o in offsets.items()])
+    stamps: dict[str, int] = {}
+    deadline = time.monotonic() + timeout_s
+    while len(stamps) < len(offsets) and time.monotonic() < deadline:
+        for m in reader.consume(len(offsets), timeout=0.2):
+            kind, ts = m.timestamp() if m.error() is None else (TIMESTAMP_NOT_AVAILABLE, -1)
+            if kind != TIMESTAMP_NOT_AVAILABLE and ts >= 0:
+                stamps.setdefault(m.topic(), ts)
+    reader.unassign()
+    now = time.time()
+    return {t: round(max(0.0, now - ts / 1000.0), 3) for t, ts in stamps.items()}
+
+
 def format_status(st: dict[str, Any]) -> str:
     """The table `edgestream status` prints."""
     lines = [f"run {st['run']} (rates over {st['interval_s']:g} s)",
-             f"{'device':>6} {'produced':>10} {'rate/s':>9} {'acknowledged':>13} {'lag':>9}"]
+             f"{'device':>6} {'produced':>10} {'rate/s':>9} {'acknowledged':>13} {'lag':>9} {'lag s':>8}"]
     for r in st["devices"]:
         rate = "-" if r["rate"] is None else f"{r['rate']:.1f}"
         acked = "none" if r["acknowledged"] is None else f"{r['acknowledged']:,}"
-        lines.append(f"{r['device']:>6} {r['produced']:>10,} {rate:>9} {acked:>13} {r['lag']:>9,}")
+        lag_s = "-" if r.get("lag_s") is None else f"{r['lag_s']:.1f}"
+        lines.append(f"{r['device']:>6} {r['produced']:>10,} {rate:>9} {acked:>13} {r['lag']:>9,} {lag_s:>8}")
     total = sum(r["lag"] for r in st["devices"])
-    lines.append(f"total lag {total:,} samples; DLQ {('no topic' if st['dlq'] is None else format(st['dlq'], ','))}")
+    oldest = max((r["lag_s"] for r in st["devices"] if r.get("lag_s") is not None), default=None)
+    behind = f" (at most {oldest:.1f} s of data behind)" if oldest else ""
+    lines.append(f"total lag {total:,} samples{behind}; DLQ "
+                 f"{('no topic' if st['dlq'] is None else format(st['dlq'], ','))}")
     if "ps_push" in st:
         p = st["ps_push"]
         rate = "-" if p["rate"] is None else f"{p['rate']:.1f}/s"

@@ -545,6 +545,8 @@ class LocalRun:
             state.add(tail.read())
             if ps_tail is not None:
                 state.add_ps(ps_tail.read())
+            for line in state.pop_warnings():  # a trainer's lag warning (once per growth episode)
+                self.echo(line)
             view.update()
             if signals.signum is not None:
                 return _Outcome("signal", f"interrupted by {signal.Signals(signals.signum).name}",

@@ -22,6 +22,7 @@ class DeviceState:
     step: int | None = None
     batch: int | None = None
     buffer: int | None = None
+    lag_s: float | None = None         # seconds of data behind (the step lines' lag_s)
     dropped: int = 0
     loss: float | None = None
     rate: float | None = None          # the stream rate a trainer reports (extra key "rate"), if any
@@ -31,6 +32,7 @@ class DeviceState:
         self.step = rec.get("step", self.step)
         self.batch = rec.get("batch", self.batch)
         self.buffer = rec.get("buffer_samples", self.buffer)
+        self.lag_s = rec.get("lag_s", self.lag_s)
         self.dropped += int(rec.get("dropped") or 0)
         if rec.get("loss") is not None:
             self.loss = rec["loss"]
@@ -69,6 +71,7 @@ class LiveState:
         self.status = "starting"
         self.ps: PSState | None = None     # a parameter-server run's PS figures
         self.kafka = KafkaWaits()          # the devices waiting for Kafka (their "wait" records)
+        self.warnings: list[str] = []      # the trainers' warning lines (lag_warning) not yet shown
 
     def add_ps(self, records: list[dict]) -> None:
         """Records of the parameter server's ranks/ps.jsonl."""
@@ -90,6 +93,13 @@ class LiveState:
                 self.kafka.add(int(device), rec)
                 continue
             self.devices.setdefault(int(device), DeviceState()).add(rec)
+            if rec.get("lag_warning"):
+                self.warnings.append(str(rec["lag_warning"]))
+
+    def pop_warnings(self) -> list[str]:
+        """The trainers' warning lines since the last call (the orchestrator prints them)."""
+        out, self.warnings = self.warnings, []
+        return out
 
     @property
     def elapsed(self) -> float:
@@ -105,14 +115,15 @@ class LiveState:
 
         t = Table(title=self.headline(), title_justify="left", expand=False,
                   caption=self.ps.text() if self.ps is not None else None, caption_justify="left")
-        for col in ("device", "step", "rate/s", "trained/s", "batch", "buffer", "dropped", "wait", "compute",
-                    "comm", "loss"):
+        for col in ("device", "step", "rate/s", "trained/s", "batch", "buffer", "lag s", "dropped", "wait",
+                    "compute", "comm", "loss"):
             t.add_column(col, justify="right")
         for d, s in sorted(self.devices.items()):
             sh = s.shares()
             tps = s.trained_per_s()
             t.add_row(str(d), _fmt(s.step), _fmt(s.rate, ".0f"), _fmt(tps, ".0f"), _fmt(s.batch), _fmt(s.buffer),
-                      str(s.dropped), *((f"{x:.0%}" for x in sh) if sh else ("-", "-", "-")), _fmt(s.loss, ".3f"))
+                      _fmt(s.lag_s, ".1f"), str(s.dropped), *((f"{x:.0%}" for x in sh) if sh else ("-", "-", "-")),
+                      _fmt(s.loss, ".3f"))
         return t
 
     def line(self) -> str:
@@ -129,6 +140,9 @@ class LiveState:
                 f"buffer max {max(buf)}" if buf else "buffer -"]
         if self.kafka.text():
             part.insert(1, self.kafka.text())
+        lags = [s.lag_s for s in self.devices.values() if s.lag_s is not None]
+        if lags:
+            part.append(f"lag max {max(lags):.1f} s")
         if shares:
             n = len(shares)
             part.append("wait/compute/comm " + "/".join(f"{sum(x[i] for x in shares) / n:.0%}" for i in range(3)))

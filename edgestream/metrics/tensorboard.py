@@ -12,7 +12,8 @@ Scalars (tags `group/series`, one chart per tag in TensorBoard):
   `eval/accuracy`, `eval/loss`; regression: `eval/rmse`, `eval/mae`, `eval/loss`);
 * per device i, at its own step: `loss/device_i`, `rate/device_i` (its stream's rate S_i(t) at the step's
   time, from the run's rate model), `batch/device_i`,
-  `buffer/device_i` (samples buffered), `share_wait|share_compute|share_comm/device_i` (the step's
+  `buffer/device_i` (samples buffered: the lag in samples), `lag_seconds/device_i` (the lag in seconds of
+  data: how old the oldest unread sample is), `share_wait|share_compute|share_comm/device_i` (the step's
   time split), `floats_sent/device_i` (cumulative), and `staleness/device_i` for parameter-server runs;
 * `run/floats_sent` (all devices, cumulative).
 
@@ -34,7 +35,8 @@ from typing import Any
 FOLDER = "tensorboard"
 RateOf = Callable[[int, float], float]
 #: step-line fields written per device: (field, tag group)
-DEVICE_FIELDS = (("loss", "loss"), ("batch", "batch"), ("buffer_samples", "buffer"), ("staleness", "staleness"))
+DEVICE_FIELDS = (("loss", "loss"), ("batch", "batch"), ("buffer_samples", "buffer"), ("lag_s", "lag_seconds"),
+                 ("staleness", "staleness"))
 SHARES = ("wait_s", "compute_s", "comm_s")
 #: eval-line fields that are not metrics
 EVAL_KEYS = ("kind", "time", "step")

@@ -237,6 +237,12 @@ class RunPlan:
         """algorithm.buffer: persist | truncate."""
         return str(self.cfg.algorithm.buffer)
 
+    @property
+    def max_lag_s(self) -> float | None:
+        """algorithm.max_lag_s: the bound on a device's backlog in seconds of data (None: unbounded)."""
+        value = self.cfg.algorithm.max_lag_s
+        return None if value is None else float(value)
+
     def batch_policy(self) -> Any:
         from edgestream.streams import build_batch_policy
 
@@ -387,6 +393,8 @@ class RunPlan:
         policies, validated against the run's sample spec, normalised as the dataset is."""
         from edgestream.consumers import KafkaStreamDataset
 
+        kw.setdefault("max_lag_s", self.max_lag_s)
+        kw.setdefault("lag_warning_s", float(self.cfg.runtime.lag_warning_s))
         return KafkaStreamDataset(bootstrap, run, device, num_devices=self.world, serde=self.serde, batch=self.batch,
                                   buffer=self.buffer, injection=self.injection, seed=self.seed,
                                   security=self.security, **kw)

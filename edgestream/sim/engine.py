@@ -183,7 +183,8 @@ class SimEngine:
         self.world = m = plan.world
         self.events = events if events is not None else EventLog(None)
         self.env = simpy.Environment()
-        self.streams = [VirtualStream(d, self.rate_model, buffer_policy, batch_policy) for d in range(m)]
+        self.streams = [VirtualStream(d, self.rate_model, buffer_policy, batch_policy, plan.max_lag_s)
+                        for d in range(m)]
         try:
             model = plan.build_model()
         except EngineError as exc:
@@ -389,7 +390,7 @@ class SimEngine:
         meter = self.meters[rank]
         meter.count(batch=batch.n, dropped=plan.dropped, injected=batch.injected)
         meter.gauge(buffer_samples=taken.backlog, buffer_bytes=taken.backlog * self.data.sample_bytes,
-                    held_samples=taken.held, rate=plan.rate)
+                    held_samples=taken.held, rate=plan.rate, lag_s=taken.lag_s)
         own_labels = self.data.labels(indices[:plan.target])
         meter.note_samples(range(taken.start, taken.stop), own_labels)  # own stream: seq = position
         self.last_backlog[rank], self.last_held[rank] = taken.backlog, taken.held

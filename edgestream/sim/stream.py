@@ -1,16 +1,22 @@
 """One device's stream in virtual time: what has arrived, what is consumed, what truncation dropped.
 
 `VirtualStream` is the simulator's source of a device stream (the Kafka consumer's is
-`edgestream.consumers.device_stream.KafkaDeviceStream`). Counting follows the producers
+`edgestream.consumers.kafka_stream.KafkaDeviceStream`). Counting follows the producers
 (producers/schedule.py `due_count`): sample k (k = 0, 1, ...) of device i is due at due_time_i(k), so
 by time t >= 0 the stream holds floor(C_i(t)) + 1 samples (sample 0 at t = 0). A batch is taken by
 the sequence of `edgestream.streams.take` (the decisions are `TakeRule.decide`, shared with the
 Kafka consumer); this source supplies the counts from the rate model and waits in virtual time:
 
-1. at the request time t0 it counts what is buffered and what arrived in (t0 - window, t0];
-2. the rule truncates once, measures the rate and sizes b_i (an explicit size overrides the policy);
+1. at the request time t0 it counts what is buffered and what arrived in (t0 - window, t0] (and,
+   with a lag bound `max_lag_s`, in (t0 - max_lag_s, t0]);
+2. the rule truncates once (and skips what is older than max_lag_s), measures the rate and sizes
+   b_i (an explicit size overrides the policy);
 3. if the batch is not ready, the worker waits until the missing samples are due;
 4. it takes the b_i oldest samples plus everything peers injected since its last batch.
+
+The lag after a take is `Taken.backlog` samples and `Taken.lag_s` seconds of data: how long ago the
+oldest unread sample was due (0 when nothing is buffered), the figure the Kafka stream reports from
+its messages' produce times.
 
 `VirtualStream` is plain state with no SimPy: the engine asks `plan` for (b_i, ready time) and then
 calls `take` at the ready time.
@@ -41,30 +47,33 @@ class TakePlan:
 @dataclass
 class Taken:
     """The own-stream positions [start, stop) of a batch, the injected dataset indices that join it, and
-    the buffer right after taking (own samples arrived but not consumed)."""
+    the buffer right after taking (own samples arrived but not consumed) and its age in seconds."""
 
     start: int
     stop: int
     injected: np.ndarray
     backlog: int
     held: int
+    lag_s: float = 0.0
 
 
 @dataclass
 class VirtualStream:
-    """The virtual stream of `device` under `rate_model` with a buffer and a batch policy."""
+    """The virtual stream of `device` under `rate_model` with a buffer and a batch policy, and a lag
+    bound `max_lag_s` (None: unbounded)."""
 
     device: int
     rate_model: object
     buffer_policy: object
     batch_policy: object
+    max_lag_s: float | None = None
     pos: int = 0                       # next own stream position not yet consumed (or skipped)
     dropped_total: int = 0
     taken_total: int = 0
     inbox: list[tuple[float, np.ndarray]] = field(default_factory=list)  # (arrival time, dataset indices)
 
     def __post_init__(self) -> None:
-        self.rule = TakeRule(self.buffer_policy, self.batch_policy)
+        self.rule = TakeRule(self.buffer_policy, self.batch_policy, max_lag_s=self.max_lag_s)
 
     @property
     def window_s(self) -> float:
@@ -84,7 +93,8 @@ class VirtualStream:
         """Truncate (once, now), then decide b_i and the time the buffer will hold it (TakeRule)."""
         arrived_now = self.arrived(t0)
         in_window = arrived_now - self.arrived(t0 - self.rule.window_s)
-        decision = self.rule.decide(max(0, arrived_now - self.pos), in_window, size)
+        recent = None if self.max_lag_s is None else arrived_now - self.arrived(t0 - self.max_lag_s)
+        decision = self.rule.decide(max(0, arrived_now - self.pos), in_window, size, recent)
         if decision.skip:
             self.pos += decision.skip
             self.dropped_total += decision.skip
@@ -114,7 +124,8 @@ class VirtualStream:
         else:
             injected = np.zeros(0, dtype=np.int64)
         backlog = have - target
-        return Taken(start, self.pos, injected, backlog, have + len(injected))
+        lag_s = max(0.0, t - self.rate_model.due_time(self.device, self.pos)) if backlog else 0.0
+        return Taken(start, self.pos, injected, backlog, have + len(injected), lag_s)
 
     def deliver(self, t: float, indices: np.ndarray) -> None:
         """Injected samples (dataset indices) that reach this device's queue at time t."""

@@ -182,9 +182,12 @@ class TrainerPerformer:
         meter = self.meters[self.rank]
         meter.count(dropped=batch.dropped, injected=batch.injected, dlq=batch.dlq)
         meter.gauge(buffer_samples=batch.buffer_samples, buffer_bytes=batch.buffer_bytes,
-                    rate=round(float(batch.rate), 3))
-        own = batch.devices == self.rank  # the device stream's samples this step trained on (resume checks,
-        meter.note_samples(batch.seqs[own], batch.labels[own])  # engine comparisons)
+                    rate=round(float(batch.rate), 3),
+                    lag_s=None if batch.lag_s is None else round(batch.lag_s, 3))
+        if batch.lag_warning is not None:  # the stream outruns training (logged by the dataset)
+            meter.gauge(lag_warning=batch.lag_warning)
+        own = batch.own  # the device stream's samples this step trained on: the first rows (a peer may
+        meter.note_samples(batch.seqs[:own], batch.labels[:own])  # inject this device's own samples back)
         self.samples += n
         return TrainerBatch(batch.x.to(self.device, non_blocking=True), batch.labels.to(self.device, non_blocking=True),
                             n, batch)

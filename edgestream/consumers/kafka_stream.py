@@ -1,0 +1,175 @@
+"""One device's Kafka stream as a sequence of batches: `KafkaDeviceStream`, the consumer's source of a
+device stream (the simulator's is `edgestream.sim.stream.VirtualStream`), reading through a
+`edgestream.consumers.device_stream.PartitionReader`.
+
+A batch is taken by the sequence of `edgestream.streams.take` (the decisions are `TakeRule.decide`,
+shared with the simulator); this source supplies the counts from the broker: buffered = the consumer
+lag (end offset - read position), arrived in the last window = end offset - the first offset whose
+timestamp is inside the window (offsets_for_times, asked only when the rule reads it), and with a lag
+bound (max_lag_s) where its last seconds begin (found among the messages read ahead, else asked).
+`truncate` and the bound skip forward past the samples (counted in `dropped`); waiting is polling the
+broker; `top_up` takes the samples that replace the ones the dataset rejected. The lag left after a
+take is reported in samples and in seconds of data (`oldest_age_s`).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Message
+
+from edgestream.consumers.broker_calls import BROKER_TIMEOUT_S
+from edgestream.consumers.device_stream import PartitionReader, trainer_group
+from edgestream.kafka.outage import Outage
+from edgestream.kafka.topics import device_topic
+from edgestream.streams.take import TakeDecision, TakeRule
+
+#: a lag bound (max_lag_s) reads at most this many messages ahead to find where its seconds begin: a
+#: skip within them needs no seek (a seek and the fetch after it cost ~100 ms, a time lookup ~10 ms)
+READ_AHEAD = 5000
+
+
+@dataclass
+class RawBatch:
+    """Undecoded messages of one batch plus what the trainer needs to report and acknowledge it."""
+
+    messages: list[Message]     # the batch's Kafka messages, in offset order
+    next_offset: int            # commit this to acknowledge the batch (covers truncated samples too)
+    target: int                 # b_i the batch policy asked for
+    wait_s: float               # time spent waiting for samples
+    dropped: int                # samples skipped by truncation before this batch
+    buffer_samples: int         # unconsumed samples left after taking the batch (consumer lag)
+    buffer_bytes: int
+    rate: float                 # measured arrival rate used by the batch policy (samples/s)
+    lag_s: float | None = 0.0   # seconds of data behind: age of the oldest unread sample (None: unknown)
+    decision: TakeDecision | None = None  # what the take decided (its `refill` sizes the top-ups)
+
+    @property
+    def values(self) -> list[bytes]:
+        """The messages' values; a null value (a tombstone) is b"" (malformed: it goes to the DLQ)."""
+        return [m.value() or b"" for m in self.messages]
+
+
+class KafkaDeviceStream:
+    """Batches of one device's Kafka stream, shaped by a buffer policy and a batch policy
+    (edgestream.streams) through the shared take sequence (`TakeRule`)."""
+
+    def __init__(self, bootstrap: str, run: str, device: int, *, batch_policy, buffer_policy,
+                 window_s: float = 1.0, security: dict | None = None, group: str | None = None,
+                 broker_timeout_s: float = BROKER_TIMEOUT_S, outage: Outage | None = None,
+                 max_lag_s: float | None = None) -> None:
+        self.device, self.window_s = device, window_s
+        self.rule = TakeRule(buffer_policy, batch_policy, window_s, max_lag_s)
+        self.reader = PartitionReader(bootstrap, device_topic(run, device), group or trainer_group(run, device),
+                                      security, broker_timeout_s=broker_timeout_s, outage=outage)
+        self.dropped_total = 0
+        self._avg_msg_bytes = 0.0
+        self._high: int | None = None
+        self._last_ts: float | None = None  # produce time (unix s, the message timestamp) of the newest taken
+
+    def _arrivals_in_window(self) -> int:
+        start = self.reader.offset_for_time(int((time.time() - self.window_s) * 1000))
+        return max(0, self.reader.high_watermark() - start)
+
+    def oldest_age_s(self) -> float | None:
+        """Seconds of data behind: how long ago the oldest unread sample was produced, from the timestamp
+        of the newest one taken (the oldest unread follows it); None before any was taken."""
+        return None if self._last_ts is None else max(0.0, time.time() - self._last_ts)
+
+    def take(self, timeout: float | None = None, size: int | None = None) -> RawBatch | None:
+        """The next batch, waiting for the policy's b_i samples (or exactly `size`, when given); None if
+        `timeout` passes first. Samples the dataset rejects are replaced by `top_up`."""
+        t0 = time.monotonic()
+        reader, rule = self.reader, self.rule
+        reader.flush_commits()
+        # 1. counts: the window (a broker lookup) only when the rule reads it
+        if rule.measures_window:
+            high, available = None, reader.lag()
+            arrived = self._arrivals_in_window()
+        else:
+            high, arrived = reader.high_watermark(), None
+            available = max(0, high - reader.next_offset)
+        # ... and with a lag bound, the samples of its last max_lag_s seconds (a broker lookup) only when
+        # the oldest buffered one may be older than that
+        recent = None
+        if available and rule.needs_recent(self.oldest_age_s()):
+            start = self._bound_start(int((time.time() - rule.max_lag_s) * 1000))
+            high = reader.high_watermark()  # what was read ahead may be newer than the count above
+            available = max(0, high - reader.next_offset)
+            recent = max(0, high - start)
+        # 2. truncate once (and skip what is older than max_lag_s), measure the rate, size the batch
+        decision = rule.decide(available, arrived, size, recent)
+        dropped = reader.skip_to(reader.next_offset + decision.skip) if decision.skip > 0 else 0
+        self.dropped_total += dropped
+        self._high = reader.high_watermark() if high is None else high
+        # 3. wait until ready; 4. take (the dataset adds the injected samples)
+        if not self._wait(decision.target, decision.ready, t0, timeout):
+            return None
+        messages = self._take(decision.target)
+        lag, nbytes, lag_s = self._backlog(self._high)
+        return RawBatch(messages, reader.next_offset, decision.target, time.monotonic() - t0, dropped, lag, nbytes,
+                        decision.rate, lag_s, decision)
+
+    def _bound_start(self, cutoff_ms: int) -> int:
+        """Where the last max_lag_s seconds begin: the first offset with a timestamp >= cutoff_ms, found
+        among the messages read ahead (up to READ_AHEAD from the consumer's prefetched queue: skipping
+        within them needs no seek), else asked of the broker (offsets_for_times; the skip then seeks)."""
+        reader = self.reader
+        while True:
+            found = reader.first_at_or_after(cutoff_ms)
+            if found is not None:
+                return found
+            if reader.queued >= READ_AHEAD or not reader.fill(0.0, max_messages=READ_AHEAD - reader.queued):
+                return reader.offset_for_time(cutoff_ms)
+
+    def top_up(self, n: int, need: int, timeout: float | None = None) -> list[Message] | None:
+        """Up to `n` more messages for the batch being taken, once at least `need` are there (a batch's
+        rejected samples are replaced: `TakeDecision.refill`); None if `timeout` passes first."""
+        if not self._wait(n, lambda queued: queued >= need, time.monotonic(), timeout):
+            return None
+        return self._take(n)
+
+    def backlog(self) -> tuple[int, int, float | None]:
+        """(samples, estimated bytes, seconds of data) left unread now: the consumer lag."""
+        return self._backlog(self.reader.high_watermark())
+
+    def _wait(self, n: int, ready, t0: float, timeout: float | None) -> bool:
+        """Fetch until `n` are queued, or fewer once `ready(queued)` and no more came (False: `timeout`
+        passed while not ready). Only what the batch misses is fetched (librdkafka prefetches in its own
+        thread; small consume() calls keep a batch's bytes in cache from fetch to tensor)."""
+        reader = self.reader
+        while reader.queued < n:
+            ok = ready(reader.queued)
+            if not ok and timeout is not None and time.monotonic() - t0 > timeout:
+                return False
+            reader.check_broker()
+            got = reader.fill(0.0 if ok else 0.05, max_messages=n - reader.queued)
+            if ok and got == 0:
+                break
+        return True
+
+    def _take(self, n: int) -> list[Message]:
+        messages = self.reader.take(n)
+        if messages:  # the buffer's bytes are estimated from the newest batch's message sizes
+            last = messages[-1]
+            self._avg_msg_bytes = (len(messages[0]) + len(last)) / 2
+            kind, ts = last.timestamp()
+            if kind != TIMESTAMP_NOT_AVAILABLE and ts >= 0:
+                self._last_ts = ts / 1000.0
+        return messages
+
+    def _backlog(self, high: int) -> tuple[int, int, float | None]:
+        lag = max(0, high - self.reader.next_offset)
+        return lag, int(lag * self._avg_msg_bytes), (self.oldest_age_s() if lag else 0.0)
+
+    def seek(self, offset: int) -> None:
+        """Continue the stream at `offset` (PartitionReader.seek: queue dropped, group offset committed)."""
+        self.reader.seek(offset)
+        self._last_ts = None  # the lag there is unknown until a batch is taken (a lag bound then asks)
+
+    def ack(self, next_offset: int, wait: bool = True) -> None:
+        self.reader.commit(next_offset, wait)
+
+    def close(self, wait: bool = True) -> None:
+        self.reader.close(wait)
