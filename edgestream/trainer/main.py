@@ -212,7 +212,8 @@ def _join_ps(plan: Any, bootstrap: str, run: str, env: DistEnv, model: torch.nn.
         client = PSClient(bootstrap, run, env.rank, env.world, params, security=plan.security,
                           stop=stop_event.is_set, device=device,
                           echo=lambda m: print(m, file=sys.stderr, flush=True),
-                          buffers=floating_buffers(model))  # they travel with pushes and replies
+                          buffers=floating_buffers(model),  # they travel with pushes and replies
+                          outage=outage)  # the rank's one outage, shared with its readers
         reply = client.join()
     except (KafkaUnavailable, KafkaException) as exc:
         raise TrainerError(f"device {env.rank}: the parameter server's topics on {bootstrap}: {exc}") from None
