@@ -28,7 +28,9 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Iterable
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -109,15 +111,34 @@ def write_tensorboard(run_dir: str | Path, records: Iterable[dict], *, label: st
     from torch.utils.tensorboard import SummaryWriter
 
     folder = Path(run_dir) / FOLDER
-    writer = SummaryWriter(log_dir=str(folder), flush_secs=3600)
-    try:
-        if label:
-            writer.add_text("run", label, 0)
-        for tag, value, step, t in scalars(records, rate_of):
-            writer.add_scalar(tag, value, global_step=step, walltime=t)
-    finally:
-        writer.close()
+    with _writer_errors_raised_here():
+        writer = SummaryWriter(log_dir=str(folder), flush_secs=3600)
+        try:
+            if label:
+                writer.add_text("run", label, 0)
+            for tag, value, step, t in scalars(records, rate_of):
+                writer.add_scalar(tag, value, global_step=step, walltime=t)
+        finally:
+            writer.close()
     return folder
+
+
+@contextmanager
+def _writer_errors_raised_here() -> Iterator[None]:
+    """While the event files are written: an OSError in TensorBoard's writer thread (a full disk) is not
+    printed as that thread's traceback; the writer raises it again in this thread, whose caller names it
+    in one line (the run's "no space left on device")."""
+    hook = threading.excepthook
+
+    def quiet(args: threading.ExceptHookArgs) -> None:
+        if not (args.exc_type is not None and issubclass(args.exc_type, OSError)):
+            hook(args)
+
+    threading.excepthook = quiet
+    try:
+        yield
+    finally:
+        threading.excepthook = hook
 
 
 def log_mlflow(run_dir: str | Path, records: Iterable[dict], summary: dict[str, Any]) -> bool:
