@@ -37,6 +37,20 @@ PY = sys.executable
 
 
 # ---------------------------------------------------------------- helpers
+
+def fill_disk(folder: Path) -> Path:
+    """Write zeros into `folder`/filler until its file system refuses more; returns the filler's path."""
+    filler = folder / "filler"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT)
+    try:
+        while True:
+            os.write(fd, b"\0" * 4096)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    return filler
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -243,15 +257,7 @@ def test_a_full_disk_is_named_in_one_line(bootstrap, tmp_path, fill_kb):
     run_id = _run_id()
     _produce(cfg_path, bootstrap, run_id, 1.0)
     with _tmpfs("64k") as folder:
-        filler = folder / "filler"
-        fd = os.open(filler, os.O_WRONLY | os.O_CREAT)
-        try:
-            while True:
-                os.write(fd, b"\0" * 4096)
-        except OSError:
-            pass
-        finally:
-            os.close(fd)
+        filler = fill_disk(folder)
         if fill_kb:  # fill_kb left for the trainers
             os.truncate(filler, max(0, filler.stat().st_size - fill_kb * 1024))
         results = _finish(_start(cfg_path, bootstrap, run_id, folder / "runs", 2))

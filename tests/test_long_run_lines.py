@@ -22,6 +22,7 @@ import pytest
 import torch
 import yaml
 from test_faults_run import error_lines, run, start, wait_steps, write_cfg
+from test_faults_trainer import fill_disk
 from test_launch import finish
 
 from edgestream.trainer.checkpoint import CheckpointError, identity, load_checkpoint, save_checkpoint
@@ -58,15 +59,7 @@ def test_a_full_disk_is_named_no_space_left_with_the_checkpoint_file(tmp_path):
     with _tmpfs(tmp_path / "tiny", "128k") as folder:
         ckpt = folder / "checkpoints" / "rank0.pt"
         _save(ckpt, model, 5)
-        filler = folder / "filler"
-        fd = os.open(filler, os.O_WRONLY | os.O_CREAT)
-        try:
-            while True:
-                os.write(fd, b"\0" * 4096)
-        except OSError:
-            pass
-        finally:
-            os.close(fd)
+        filler = fill_disk(folder)
         # 20 kB left: torch's writer fails mid-file (its RuntimeError); 0 left: the OSError of the write
         for room in (20_000, 0):
             os.truncate(filler, filler.stat().st_size - room)
