@@ -15,12 +15,11 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from edgestream.kafka.outage import BUDGET_FIELD
 from edgestream.launch.procs import tail_lines
 
 #: the words of every give-up line (edgestream.kafka.outage.Outage.error, trainer.outage.give_up_line)
 SILENT = "no answer from Kafka at"
-#: the config field of the budget
-BUDGET_FIELD = "runtime.kafka_outage_s"
 #: the record kinds of a wait (edgestream.trainer.outage)
 KINDS = ("wait",)
 
