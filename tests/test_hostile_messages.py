@@ -112,11 +112,17 @@ def test_an_explicit_size_and_peers_injected_samples(bootstrap, run_prefix):
                                       "injection": {"alpha": 0.5, "beta": 0.1}})
     ds = RunPlan.resolve(cfg).kafka_dataset(bootstrap, run_prefix, 0, timeout=3)
     try:
+        # the injection reader joins its topic on its own clock: let its 4 messages arrive first (bounded),
+        # so that the first batch taken after they arrive is the first one, however loaded the machine is
+        deadline = time.monotonic() + 60
+        while ds.channel.reader.queued < 4 and time.monotonic() < deadline:
+            ds.channel.reader.fill(1.0)
+        assert ds.channel.reader.queued == 4
         first = ds.next_batch(size=10)
         second = ds.next_batch(size=10)
     finally:
         ds.close()
-    # the injected ones join the batch taken after they arrive (the first, or the second)
+    # the injected ones join the batch taken after they arrive: the first
     assert (first.own, second.own) == (10, 10) and first.injected + second.injected == 3
     assert first.seqs[:10].tolist() == list(range(10)) and second.seqs[:10].tolist() == list(range(10, 20))
     assert [s for b in (first, second) for s in b.seqs[10:].tolist()] == [500, 501, 502]
