@@ -28,19 +28,19 @@ from __future__ import annotations
 import math
 import os
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 import yaml
 from pydantic import (
     BaseModel,
-    BeforeValidator,
-    ConfigDict,
     Field,
-    Strict,
     ValidationError,
     field_validator,
     model_validator,
 )
+
+from edgestream.config_kafka import KafkaConfig
+from edgestream.config_types import Float, Int, _Model
 
 RATE_PRESETS = ("S1", "S2", "S1'", "S2'")
 PRESET_ALIASES = {"S1p": "S1'", "S2p": "S2'", "S1prime": "S1'", "S2prime": "S2'"}
@@ -83,16 +83,6 @@ def bootstrap_ok(value: str) -> bool:
     return True
 
 
-def _no_bool(v: Any) -> Any:
-    if isinstance(v, bool):
-        raise ValueError("must be a number, not true/false")
-    return v
-
-
-#: a float field: finite (the models set allow_inf_nan=False) and never true/false.
-Float = Annotated[float, BeforeValidator(_no_bool)]
-#: an int field: strict, so true/false (which pydantic would coerce to 1/0) and 4.0 do not pass.
-Int = Annotated[int, Strict()]
 
 
 class ConfigError(ValueError):
@@ -102,10 +92,6 @@ class ConfigError(ValueError):
         self.problems = problems
         self.source = source
         super().__init__(f"{source}: {len(problems)} problem(s)\n" + "\n".join(problems))
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 def _plugin_name(registry: Any, name: str) -> str:
@@ -480,6 +466,9 @@ class RuntimeConfig(_Model):
     kafka_outage_s: Float = Field(300.0, gt=0)
     #: real runs: a warning line when a device's backlog (consumer lag) has kept growing for this long
     lag_warning_s: Float = Field(60.0, gt=0)
+    #: real runs: what happens to the run's topics and consumer groups when it ends; "delete-on-success"
+    #: removes them after a finished run (a failed or stopped run keeps them for --resume)
+    cleanup: Literal["keep", "delete-on-success"] = "keep"
 
     @field_validator("kafka_client", mode="before")
     @classmethod
@@ -536,6 +525,7 @@ class ExperimentConfig(_Model):
     stop: StopConfig = Field(default_factory=StopConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
+    kafka: KafkaConfig = Field(default_factory=KafkaConfig)
     runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)
 
     @field_validator("task")
