@@ -52,3 +52,25 @@ def run_prefix(request) -> str:
     """A unique run name per test so tests sharing the session broker never see each other's topics."""
     name = request.node.name.replace("[", "-").replace("]", "").replace("_", "-")[:40].strip("-")
     return f"t-{name}-{uuid.uuid4().hex[:6]}"
+
+
+@pytest.fixture(scope="session")
+def cluster_session(tmp_path_factory):
+    """A 3-node LocalCluster (KRaft, replication 3, min.insync 2) for the whole session, started the first time
+    a test asks for `cluster` and stopped at the end. Tests use `cluster`, which keeps it whole."""
+    from edgestream.kafka.cluster import LocalCluster
+
+    c = LocalCluster(tmp_path_factory.mktemp("cluster"), nodes=3)
+    c.start()
+    try:
+        yield c
+    finally:
+        c.stop()
+
+
+@pytest.fixture
+def cluster(cluster_session):
+    """The session's 3-node cluster (`.bootstrap` comma-separated, `.nodes`, kill/restart/leader_of); a node
+    the test killed or stopped is started again afterwards, so tests sharing the cluster find it whole."""
+    yield cluster_session
+    cluster_session.heal()

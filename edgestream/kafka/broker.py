@@ -98,6 +98,14 @@ def admin_answers(bootstrap: str, timeout: float = 5.0) -> bool:
         return False
 
 
+def new_cluster_id() -> str:
+    """A random KRaft cluster id, like Kafka's Uuid.randomUuid (never a leading '-')."""
+    cluster_id = "-"
+    while cluster_id.startswith("-"):
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    return cluster_id
+
+
 def _tail(path: Path, lines: int = 30) -> str:
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
@@ -176,7 +184,14 @@ class LocalBroker:
 
     # ------------------------------------------------------------------ start
     def _server_properties(self) -> Path:
-        props = {
+        props = self._properties()
+        path = self.data_dir / "server.properties"
+        path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+        return path
+
+    def _properties(self) -> dict[str, str]:
+        """server.properties of this node (edgestream.kafka.cluster's nodes change the quorum and replication)."""
+        return {
             "process.roles": "broker,controller",
             "node.id": "1",
             "controller.quorum.voters": f"1@127.0.0.1:{self.controller_port}",
@@ -206,16 +221,11 @@ class LocalBroker:
             "log.retention.hours": "168",
             "log.retention.check.interval.ms": "300000",
         }
-        path = self.data_dir / "server.properties"
-        path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
-        return path
 
     def _format_storage(self, java: str, cp: str, props: Path) -> None:
         if (self.data_dir / "kraft" / "meta.properties").exists():
             return  # restart: keep the data
-        cluster_id = "-"
-        while cluster_id.startswith("-"):  # like Kafka's Uuid.randomUuid: never a leading '-'
-            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        cluster_id = self._cluster_id()
         proc = subprocess.run([java, "-Xmx256m", f"-Dlog4j.configuration=file:{LOG4J}",
                                f"-Dkafka.logs.dir={self.data_dir}", "-cp", cp,
                                "kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}", f"--config={props}"],
@@ -225,8 +235,17 @@ class LocalBroker:
                               + "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-20:]))
         self._write_state(cluster_id=cluster_id)
 
+    def _cluster_id(self) -> str:
+        """The KRaft cluster id to format with: a new one (a cluster's nodes share theirs)."""
+        return new_cluster_id()
+
     def start(self, timeout: float = 120.0) -> LocalBroker:
         """Start the broker and wait until an AdminClient answers; BrokerError says why it could not."""
+        self.launch()
+        return self.wait_ready(timeout)
+
+    def launch(self) -> None:
+        """Start the broker process in the background (ports chosen, storage formatted); wait_ready() waits."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         pid = self.running_pid()
         if pid is not None:
@@ -235,7 +254,19 @@ class LocalBroker:
                               f"bootstrap {state.get('bootstrap')}); stop it first")
         java = find_java()
         cp = str(resolve_jars(self.kafka_version, log=self._log) / "*")
-        state = self.read_state()
+        self._choose_ports(self.read_state())
+        props = self._server_properties()
+        self._format_storage(java, cp, props)
+        with open(self.data_dir / "broker.out", "ab") as out:
+            self._proc = subprocess.Popen(self._command(java, cp, props), stdout=out, stderr=subprocess.STDOUT,
+                                          stdin=subprocess.DEVNULL, start_new_session=True, cwd=self.data_dir)
+        self.pid = self._proc.pid
+        self._write_state(pid=self.pid, port=self.port, controller_port=self.controller_port,
+                          bootstrap=self.bootstrap, kafka_version=self.kafka_version, started_at=time.time(),
+                          host=self.host, advertised_host=self.advertised_host)
+
+    def _choose_ports(self, state: dict) -> None:
+        """The client port (given, else the recorded one when free, else a free one) and the controller port."""
         if self.port is None:
             self.port = state.get("port") if state.get("port") and not port_in_use(state["port"], self.host) \
                 else free_port()
@@ -245,20 +276,16 @@ class LocalBroker:
         cport = state.get("controller_port")
         self.controller_port = cport if cport and cport != self.port and not port_in_use(cport) \
             else free_port({self.port})
-        props = self._server_properties()
-        self._format_storage(java, cp, props)
+
+    def _command(self, java: str, cp: str, props: Path) -> list[str]:
+        return [java, "-Xms128m", f"-Xmx{self.heap}", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
+                "-XX:+ExitOnOutOfMemoryError", "-Djava.awt.headless=true",
+                f"-Dlog4j.configuration=file:{LOG4J}", f"-Dkafka.logs.dir={self.data_dir}",
+                "-cp", cp, "kafka.Kafka", str(props)]
+
+    def wait_ready(self, timeout: float = 120.0) -> LocalBroker:
+        """Wait until the launched broker answers an AdminClient; BrokerError (and the broker stopped) if not."""
         out_path = self.data_dir / "broker.out"
-        cmd = [java, "-Xms128m", f"-Xmx{self.heap}", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
-               "-XX:+ExitOnOutOfMemoryError", "-Djava.awt.headless=true",
-               f"-Dlog4j.configuration=file:{LOG4J}", f"-Dkafka.logs.dir={self.data_dir}",
-               "-cp", cp, "kafka.Kafka", str(props)]
-        with open(out_path, "ab") as out:
-            self._proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                          start_new_session=True, cwd=self.data_dir)
-        self.pid = self._proc.pid
-        self._write_state(pid=self.pid, port=self.port, controller_port=self.controller_port,
-                          bootstrap=self.bootstrap, kafka_version=self.kafka_version, started_at=time.time(),
-                          host=self.host, advertised_host=self.advertised_host)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:
