@@ -46,6 +46,7 @@ from edgestream.consumers.kafka_stream import KafkaDeviceStream, RawBatch
 from edgestream.data.serde import DecodedBatch, SampleSerde
 from edgestream.data.validate import DeviceRule, SampleSpec
 from edgestream.data.wire import Affine
+from edgestream.kafka.layout import StreamLayout
 from edgestream.kafka.outage import Outage
 from edgestream.streams import build_batch_policy, build_buffer_policy
 from edgestream.streams.lag import LagWatch
@@ -89,7 +90,7 @@ class KafkaStreamDataset(IterableDataset):
                  pin_memory: bool = False, commit: str = "sync", broker_timeout_s: float = BROKER_TIMEOUT_S,
                  serde: SampleSerde | None = None, torch_device: torch.device | str | None = None,
                  outage: Outage | None = None, max_lag_s: float | None = None,
-                 lag_warning_s: float | None = 60.0) -> None:
+                 lag_warning_s: float | None = 60.0, layout: StreamLayout | None = None) -> None:
         super().__init__()
         if serde is None:
             if spec is None:
@@ -111,11 +112,11 @@ class KafkaStreamDataset(IterableDataset):
         self.stream = KafkaDeviceStream(bootstrap, run, device, batch_policy=build_batch_policy(batch),
                                         buffer_policy=build_buffer_policy(buffer, window_s=window_s),
                                         window_s=window_s, security=security, outage=self.outage,
-                                        max_lag_s=max_lag_s)
+                                        max_lag_s=max_lag_s, layout=layout)
         try:
             # the algorithm decides what to inject (its Inject request -> `inject`); the dataset only opens
             # the channel when the run injects, and mixes what others injected into its next batch
-            self.channel = (InjectionChannel(bootstrap, run, device, security, outage=self.outage)
+            self.channel = (InjectionChannel(bootstrap, run, device, security, outage=self.outage, layout=layout)
                             if injection else None)
             self.dlq = DeadLetters(bootstrap, run, security, outage=self.outage)
         except BaseException:

@@ -16,6 +16,7 @@ import threading
 import time
 from bisect import bisect_left
 from collections import deque
+from collections.abc import Callable
 from itertools import islice
 
 from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException, Message, TopicPartition
@@ -23,6 +24,7 @@ from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException
 from edgestream.consumers.broker_calls import BROKER_TIMEOUT_S, FATAL, BrokerCalls
 from edgestream.kafka.admin import KafkaUnavailable, admin_client
 from edgestream.kafka.clients import consumer_config
+from edgestream.kafka.leader_watch import LeaderWatch
 from edgestream.kafka.outage import Outage
 from edgestream.kafka.outage_calls import Probe, answers
 
@@ -72,15 +74,23 @@ class PartitionReader:
 
     def __init__(self, bootstrap: str, topic: str, group: str, security: dict | None = None,
                  overrides: dict | None = None, broker_timeout_s: float = BROKER_TIMEOUT_S,
-                 outage: Outage | None = None) -> None:
-        self.topic, self.bootstrap = topic, bootstrap
-        self.tp = TopicPartition(topic, 0)
+                 outage: Outage | None = None, partition: int = 0,
+                 keep: Callable[[bytes | None], bool] | None = None, share: float = 1.0) -> None:
+        self.topic, self.bootstrap, self.partition = topic, bootstrap, partition
+        self.tp = TopicPartition(topic, partition)
+        # a shared partition (kafka/layout.py, partitioned): only the messages whose key `keep` accepts are
+        # queued; the others are skipped as they are fetched. `_own`/`_seen` estimate the own share of offsets
+        self.keep = keep
+        self._own, self._seen, self._share = 0, 0, share
         self.calls = BrokerCalls(bootstrap, broker_timeout_s, outage=outage, refresh=self._refresh)
         self._security, self._fresh_asked = security, 0.0
         self.outage = self.calls.outage
         self._down_since: float | None = None  # set by librdkafka's "all brokers down", cleared by answers
         self._reported = False                 # _down_since is a wait of the outage
         self._probe = Probe(self._refresh)  # "does Kafka answer again?" (a wedged consumer is replaced)
+        # the partition's leader went away: a wait for a new one (a replicated topic on a cluster)
+        self.leader = LeaderWatch(self.outage, lambda t, timeout: self.consumer.list_topics(t, timeout=timeout),
+                                  partition)
         conf = consumer_config(bootstrap, group, security, **{**STREAM_PREFETCH, **(overrides or {})})
         conf.setdefault("error_cb", self._on_error)
         self._conf = conf
@@ -99,7 +109,7 @@ class PartitionReader:
             committed = low
         self._high_seen, self._high_at = high, time.monotonic()  # until a fetch response brings the live one
         self.next_offset = committed        # oldest sample not yet handed out
-        self.consumer.assign([TopicPartition(topic, 0, committed)])
+        self.consumer.assign([TopicPartition(topic, partition, committed)])
         self._chunks: deque[list[Message]] = deque()  # fetched, not yet taken; offsets increase
         self._head = 0                      # first untaken index in _chunks[0]
         self.queued = 0                     # messages in the queue
@@ -127,7 +137,7 @@ class PartitionReader:
                     self.topic, self._tail)
         with self._lock:
             old, self.consumer = self.consumer, Consumer(self._conf)
-            self.consumer.assign([TopicPartition(self.topic, 0, self._tail)])
+            self.consumer.assign([TopicPartition(self.topic, self.partition, self._tail)])
             self._sent = min(self._sent, self.committed - 1)  # an async commit of the old one may be lost: resend
         self.reopened += 1
         with contextlib.suppress(KafkaException, RuntimeError):
@@ -135,7 +145,7 @@ class PartitionReader:
         return self.consumer.list_topics(self.topic, timeout=timeout)
 
     def _committed(self, timeout: float) -> int:
-        tp = self.consumer.committed([TopicPartition(self.topic, 0)], timeout=timeout)[0]
+        tp = self.consumer.committed([TopicPartition(self.topic, self.partition)], timeout=timeout)[0]
         if tp.error is not None:
             raise KafkaException(tp.error)
         return tp.offset
@@ -145,6 +155,7 @@ class PartitionReader:
         if err.code() == KafkaError._ALL_BROKERS_DOWN:
             if self._down_since is None:
                 self._down_since = time.monotonic()
+        self.leader.on_error(err)
         log.debug("%s: %s", self.topic, err)
 
     def check_broker(self) -> None:
@@ -152,7 +163,9 @@ class PartitionReader:
         (KafkaUnavailable once its budget is spent), asking the cluster every few seconds whether it
         answers again (`Probe.tick`); the wait ends with the first answer, here or in another client.
         The callback's news may be old (it is served by this reader's next consume: a trainer that waited
-        in a collective meanwhile hears of an outage that is over), so the cluster is asked first."""
+        in a collective meanwhile hears of an outage that is over), so the cluster is asked first. One broker
+        of a cluster gone: whether it led this partition (a wait for a new leader: LeaderWatch)."""
+        self.leader.check(self.topic)
         if self._down_since is None:
             return
         if self._reported and not self.outage.waiting:  # another client of the process saw Kafka answer
@@ -187,14 +200,44 @@ class PartitionReader:
         if self._down_since is not None or self.outage.waiting:  # messages came: a broker answers
             self._down_since, self._reported = None, False
             self.outage.up()
+        if self.leader.lost is not None:
+            self.leader.answered()
         if msgs and msgs[0].offset() < self._tail:  # behind a truncation seek
             msgs = [m for m in msgs if m.offset() >= self._tail]
         if not msgs:
             return 0
+        self._tail = msgs[-1].offset() + 1
+        if self.keep is not None:  # a shared partition: skip the other devices' messages
+            seen, keep = len(msgs), self.keep
+            msgs = [m for m in msgs if keep(m.key())]
+            self._seen += seen
+            self._own += len(msgs)
+            if not msgs:
+                return 0
         self._chunks.append(msgs)
         self.queued += len(msgs)
-        self._tail = msgs[-1].offset() + 1
         return len(msgs)
+
+    def own(self, offsets: int) -> int:
+        """How many of `offsets` messages not fetched yet are this reader's: all of them on a partition of its
+        own; on a shared one, estimated from the share of own messages fetched so far."""
+        if self.keep is None or offsets <= 0:
+            return max(0, offsets)
+        share = self._own / self._seen if self._seen >= 100 else self._share
+        return round(offsets * share)
+
+    def available(self, high: int) -> int:
+        """Own messages unread up to end offset `high`: the queued ones plus `own` of those not fetched yet."""
+        if self.keep is None:
+            return max(0, high - self.next_offset)
+        return self.queued + self.own(high - self._tail)
+
+    def drop(self, n: int) -> int:
+        """Skip the `n` oldest own messages (a shared partition's truncation), fetching what is there; return
+        how many were skipped."""
+        while self.queued < n and self.fill(0.05, max_messages=5000):
+            pass
+        return len(self.take(min(n, self.queued)))
 
     def high_watermark(self) -> int:
         """The partition's end offset as of the last fetch response; before the first one, the value
@@ -209,12 +252,13 @@ class PartitionReader:
         return max(high, self._tail)
 
     def lag(self) -> int:
-        return max(0, self.high_watermark() - self.next_offset)
+        return self.available(self.high_watermark())
 
     def offset_for_time(self, ts_ms: int) -> int:
         """The first offset whose timestamp is >= ts_ms (the high watermark when none is)."""
         def ask(timeout: float) -> TopicPartition:
-            res = self.consumer.offsets_for_times([TopicPartition(self.topic, 0, ts_ms)], timeout=timeout)[0]
+            tp = TopicPartition(self.topic, self.partition, ts_ms)
+            res = self.consumer.offsets_for_times([tp], timeout=timeout)[0]
             if res.error is not None:
                 raise KafkaException(res.error)
             return res
@@ -245,7 +289,7 @@ class PartitionReader:
             self.queued -= first - self._head
             self._head = first
         else:
-            self.consumer.seek(TopicPartition(self.topic, 0, offset))
+            self.consumer.seek(TopicPartition(self.topic, self.partition, offset))
             self._tail = offset
         self.next_offset = offset
         return skipped
@@ -260,14 +304,14 @@ class PartitionReader:
         self._chunks.clear()
         self._head = self.queued = 0
         # a new assignment restarts the fetcher there; messages fetched for the old position are discarded
-        self.consumer.assign([TopicPartition(self.topic, 0, offset)])
+        self.consumer.assign([TopicPartition(self.topic, self.partition, offset)])
         self.next_offset = self._tail = offset
         with self._lock:
             if self._timer is not None:
                 self._timer.cancel()
                 self._timer = None
             self.committed = offset
-        tp = [TopicPartition(self.topic, 0, offset)]
+        tp = [TopicPartition(self.topic, self.partition, offset)]
         self.calls(lambda t: self.consumer.commit(offsets=tp, asynchronous=False),
                    f"committing offset {offset} on {self.topic}")
         with self._lock:
@@ -309,7 +353,7 @@ class PartitionReader:
                 return
             self.committed = offset
         if wait:
-            tp = [TopicPartition(self.topic, 0, offset)]
+            tp = [TopicPartition(self.topic, self.partition, offset)]
             self.calls(lambda t: self.consumer.commit(offsets=tp, asynchronous=False),
                        f"committing offset {offset} on {self.topic}")
             with self._lock:
@@ -330,7 +374,8 @@ class PartitionReader:
                     self._timer.daemon = True
                     self._timer.start()
                 return
-            self.consumer.commit(offsets=[TopicPartition(self.topic, 0, self.committed)], asynchronous=True)
+            self.consumer.commit(offsets=[TopicPartition(self.topic, self.partition, self.committed)],
+                                 asynchronous=True)
             self._sent, self._sent_at, self._async = self.committed, time.monotonic(), True
 
     def _on_timer(self) -> None:
@@ -361,7 +406,7 @@ class PartitionReader:
                 if not self.calls.patient and silent:
                     raise KafkaUnavailable(f"offset {self.committed} on {self.topic} not committed: Kafka at "
                                            f"{self.bootstrap} is silent and the process is ending")
-                tp = [TopicPartition(self.topic, 0, self.committed)]
+                tp = [TopicPartition(self.topic, self.partition, self.committed)]
                 self.calls(lambda t: self.consumer.commit(offsets=tp, asynchronous=False),
                            f"committing offset {self.committed} on {self.topic}")
         finally:

@@ -14,19 +14,22 @@ from confluent_kafka import Message, Producer
 from edgestream.consumers.device_stream import BROKER_TIMEOUT_S, PartitionReader, trainer_group
 from edgestream.consumers.dlq import flush_through
 from edgestream.kafka.clients import produce, producer_config
+from edgestream.kafka.layout import StreamLayout
 from edgestream.kafka.outage import Outage
-from edgestream.kafka.topics import injection_topic
 
 
 class InjectionChannel:
     """Send samples to other devices' injection topics; receive this device's injected samples."""
 
     def __init__(self, bootstrap: str, run: str, device: int, security: dict | None = None, *,
-                 broker_timeout_s: float = BROKER_TIMEOUT_S, outage: Outage | None = None) -> None:
+                 broker_timeout_s: float = BROKER_TIMEOUT_S, outage: Outage | None = None,
+                 layout: StreamLayout | None = None) -> None:
         self.run, self.device = run, device
-        self.reader = PartitionReader(bootstrap, injection_topic(run, device),
-                                      trainer_group(run, device, "inj"), security, broker_timeout_s=broker_timeout_s,
-                                      outage=outage)
+        self.layout = layout = layout if layout is not None else StreamLayout(run, device + 1)
+        topic, partition = layout.injection(device)
+        self.reader = PartitionReader(bootstrap, topic, trainer_group(run, device, "inj"), security,
+                                      broker_timeout_s=broker_timeout_s, outage=outage, partition=partition,
+                                      keep=layout.keep(device), share=layout.share(device))
         self.outage = self.reader.outage
         self._producer = Producer(producer_config(bootstrap, security, outage_s=self.outage.budget_s,
                                                   **{"linger.ms": 1}))
@@ -36,11 +39,11 @@ class InjectionChannel:
     def send(self, values: Sequence[bytes], targets: Sequence[int]) -> int:
         """Send `values` to every target device; return bytes sent."""
         nbytes = 0
-        key = str(self.device).encode()
         for target in targets:
-            topic = injection_topic(self.run, target)
+            topic, partition = self.layout.injection(target)
+            key = self.layout.injection_key(self.device, target)
             for value in values:
-                produce(self._producer, topic, value, key=key)
+                produce(self._producer, topic, value, key=key, partition=partition)
                 nbytes += len(value)
         self._producer.poll(0)
         self.sent_samples += len(values) * len(targets)

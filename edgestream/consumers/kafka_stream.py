@@ -21,8 +21,8 @@ from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Message
 
 from edgestream.consumers.broker_calls import BROKER_TIMEOUT_S
 from edgestream.consumers.device_stream import PartitionReader, trainer_group
+from edgestream.kafka.layout import StreamLayout
 from edgestream.kafka.outage import Outage
-from edgestream.kafka.topics import device_topic
 from edgestream.streams.take import TakeDecision, TakeRule
 
 #: a lag bound (max_lag_s) reads at most this many messages ahead to find where its seconds begin: a
@@ -58,11 +58,15 @@ class KafkaDeviceStream:
     def __init__(self, bootstrap: str, run: str, device: int, *, batch_policy, buffer_policy,
                  window_s: float = 1.0, security: dict | None = None, group: str | None = None,
                  broker_timeout_s: float = BROKER_TIMEOUT_S, outage: Outage | None = None,
-                 max_lag_s: float | None = None) -> None:
+                 max_lag_s: float | None = None, layout: StreamLayout | None = None) -> None:
         self.device, self.window_s = device, window_s
         self.rule = TakeRule(buffer_policy, batch_policy, window_s, max_lag_s)
-        self.reader = PartitionReader(bootstrap, device_topic(run, device), group or trainer_group(run, device),
-                                      security, broker_timeout_s=broker_timeout_s, outage=outage)
+        layout = layout if layout is not None else StreamLayout(run, device + 1)
+        topic, partition = layout.stream(device)
+        # a shared partition (layout partitioned): counts are of this device's messages (`PartitionReader.own`)
+        self.reader = PartitionReader(bootstrap, topic, group or trainer_group(run, device), security,
+                                      broker_timeout_s=broker_timeout_s, outage=outage, partition=partition,
+                                      keep=layout.keep(device), share=layout.share(device))
         self.dropped_total = 0
         self._avg_msg_bytes = 0.0
         self._high: int | None = None
@@ -70,7 +74,7 @@ class KafkaDeviceStream:
 
     def _arrivals_in_window(self) -> int:
         start = self.reader.offset_for_time(int((time.time() - self.window_s) * 1000))
-        return max(0, self.reader.high_watermark() - start)
+        return self.reader.own(self.reader.high_watermark() - start)
 
     def oldest_age_s(self) -> float | None:
         """Seconds of data behind: how long ago the oldest unread sample was produced, from the timestamp
@@ -89,18 +93,23 @@ class KafkaDeviceStream:
             arrived = self._arrivals_in_window()
         else:
             high, arrived = reader.high_watermark(), None
-            available = max(0, high - reader.next_offset)
+            available = reader.available(high)
         # ... and with a lag bound, the samples of its last max_lag_s seconds (a broker lookup) only when
         # the oldest buffered one may be older than that
         recent = None
         if available and rule.needs_recent(self.oldest_age_s()):
             start = self._bound_start(int((time.time() - rule.max_lag_s) * 1000))
             high = reader.high_watermark()  # what was read ahead may be newer than the count above
-            available = max(0, high - reader.next_offset)
-            recent = max(0, high - start)
+            available = reader.available(high)
+            recent = reader.own(high - start)
         # 2. truncate once (and skip what is older than max_lag_s), measure the rate, size the batch
         decision = rule.decide(available, arrived, size, recent)
-        dropped = reader.skip_to(reader.next_offset + decision.skip) if decision.skip > 0 else 0
+        if decision.skip <= 0:
+            dropped = 0
+        elif reader.keep is not None:  # a shared partition: skip own samples, not offsets
+            dropped = reader.drop(decision.skip)
+        else:
+            dropped = reader.skip_to(reader.next_offset + decision.skip)
         self.dropped_total += dropped
         self._high = reader.high_watermark() if high is None else high
         # 3. wait until ready; 4. take (the dataset adds the injected samples)
@@ -160,7 +169,7 @@ class KafkaDeviceStream:
         return messages
 
     def _backlog(self, high: int) -> tuple[int, int, float | None]:
-        lag = max(0, high - self.reader.next_offset)
+        lag = self.reader.available(high)
         return lag, int(lag * self._avg_msg_bytes), (self.oldest_age_s() if lag else 0.0)
 
     def seek(self, offset: int) -> None:

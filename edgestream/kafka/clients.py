@@ -121,10 +121,13 @@ def admin_config(bootstrap: str, security: Mapping[str, str] | None = None, **ov
     return conf
 
 
-def produce(producer, topic: str, value, *, key=None, headers=None, on_delivery=None, wait_s: float = 0.05) -> None:
+def produce(producer, topic: str, value, *, key=None, headers=None, on_delivery=None, wait_s: float = 0.05,
+            partition: int | None = None) -> None:
     """`producer.produce(...)`, waiting while librdkafka's local queue is full (serving delivery reports
     meanwhile) instead of dropping the message."""
     kwargs = {"value": value, "key": key}
+    if partition is not None:
+        kwargs["partition"] = partition
     if headers is not None:
         kwargs["headers"] = headers
     if on_delivery is not None:

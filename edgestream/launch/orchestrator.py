@@ -39,6 +39,8 @@ from pathlib import Path
 from typing import Any
 
 from edgestream.config import RESUME_MAY_CHANGE
+from edgestream.kafka.lifecycle import cleanup_after_run
+from edgestream.kafka.topic_settings import TOPIC_SETTINGS_ENV
 from edgestream.launch.command import SECRET_ENV, SECRET_FD_ENV
 from edgestream.launch.procs import Child, ChildSet, describe_status, tail_lines
 from edgestream.launch.tail import JsonlTail, RanksTail
@@ -228,6 +230,7 @@ class LocalRun:
         self._secrets: bytes | None = None    # runtime.kafka_client's secret values, for the children's pipe
         self._hold = None                     # this run's mark on the broker (launch/hold.py)
         self._disk_trouble: str | None = None  # a write of the run directory the disk refused
+        self.topic_settings = None            # the run's kafka.topics resolved (kafka/topic_settings.py)
 
     # ------------------------------------------------------------ helpers
     def echo(self, msg: str) -> None:
@@ -347,6 +350,7 @@ class LocalRun:
         """The bootstrap address of an answering broker (starting the managed one if none was given)."""
         from edgestream.kafka.admin import KafkaUnavailable, WaitInterrupted, wait_for_broker
         from edgestream.kafka.jars import BrokerError
+        from edgestream.kafka.security import KafkaRefused
 
         if self.bootstrap is None:
             from edgestream.kafka.broker import LocalBroker
@@ -367,6 +371,8 @@ class LocalRun:
         try:
             wait_for_broker(self.bootstrap, self.plan.security, attempts=BROKER_ATTEMPTS,
                             should_stop=lambda: signals.signum is not None)
+        except KafkaRefused as exc:  # a wrong password, an untrusted certificate: no wait cures it
+            raise LaunchError(str(exc), 1) from None
         except KafkaUnavailable:
             raise LaunchError(f"no Kafka broker answered at {self.bootstrap}; check the address (--bootstrap or "
                               "runtime.bootstrap), or leave it unset to use the managed local broker", 1) from None
@@ -376,22 +382,52 @@ class LocalRun:
         return self.bootstrap
 
     def _topics(self) -> None:
-        """Create the run's topics (a new run first checks that none exist); Kafka trouble: one line."""
+        """Create the run's topics with kafka.topics resolved against the cluster (a resumed run: as its
+        topics.json recorded them), or with create: false check those provisioned (a new run first checks
+        that none exist); an existing topic with other settings, or a missing provisioned one, or Kafka
+        trouble: one line (each)."""
         from confluent_kafka import KafkaException
 
         from edgestream.kafka.admin import KafkaUnavailable
-        from edgestream.kafka.run_topics import ensure_run_topics
+        from edgestream.kafka.run_topics import prepare_run_topics, run_settings
+        from edgestream.kafka.security import denied
+        from edgestream.kafka.topic_check import TopicMismatch
+        from edgestream.kafka.topic_settings import TopicSettingsError
 
         try:
+            self.topic_settings = run_settings(self.cfg.kafka.topics, self.bootstrap, self.plan.security,
+                                               resumed_dir=self.path if self.resumed else None)
             if not self.resumed:
                 self._check_no_topics()
-            ensure_run_topics(self.bootstrap, self.run_name, range(self.world),
-                              security=self.plan.security)
+            prepare_run_topics(self.bootstrap, self.run_name, self.world, self.plan.security,
+                               settings=self.topic_settings, layout=self.plan.layout(self.run_name),
+                               ps=self.ps_family)
+        except TopicSettingsError as exc:
+            raise LaunchError(str(exc), 2) from None
+        except TopicMismatch as exc:
+            raise LaunchError(exc.lines[0], 2, detail=exc.lines[1:]) from None
         except (KafkaUnavailable, KafkaException) as exc:
+            line = denied(exc, self.run_name, self.bootstrap, self.plan.security or {},
+                          create=self.cfg.kafka.topics.create)  # an ACL refuses it: which right, what to do
+            if line is not None:
+                raise LaunchError(line, 1) from None
             detail = exc.args[0].str() if isinstance(exc, KafkaException) and exc.args and hasattr(
                 exc.args[0], "str") else str(exc)
             raise LaunchError(f"creating the topics of run {self.run_name} on {self.bootstrap} failed: {detail}",
                               1) from None
+        if self.topic_settings.warning():  # unreplicated on a cluster of several brokers
+            self.echo(self.topic_settings.warning())
+
+    def _record_topics(self) -> None:
+        """topics.json: the run's topic settings and its topics as the cluster reports them (at the start,
+        and again after the stop, when the producer's and the PS's topics exist too); best effort."""
+        from confluent_kafka import KafkaException
+
+        from edgestream.kafka.run_topics import record_run_topics
+
+        with contextlib.suppress(KafkaException, OSError):
+            record_run_topics(self.path, self.bootstrap, self.run_name, self.topic_settings, self.plan.security,
+                              timeout=10.0)
 
     def _check_no_topics(self) -> None:
         """A new run must not find its topics on the broker already: their samples belong to an earlier
@@ -409,7 +445,7 @@ class LocalRun:
             raise LaunchError(f"run {self.run_name} is held by a concurrent run: {holder} (a live member of consumer "
                               f"group {hold_group(self.run_name)} on {self.bootstrap}); choose another --run-id, or "
                               "wait for it to end", 2)
-        if found:
+        if found and self.topic_settings.create:  # create: false runs on the topics an administrator made for it
             raise LaunchError(f"run {self.run_name} already has topics on {self.bootstrap} ({sorted(found)[0]}, ...): "
                               "an earlier run used this run id; choose another --run-id (or --resume its run "
                               "directory)", 2)
@@ -462,6 +498,7 @@ class LocalRun:
         common = ["--bootstrap", self.bootstrap, "--run-id", self.run_id]
         env = {k: v for k, v in os.environ.items() if k not in (SECRET_ENV, SECRET_FD_ENV)}
         env["PYTHONUNBUFFERED"] = "1"
+        env[TOPIC_SETTINGS_ENV] = self.topic_settings.to_json()  # every child creates topics with the run's
         self.children.handover = (SECRET_FD_ENV, self._secrets) if self._secrets else None
         self._producer_args = (config_file, common, env)
         for stale in (self.path / "ranks").glob("*.ready"):  # a resumed run's previous session
@@ -611,6 +648,8 @@ class LocalRun:
             return self._run()
         finally:
             self._release()
+            if self.broker is not None:  # the managed broker this run started: after runtime.cleanup
+                self.broker.stop()
 
     def _run(self) -> tuple[Path, dict]:
         t0 = time.monotonic()
@@ -628,6 +667,7 @@ class LocalRun:
                 self._topics()
                 self.path.mkdir(parents=True, exist_ok=True)
                 (self.path / "ranks").mkdir(exist_ok=True)
+                self._record_topics()
                 offsets = record_session(self.path / "ranks", self.world) if self.resumed else {}
                 config_file = self._child_config()
                 if signals.signum is not None:
@@ -663,15 +703,23 @@ class LocalRun:
                 grace = PRODUCER_STOP_S if outcome.kind == "done" else max(GRACE_S, PRODUCER_FLUSH_S + 5.0)
                 producer_summary, killed = self._stop_producer(grace, hurry)
                 outcome.killed += killed
+                self._record_topics()  # with the meta and PS topics the children created
                 outcome.stop_s = time.monotonic() - t_stop
             finally:
                 if view is not None:
                     view.close()
                 self._console = None
                 self.children.close()
-                if self.broker is not None:
-                    self.broker.stop()
         return self._finish(outcome, t0, previous_wall, producer_summary)
+
+    def _cleanup(self, finished: bool) -> None:
+        """runtime.cleanup: delete-on-success (kafka/lifecycle.py): a finished run's topics and groups go, after
+        this orchestrator left its hold group; a run that did not finish keeps them for --resume, said."""
+        if self.cfg.runtime.cleanup == "delete-on-success":
+            if finished and self._hold is not None:
+                self._hold.close()
+                self._hold = None
+            cleanup_after_run(self.bootstrap, self.run_name, finished, self.plan.security, self.echo)
 
     def _finish(self, outcome: _Outcome, t0: float, previous_wall: float, producer_summary: dict | None
                 ) -> tuple[Path, dict]:
@@ -702,6 +750,7 @@ class LocalRun:
             self._note_disk(Path(exc.filename) if exc.filename else self.path, exc)
             summary = {**extra, "stop_reason": reason}
         disk = self._disk_line()
+        self._cleanup(outcome.kind == "done" and self._disk_trouble is None)
         if outcome.kind == "failed":
             child = outcome.child
             detail = []

@@ -23,6 +23,8 @@ from confluent_kafka.admin import OffsetSpec
 from edgestream.data.serde import SampleSerde, WireError
 from edgestream.kafka.admin import admin_client, create_topics
 from edgestream.kafka.clients import consumer_config, producer_config
+from edgestream.kafka.layout import StreamLayout
+from edgestream.kafka.topic_settings import TopicSettings
 from edgestream.kafka.topics import device_topic, meta_topic
 
 #: keys of producer-config records in `<run>.meta`: this prefix + the config's fingerprint, so that
@@ -96,15 +98,16 @@ def _read_meta(bootstrap: str, run: str, security: Mapping[str, str] | None, tim
 
 
 def claim_run(bootstrap: str, run: str, doc: Mapping[str, Any], security: Mapping[str, str] | None = None,
-              timeout: float = 30.0) -> bool:
+              timeout: float = 30.0, *, settings: TopicSettings | None = None) -> bool:
     """Pin `doc` (RunPlan.stream_identity) as the run's producer config, or check it against the pinned one.
 
     Returns True when this call pinned it (a new run), False when it matched. Raises RunConfigConflict
     naming the first field that differs. Two producers starting a new run at the same moment may both
-    write: the first record in the topic wins, and the other one is refused.
+    write: the first record in the topic wins, and the other one is refused. `settings`: the run's topic
+    settings (kafka.topics) the meta topic is created with, or checked against.
     """
     create_topics(bootstrap, {meta_topic(run): 1}, security=security, config={"cleanup.policy": "compact"},
-                  timeout=timeout)
+                  timeout=timeout, settings=settings)
     fp = fingerprint(doc)
     records = _read_meta(bootstrap, run, security, timeout)
     pinned = False
@@ -127,14 +130,17 @@ def claim_run(bootstrap: str, run: str, doc: Mapping[str, Any], security: Mappin
 
 
 def stream_ends(bootstrap: str, run: str, devices: Iterable[int], security: Mapping[str, str] | None = None,
-                timeout: float = 30.0) -> dict[int, int]:
+                timeout: float = 30.0, layout: StreamLayout | None = None) -> dict[int, int]:
     """The next sequence number of each device's stream: the last message's `seq` + 1 (0 when empty).
 
     Reads only the last message of each non-empty `<run>.dev.<i>` (its wire header carries the
     per-device sequence number). A topic whose messages were all removed by retention continues at
     its end offset (offsets and sequence numbers coincide in a stream written by producers).
+    A partitioned `layout` reads its shared partitions from their ends back (`shared_stream_ends`).
     """
     devices = list(devices)
+    if layout is not None and layout.partitioned:
+        return shared_stream_ends(bootstrap, layout, devices, security, timeout)
     topics = {device_topic(run, d): d for d in devices}
     admin = admin_client(bootstrap, security)
     deadline = time.monotonic() + timeout
@@ -193,21 +199,106 @@ def _watermarks(c: Consumer, tp: TopicPartition, deadline: float) -> tuple[int, 
         time.sleep(0.05)
 
 
-def _list_offsets(admin, topics: Iterable[str], spec, deadline: float) -> dict[str, int]:
-    """One offset (earliest or latest) per single-partition topic, in one request per try."""
+def _list_offsets(admin, topics: Iterable, spec, deadline: float) -> dict:
+    """One offset (earliest or latest) per single-partition topic (a name), or per (topic, partition) pair,
+    keyed as given, in one request per try."""
     todo, out = list(topics), {}
     while todo:
-        futures = admin.list_offsets({TopicPartition(t, 0): spec for t in todo},
+        keys = {(k if isinstance(k, tuple) else (k, 0)): k for k in todo}
+        futures = admin.list_offsets({TopicPartition(t, p): spec for t, p in keys},
                                      request_timeout=max(1.0, deadline - time.monotonic()))
         retry = []
         for tp, fut in futures.items():
+            key = keys[(tp.topic, tp.partition)]
             try:
-                out[tp.topic] = fut.result().offset
+                out[key] = fut.result().offset
             except KafkaException as exc:
                 if exc.args[0].code() not in _NOT_READY or time.monotonic() > deadline:
                     raise
-                retry.append(tp.topic)
+                retry.append(key)
         todo = retry
         if todo:
             time.sleep(0.05)
+    return out
+
+
+#: how many messages of a shared partition `shared_stream_ends` reads per step back from its end
+TAIL_STEP = 2000
+
+
+def shared_stream_ends(bootstrap: str, layout: StreamLayout, devices: Iterable[int],
+                       security: Mapping[str, str] | None = None, timeout: float = 30.0) -> dict[int, int]:
+    """`stream_ends` of a partitioned layout: each device's next sequence number, from its last message in its
+    partition of `<run>.streams`, found by reading the partition back from its end TAIL_STEP messages at a
+    time until every asked device of it was seen (0 when the partition holds none of its messages)."""
+    topic = layout.stream(0)[0]
+    wanted: dict[int, dict[bytes, int]] = {}
+    for d in devices:
+        wanted.setdefault(layout.partition(d), {})[layout.key(d)] = d
+    admin = admin_client(bootstrap, security)
+    deadline = time.monotonic() + timeout
+    lo = _list_offsets(admin, [(topic, p) for p in wanted], OffsetSpec.earliest(), deadline)
+    hi = _list_offsets(admin, [(topic, p) for p in wanted], OffsetSpec.latest(), deadline)
+    ends: dict[int, int] = {}
+    todo = {p: dict(keys) for p, keys in wanted.items()}       # partition -> key -> device, not found yet
+    pos = {p: hi[(topic, p)] for p in wanted}                    # read back from here
+    c = _consumer(bootstrap, layout.run, security)
+    try:
+        while any(todo[p] and pos[p] > lo[(topic, p)] for p in todo):
+            ranges = {p: (max(lo[(topic, p)], pos[p] - TAIL_STEP), pos[p]) for p in todo
+                      if todo[p] and pos[p] > lo[(topic, p)]}
+            got = _read_ranges(c, topic, ranges, deadline)
+            for p, messages in got.items():
+                last: dict[int, bytes] = {}  # device -> value of its newest message in the range
+                for m in messages:
+                    d = todo[p].get(m.key())
+                    if d is not None:
+                        last[d] = m.value()
+                for d, value in last.items():
+                    ends[d] = _next_seq(value, d, f"{topic} partition {p}")
+                    del todo[p][layout.key(d)]
+                pos[p] = ranges[p][0]
+    finally:
+        c.close()
+    for p, keys in todo.items():
+        if keys and lo[(topic, p)] > 0:
+            raise ResumeError(f"cannot continue devices {sorted(keys.values())[:5]} in {topic} partition {p}: "
+                              "retention removed their messages; use a new --run-id")
+        ends.update(dict.fromkeys(keys.values(), 0))
+    return ends
+
+
+def _next_seq(value: bytes, device: int, where: str) -> int:
+    """The sequence number after device `device`'s last message `value` in `where`."""
+    try:
+        sample = SampleSerde.header(value)
+    except WireError as exc:
+        raise ResumeError(f"cannot continue device {device} in {where}: its last message is not a sample ({exc}); "
+                          "use a new --run-id") from None
+    if sample.device != device:
+        raise ResumeError(f"cannot continue device {device} in {where}: its last message is from device "
+                          f"{sample.device}; use a new --run-id")
+    return sample.seq + 1
+
+
+def _read_ranges(c: Consumer, topic: str, ranges: dict[int, tuple[int, int]], deadline: float) -> dict[int, list]:
+    """The messages at offsets [start, end) of each partition of `ranges` (partition -> (start, end)), read
+    with one assignment."""
+    c.assign([TopicPartition(topic, p, start) for p, (start, _) in ranges.items()])
+    out: dict[int, list] = {p: [] for p in ranges}
+    left = set(ranges)
+    while left:
+        if time.monotonic() > deadline:
+            p = min(left)
+            raise ResumeError(f"could not read {topic} partition {p} (offsets {ranges[p][0]}-{ranges[p][1] - 1}) "
+                              "in time")
+        for m in c.consume(5000, timeout=0.05):
+            p = m.partition()
+            if m.error() is not None or p not in left or m.offset() < ranges[p][0]:
+                continue
+            if m.offset() < ranges[p][1]:
+                out[p].append(m)
+            if m.offset() >= ranges[p][1] - 1:
+                left.discard(p)
+    c.unassign()
     return out

@@ -33,10 +33,11 @@ from edgestream.data.order import ShardOrder
 from edgestream.data.serde import SampleSerde
 from edgestream.kafka.admin import KafkaUnavailable
 from edgestream.kafka.clients import producer_config
+from edgestream.kafka.layout import StreamLayout
 from edgestream.kafka.outage import Outage
 from edgestream.kafka.outage_calls import Probe, WaitLines, answers, on_client_error
 from edgestream.kafka.run_topics import ensure_run_topics
-from edgestream.kafka.topics import device_topic
+from edgestream.kafka.topic_settings import TopicSettings
 from edgestream.producers.restart import claim_run, stream_ends
 from edgestream.producers.schedule import due_count
 
@@ -121,26 +122,31 @@ class StreamProducer:
     (a fresh run starts at 0). `run_config` (the plan's `stream_identity`): when given, the
     run's `<run>.meta` topic pins it, and a different one is refused with RunConfigConflict before any
     device topic is created. `outage_s`: ride out Kafka outages of up to that long (module doc); `note`:
-    where the lines saying so go besides the log (None: no outage handling, as before).
+    where the lines saying so go besides the log (None: no outage handling, as before). `topic_settings`:
+    the run's kafka.topics resolved (edgestream.kafka.topic_settings): what its meta and device topics are
+    created with, or checked against (create: false); None: replication factor 1 (tests).
     """
 
     def __init__(self, bootstrap: str, run: str, devices: Sequence[int], x: np.ndarray, y: np.ndarray,
                  shards: Sequence[np.ndarray], rate_model, encode: Callable[..., bytes], *, seed: int = 0,
                  security: dict | None = None, producer_overrides: dict | None = None,
                  create_topics: bool = True, resume: bool = True, run_config: dict | None = None,
-                 outage_s: float | None = None, note: Callable[[str], None] | None = None) -> None:
+                 outage_s: float | None = None, note: Callable[[str], None] | None = None,
+                 layout: StreamLayout | None = None, topic_settings: TopicSettings | None = None) -> None:
         self.bootstrap, self.run, self.devices = bootstrap, run, list(devices)
+        self.layout = layout if layout is not None else StreamLayout(run, len(shards))
         self.x, self.y, self.rates, self.encode = x, y, rate_model, encode
         self._class_targets = np.asarray(y).dtype.kind in "iub"
         self.orders = {d: ShardOrder(shards[d], seed, d) for d in self.devices}
-        self.topics = {d: device_topic(run, d) for d in self.devices}
+        self.topics = {d: self.layout.stream(d) for d in self.devices}  # (topic, partition)
         self.stats = {d: DeviceStats(d, float(rate_model.base_rate(d))) for d in self.devices}
         if run_config is not None:
-            claim_run(bootstrap, run, run_config, security)
+            claim_run(bootstrap, run, run_config, security, settings=topic_settings)
         if create_topics:
-            ensure_run_topics(bootstrap, run, self.devices, security)
+            ensure_run_topics(bootstrap, run, self.devices, security, layout=self.layout, settings=topic_settings)
         #: per device, the first sequence number this process sends (the stream's end when it started)
-        self.start = stream_ends(bootstrap, run, self.devices, security) if resume else dict.fromkeys(self.devices, 0)
+        self.start = (stream_ends(bootstrap, run, self.devices, security, layout=self.layout) if resume
+                      else dict.fromkeys(self.devices, 0))
         for d, k in self.start.items():
             self.stats[d].start_seq = k
         self.waits = WaitLines("producer", echo=note)
@@ -151,7 +157,7 @@ class StreamProducer:
         self.producer = Producer(producer_config(bootstrap, security, outage_s=outage_s,
                                                  **{**extra, **(producer_overrides or {})}))
         self._probe = Probe(lambda t: self.producer.list_topics(timeout=t))
-        self._keys = {d: str(d).encode() for d in self.devices}
+        self._keys = {d: self.layout.key(d) for d in self.devices}
         self._first_error: str | None = None
         self.started_at: float | None = None
 
@@ -199,9 +205,11 @@ class StreamProducer:
         idx = self.orders[d].index(k)
         y = self.y[idx]  # a class index (an int on the wire), or a float target (scalar or row) as it is
         value = self.encode(self.x[idx], int(y) if self._class_targets else y, d, k, now)
+        topic, partition = self.topics[d]
         while True:
             try:
-                self.producer.produce(self.topics[d], value=value, key=self._keys[d], on_delivery=self._on_delivery)
+                self.producer.produce(topic, value=value, key=self._keys[d], partition=partition,
+                                      on_delivery=self._on_delivery)
                 break
             except BufferError:  # local queue full: serve delivery reports, then retry; never drop
                 if should_stop() or self._kafka_gone():  # e.g. the broker is down and the queue filled up

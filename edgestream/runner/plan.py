@@ -375,8 +375,26 @@ class RunPlan:
                 rates.pop("path")
                 rates["trace_sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
         variation = {k: v for k, v in raw["devices"]["variation"].items() if v is not None}
+        # a partitioned layout is part of it (which partition a device's samples are in); per-device adds nothing
         return {"name": raw["name"], "seed": raw["seed"], "data": data,
-                "devices": {"count": raw["devices"]["count"], "rates": rates, "variation": variation}}
+                "devices": {"count": raw["devices"]["count"], "rates": rates, "variation": variation},
+                **self.layout("").identity()}
+
+    def layout(self, run: str) -> Any:
+        """Run `run`'s `StreamLayout` (kafka.topics.layout / partitions): where each device's samples travel."""
+        from edgestream.kafka.layout import StreamLayout
+
+        return StreamLayout.of(run, self.world, self.cfg.kafka.topics)
+
+    def topic_settings(self, bootstrap: str) -> Any:
+        """The run's kafka.topics resolved (a `TopicSettings`): as the orchestrator handed them to this process,
+        else resolved against the cluster at `bootstrap` (its broker count); once per process."""
+        from edgestream.kafka.topic_settings import TopicSettings
+
+        key = f"topic_settings:{bootstrap}"
+        if key not in self._cache:
+            self._cache[key] = TopicSettings.for_process(self.cfg.kafka.topics, bootstrap, self.security)
+        return self._cache[key]
 
     def producer(self, bootstrap: str, run: str, devices: list[int], **kw: Any) -> Any:
         """A `StreamProducer` of `devices` of run `run`: each device streams its shard at its rate, and
@@ -385,6 +403,8 @@ class RunPlan:
 
         ds = self.dataset
         kw.setdefault("run_config", self.stream_identity())
+        kw.setdefault("layout", self.layout(run))
+        kw.setdefault("topic_settings", self.topic_settings(bootstrap))
         return StreamProducer(bootstrap, run, devices, ds.x_train, ds.y_train, self.shards, self.rate_model,
                               self.serde.encode, seed=self.seed, security=self.security, **kw)
 
@@ -395,6 +415,7 @@ class RunPlan:
 
         kw.setdefault("max_lag_s", self.max_lag_s)
         kw.setdefault("lag_warning_s", float(self.cfg.runtime.lag_warning_s))
+        kw.setdefault("layout", self.layout(run))
         return KafkaStreamDataset(bootstrap, run, device, num_devices=self.world, serde=self.serde, batch=self.batch,
                                   buffer=self.buffer, injection=self.injection, seed=self.seed,
                                   security=self.security, **kw)
