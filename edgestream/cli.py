@@ -9,13 +9,15 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
+from edgestream import cli_cluster
 from edgestream.algorithm_names import COLLECTIVE, PS
 from edgestream.kafka.jars import DEFAULT_KAFKA_VERSION, BrokerError, cache_dir
 
 app = typer.Typer(help="edgestream: train models on data streaming in from heterogeneous edge devices "
                        "through Apache Kafka.", no_args_is_help=True, add_completion=False)
 config_app = typer.Typer(help="Validate and show experiment configs.", no_args_is_help=True)
-broker_app = typer.Typer(help="Run a managed local Apache Kafka broker (KRaft, single node).", no_args_is_help=True)
+broker_app = typer.Typer(help="Run a managed local Apache Kafka broker (KRaft; one node, or --nodes N).",
+                         no_args_is_help=True)
 app.add_typer(config_app, name="config")
 app.add_typer(broker_app, name="broker")
 
@@ -115,7 +117,11 @@ def _broker(data_dir: Path | None, port: int | None = None, version: str = DEFAU
 
 
 @broker_app.command("start")
-def broker_start(port: int = typer.Option(9092, min=1, max=65535, help="PLAINTEXT port (on --host)"),
+def broker_start(port: int = typer.Option(9092, min=1, max=65535, help="PLAINTEXT port (on --host); with --nodes N, "
+                                          "node i listens on PORT+i-1"),
+                 nodes: int = typer.Option(None, "--nodes", min=1, max=9, help="a KRaft cluster of N nodes (one data "
+                                           "dir each under DATA_DIR, replication min(3,N)); default 1, or what "
+                                           "DATA_DIR holds"),
                  host: str = typer.Option("127.0.0.1", "--host",
                                           help="address the client listener binds (0.0.0.0: every interface)"),
                  advertised_host: str = typer.Option(None, "--advertised-host",
@@ -128,6 +134,9 @@ def broker_start(port: int = typer.Option(9092, min=1, max=65535, help="PLAINTEX
     """Start a broker in the background and print its bootstrap address."""
     import time
 
+    if cli_cluster.wants_cluster(data_dir or default_broker_dir(), nodes):
+        return cli_cluster.start(data_dir or default_broker_dir(), nodes, port=port, host=host,
+                                 advertised_host=advertised_host, kafka_version=kafka_version, security=None)
     broker = _broker(data_dir, port, kafka_version, host=host, advertised_host=advertised_host)
     if broker.running_pid() is not None:
         st = broker.read_state()
@@ -148,6 +157,8 @@ def broker_start(port: int = typer.Option(9092, min=1, max=65535, help="PLAINTEX
 def broker_status(data_dir: Path = typer.Option(None, help="instance dir; default ~/.cache/edgestream/broker"),
                   as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
     """Say whether the broker of DATA_DIR runs and answers (exit 0 if so, 1 if not)."""
+    if cli_cluster.is_cluster_dir(data_dir or default_broker_dir()):
+        return cli_cluster.status(data_dir or default_broker_dir(), as_json)
     st = _broker(data_dir).status()
     if as_json:
         print(json.dumps(st))
@@ -162,7 +173,10 @@ def broker_status(data_dir: Path = typer.Option(None, help="instance dir; defaul
 @broker_app.command("stop")
 def broker_stop(data_dir: Path = typer.Option(None, help="instance dir; default ~/.cache/edgestream/broker"),
                 timeout: float = typer.Option(30.0, help="seconds to wait for a graceful stop before SIGKILL")) -> None:
-    """Stop the broker of DATA_DIR (graceful, then by pid). The data stays for the next start."""
+    """Stop the broker of DATA_DIR, every node of a cluster (graceful, then by pid). The data stays for the next
+    start."""
+    if cli_cluster.is_cluster_dir(data_dir or default_broker_dir()):
+        return cli_cluster.stop(data_dir or default_broker_dir(), timeout)
     broker = _broker(data_dir)
     if broker.stop(timeout=timeout):
         typer.echo(f"stopped ({broker.data_dir})")

@@ -40,9 +40,10 @@ def is_cluster_dir(data_dir: str | Path) -> bool:
 class ClusterNode(LocalBroker):
     """One node of a LocalCluster: node.id, the quorum of every node, replication for the cluster's size."""
 
-    def __init__(self, cluster: LocalCluster, node_id: int, *, host: str, netns: str | None) -> None:
+    def __init__(self, cluster: LocalCluster, node_id: int, *, host: str, advertised_host: str | None,
+                 netns: str | None) -> None:
         super().__init__(cluster.data_dir / f"node-{node_id}", kafka_version=cluster.kafka_version,
-                         heap=cluster.heap, log=cluster._log, host=host)
+                         heap=cluster.heap, log=cluster._log, host=host, advertised_host=advertised_host)
         self.cluster = cluster
         self.node_id = node_id
         self.netns = netns
@@ -84,7 +85,7 @@ class ClusterNode(LocalBroker):
 
     @property
     def _connect_host(self) -> str:
-        return self.advertised_host
+        return self.advertised_host if self.netns else super()._connect_host
 
     def describe(self) -> dict:
         """{'node', 'port', 'controller_port', 'bootstrap', 'pid', 'data_dir'} of this node."""
@@ -96,13 +97,14 @@ class ClusterNode(LocalBroker):
 class LocalCluster:
     """An N-node KRaft cluster on this machine (nodes 1..N, broker id = node id). Use as a context manager,
     or start()/stop(). data_dir None: a temporary dir removed by stop(). ports: the client port of each
-    node (default: the recorded ones when free, else free ones); hosts: each node's address (default
-    127.0.0.1); netns: each node's network namespace (default none)."""
+    node (default: the recorded ones when free, else free ones); host / advertised_host: the address every
+    node's listeners bind and the one clients (and the other nodes' controllers) are told, as LocalBroker's;
+    hosts: each node's own address instead (bound and advertised); netns: each node's network namespace."""
 
     def __init__(self, data_dir: str | Path | None = None, nodes: int = 3, *,
                  kafka_version: str = DEFAULT_KAFKA_VERSION, heap: str = "384m", log=None,
-                 ports: list[int] | None = None, hosts: list[str] | None = None,
-                 netns: list[str] | None = None) -> None:
+                 ports: list[int] | None = None, host: str = "127.0.0.1", advertised_host: str | None = None,
+                 hosts: list[str] | None = None, netns: list[str] | None = None) -> None:
         if nodes < 1:
             raise BrokerError(f"a cluster needs at least one node (nodes={nodes})")
         for name, given in (("ports", ports), ("hosts", hosts), ("netns", netns)):
@@ -121,7 +123,8 @@ class LocalCluster:
                               f"use --nodes {state['nodes']} or another --data-dir")
         self.cluster_id: str = state.get("cluster_id") or ""
         self.nodes: list[ClusterNode] = [
-            ClusterNode(self, i + 1, host=hosts[i] if hosts else "127.0.0.1", netns=netns[i] if netns else None)
+            ClusterNode(self, i + 1, host=hosts[i] if hosts else host,
+                        advertised_host=hosts[i] if hosts else advertised_host, netns=netns[i] if netns else None)
             for i in range(nodes)]
         for node, port, cport in zip(self.nodes, state.get("ports") or [], state.get("controller_ports") or [],
                                      strict=False):
