@@ -109,11 +109,12 @@ def plugins_list(kind: str = typer.Argument(None, help="models, datasets, algori
 
 # ---------------------------------------------------------------- broker
 def _broker(data_dir: Path | None, port: int | None = None, version: str = DEFAULT_KAFKA_VERSION,
-            host: str = "127.0.0.1", advertised_host: str | None = None):
+            host: str = "127.0.0.1", advertised_host: str | None = None, security: str | None = None):
     from edgestream.kafka.broker import LocalBroker
 
     return LocalBroker(data_dir or default_broker_dir(), port=port, kafka_version=version,
-                       log=lambda m: typer.echo(m, err=True), host=host, advertised_host=advertised_host)
+                       log=lambda m: typer.echo(m, err=True), host=host, advertised_host=advertised_host,
+                       security=security)
 
 
 @broker_app.command("start")
@@ -129,15 +130,25 @@ def broker_start(port: int = typer.Option(9092, min=1, max=65535, help="PLAINTEX
                                                           "hosts reach this one by); default --host"),
                  data_dir: Path = typer.Option(None, help="instance dir (storage, logs, state); "
                                                "default ~/.cache/edgestream/broker"),
-                 kafka_version: str = typer.Option(DEFAULT_KAFKA_VERSION, help="Apache Kafka version (Maven Central)")
+                 kafka_version: str = typer.Option(DEFAULT_KAFKA_VERSION, help="Apache Kafka version (Maven Central)"),
+                 security: str = typer.Option(None, "--security", help="none | sasl-ssl (SCRAM-SHA-512 over TLS; CA, "
+                                              "keystores and passwords made in DATA_DIR/security); default: what "
+                                              "DATA_DIR was started with, else none")
                  ) -> None:
-    """Start a broker in the background and print its bootstrap address."""
+    """Start a broker in the background and print its bootstrap address (with --security sasl-ssl, the
+    client settings a run needs on stderr)."""
     import time
+
+    from edgestream.kafka.security import client_lines
 
     if cli_cluster.wants_cluster(data_dir or default_broker_dir(), nodes):
         return cli_cluster.start(data_dir or default_broker_dir(), nodes, port=port, host=host,
-                                 advertised_host=advertised_host, kafka_version=kafka_version, security=None)
-    broker = _broker(data_dir, port, kafka_version, host=host, advertised_host=advertised_host)
+                                 advertised_host=advertised_host, kafka_version=kafka_version, security=security)
+    try:
+        broker = _broker(data_dir, port, kafka_version, host=host, advertised_host=advertised_host, security=security)
+    except BrokerError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
     if broker.running_pid() is not None:
         st = broker.read_state()
         typer.echo(f"already running: {st.get('bootstrap')} (pid {st.get('pid')}, {broker.data_dir})")
@@ -150,13 +161,18 @@ def broker_start(port: int = typer.Option(9092, min=1, max=65535, help="PLAINTEX
         raise typer.Exit(1) from None
     typer.echo(f"started Kafka {kafka_version} in {time.monotonic() - t0:.1f} s (pid {broker.pid}, "
                f"data dir {broker.data_dir})", err=True)
+    for line in client_lines(broker.data_dir, broker.bootstrap) if broker.security == "sasl-ssl" else []:
+        typer.echo(line, err=True)
     print(broker.bootstrap)
 
 
 @broker_app.command("status")
 def broker_status(data_dir: Path = typer.Option(None, help="instance dir; default ~/.cache/edgestream/broker"),
                   as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
-    """Say whether the broker of DATA_DIR runs and answers (exit 0 if so, 1 if not)."""
+    """Say whether the broker of DATA_DIR runs and answers, and its security mode (exit 0 if it answers,
+    1 if not)."""
+    from edgestream.kafka.security import describe
+
     if cli_cluster.is_cluster_dir(data_dir or default_broker_dir()):
         return cli_cluster.status(data_dir or default_broker_dir(), as_json)
     st = _broker(data_dir).status()
@@ -164,7 +180,8 @@ def broker_status(data_dir: Path = typer.Option(None, help="instance dir; defaul
         print(json.dumps(st))
     elif st["running"]:
         typer.echo(f"running: {st['bootstrap']} (pid {st['pid']}, Kafka {st['kafka_version']}, "
-                      f"{'answering' if st['answering'] else 'NOT answering'}, {st['data_dir']})")
+                      f"{'answering' if st['answering'] else 'NOT answering'}, {st['data_dir']}); "
+                      f"security: {describe(st.get('security'))}")
     else:
         typer.echo(f"not running ({st['data_dir']})")
     raise typer.Exit(0 if st["running"] and st["answering"] else 1)
@@ -246,6 +263,7 @@ def produce(config: Path = typer.Argument(..., help="experiment YAML file"),
 
     from edgestream.config import ConfigError
     from edgestream.kafka.admin import KafkaUnavailable, WaitInterrupted, wait_for_broker
+    from edgestream.kafka.security import KafkaRefused
     from edgestream.kafka.topics import new_run_id, run_name
     from edgestream.producers import ResumeError, RunConfigConflict, parse_device_range
     from edgestream.producers.status import write_status
@@ -311,7 +329,7 @@ def produce(config: Path = typer.Argument(..., help="experiment YAML file"),
         raise typer.Exit(2) from None
     except (RunConfigConflict, ValueError, FileNotFoundError) as exc:  # bad input found while building
         _produce_fail(exc, 2)
-    except (BrokerError, KafkaUnavailable, ResumeError) as exc:
+    except (BrokerError, KafkaUnavailable, KafkaRefused, ResumeError) as exc:
         _produce_fail(exc, 1)
     except KafkaException as exc:
         _produce_fail(f"Kafka at {bootstrap}: {exc.args[0].str() if exc.args else exc}", 1)
@@ -551,9 +569,12 @@ def status_cmd(run: str = typer.Argument(..., help="run id, or the run name <nam
     if not bootstrap:
         _bad_input("--bootstrap: required (or --config with runtime.bootstrap)")
     from edgestream.kafka.admin import wait_for_broker
+    from edgestream.kafka.security import KafkaRefused
 
     try:
         wait_for_broker(bootstrap, security, attempts=2)
+    except KafkaRefused as exc:  # it answers, but refuses these credentials or is not trusted
+        _bad_input(str(exc))
     except Exception as exc:  # noqa: BLE001 -- any failure to reach it is one line
         _bad_input(f"--bootstrap {bootstrap}: no Kafka broker answers ({exc})")
     try:

@@ -10,6 +10,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from edgestream.kafka.broker import MAX_MESSAGE_BYTES
 from edgestream.kafka.clients import admin_config
+from edgestream.kafka.security import RefusalWatch
 
 
 class KafkaUnavailable(RuntimeError):
@@ -42,10 +43,12 @@ def wait_for_broker(bootstrap: str, security: Mapping[str, str] | None = None, *
     Attempt i waits up to max(2 s, backoff_i) for an answer, then sleeps backoff_i (0.5, 1, 2, 4 s):
     about 26 s in all with the defaults. Every wait is cut into slices of at most `poll_s` seconds
     and `should_stop()` is checked between them, so a Ctrl-C handler that sets a flag ends the wait
-    promptly (WaitInterrupted) instead of after the whole backoff schedule.
+    promptly (WaitInterrupted) instead of after the whole backoff schedule. A broker that answers but refuses
+    the client (authentication failed, its certificate not trusted) raises KafkaRefused (one line) at once.
     """
     stop = should_stop or (lambda: False)
-    admin = AdminClient(admin_config(bootstrap, security, log_level=0))
+    refused = RefusalWatch(bootstrap)
+    admin = AdminClient(admin_config(bootstrap, security, log_level=0, error_cb=refused))
     backoff, last = first_backoff_s, None
     for attempt in range(attempts):
         deadline = time.monotonic() + max(2.0, backoff)
@@ -57,6 +60,8 @@ def wait_for_broker(bootstrap: str, security: Mapping[str, str] | None = None, *
                     return
             except KafkaException as exc:
                 last = exc
+            admin.poll(0)  # serves error_cb
+            refused.check()
             if time.monotonic() >= deadline:
                 break
             # a refused connection fails at once: do not spin, wait out the rest of this slice

@@ -25,6 +25,7 @@ import time
 import uuid
 from pathlib import Path
 
+from edgestream.kafka import security as sec
 from edgestream.kafka.jars import DEFAULT_KAFKA_VERSION, BrokerError, find_java, resolve_jars
 
 STATE_FILE = "broker.json"
@@ -86,11 +87,13 @@ def _tcp_open(port: int, host: str = "127.0.0.1") -> bool:
         return False
 
 
-def admin_answers(bootstrap: str, timeout: float = 5.0) -> bool:
-    """True when an AdminClient gets cluster metadata from `bootstrap` within `timeout` seconds."""
+def admin_answers(bootstrap: str, timeout: float = 5.0, security: dict | None = None) -> bool:
+    """True when an AdminClient (with `security`'s client settings) gets cluster metadata from `bootstrap`
+    within `timeout` seconds."""
     from confluent_kafka.admin import AdminClient
 
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0, "socket.connection.setup.timeout.ms": 2000})
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0, "socket.connection.setup.timeout.ms": 2000,
+                         **(security or {})})
     try:
         md = admin.list_topics(timeout=timeout)
         return bool(md.brokers)
@@ -125,8 +128,11 @@ class LocalBroker:
 
     def __init__(self, data_dir: str | Path | None = None, port: int | None = None,
                  kafka_version: str = DEFAULT_KAFKA_VERSION, heap: str = "512m", log=None,
-                 host: str = "127.0.0.1", advertised_host: str | None = None) -> None:
+                 host: str = "127.0.0.1", advertised_host: str | None = None, security: str | None = None) -> None:
         self.host = host
+        # --security (edgestream.kafka.security): None = what the data dir was started with, else "none"
+        self.security = sec.check_mode(security) if security is not None else None
+        self.internal_port: int | None = None
         self.advertised_host = advertised_host or ("127.0.0.1" if host in ("0.0.0.0", "") else host)
         self._temp = data_dir is None
         self.data_dir = Path(tempfile.mkdtemp(prefix="edgestream-broker-") if data_dir is None else data_dir).resolve()
@@ -173,9 +179,12 @@ class LocalBroker:
         state = self.read_state()
         pid = self.running_pid()
         bootstrap = state.get("bootstrap")
+        mode = state.get("security") or "none"
         return {
             "running": pid is not None,
-            "answering": bool(pid and bootstrap and admin_answers(bootstrap, timeout=5)),
+            "answering": bool(pid and bootstrap and admin_answers(bootstrap, timeout=5,
+                                                                  security=self._admin_settings(mode))),
+            "security": mode,
             "pid": pid,
             "bootstrap": bootstrap,
             "data_dir": str(self.data_dir),
@@ -185,9 +194,32 @@ class LocalBroker:
     # ------------------------------------------------------------------ start
     def _server_properties(self) -> Path:
         props = self._properties()
+        if self.security == "sasl-ssl":
+            props = sec.server_properties(props, self.data_dir, host=self.host, advertised_host=self.advertised_host,
+                                          port=self.port, internal_port=self.internal_port)
         path = self.data_dir / "server.properties"
-        path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+        sec.write_private(path, "".join(f"{k}={v}\n" for k, v in props.items()))
         return path
+
+    def _admin_settings(self, mode: str | None = None) -> dict:
+        """Client settings of this broker's super user ({} for a PLAINTEXT broker)."""
+        mode = mode or self.security or self.read_state().get("security") or "none"
+        return sec.client_settings(self.data_dir, sec.ADMIN_USER) if mode == "sasl-ssl" else {}
+
+    def _prepare_security(self, java: str, state: dict) -> None:
+        """The security mode (--security, else the data dir's), its files and the internal listener's port."""
+        was = state.get("security") or "none"
+        formatted = (self.data_dir / "kraft" / "meta.properties").exists()
+        if self.security is None:
+            self.security = was if formatted else "none"
+        if formatted and self.security != was:
+            raise BrokerError(f"{self.data_dir} holds a broker started with --security {was}: start it with the "
+                              f"same, or use another --data-dir")
+        if self.security == "sasl-ssl":
+            sec.prepare(self.data_dir, java, self.host, self.advertised_host)
+            iport = state.get("internal_port")
+            self.internal_port = iport if iport and iport not in (self.port, self.controller_port) \
+                and not port_in_use(iport) else free_port({self.port, self.controller_port})
 
     def _properties(self) -> dict[str, str]:
         """server.properties of this node (edgestream.kafka.cluster's nodes change the quorum and replication)."""
@@ -226,10 +258,15 @@ class LocalBroker:
         if (self.data_dir / "kraft" / "meta.properties").exists():
             return  # restart: keep the data
         cluster_id = self._cluster_id()
-        proc = subprocess.run([java, "-Xmx256m", f"-Dlog4j.configuration=file:{LOG4J}",
-                               f"-Dkafka.logs.dir={self.data_dir}", "-cp", cp,
-                               "kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}", f"--config={props}"],
-                              capture_output=True, text=True)
+        tool = ["kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}", f"--config={props}"]
+        argfile = sec.format_argfile(self.data_dir, tool) if self.security == "sasl-ssl" else None
+        try:  # a secured broker's SCRAM users are added here, their passwords in a 0600 argument file
+            proc = subprocess.run([java, "-Xmx256m", f"-Dlog4j.configuration=file:{LOG4J}",
+                                   f"-Dkafka.logs.dir={self.data_dir}", "-cp", cp,
+                                   *([f"@{argfile}"] if argfile else tool)], capture_output=True, text=True)
+        finally:
+            if argfile is not None:
+                argfile.unlink(missing_ok=True)
         if proc.returncode != 0:
             raise BrokerError(f"formatting KRaft storage in {self.data_dir} failed (exit {proc.returncode}):\n"
                               + "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-20:]))
@@ -255,6 +292,7 @@ class LocalBroker:
         java = find_java()
         cp = str(resolve_jars(self.kafka_version, log=self._log) / "*")
         self._choose_ports(self.read_state())
+        self._prepare_security(java, self.read_state())
         props = self._server_properties()
         self._format_storage(java, cp, props)
         with open(self.data_dir / "broker.out", "ab") as out:
@@ -263,7 +301,8 @@ class LocalBroker:
         self.pid = self._proc.pid
         self._write_state(pid=self.pid, port=self.port, controller_port=self.controller_port,
                           bootstrap=self.bootstrap, kafka_version=self.kafka_version, started_at=time.time(),
-                          host=self.host, advertised_host=self.advertised_host)
+                          host=self.host, advertised_host=self.advertised_host, security=self.security,
+                          internal_port=self.internal_port)
 
     def _choose_ports(self, state: dict) -> None:
         """The client port (given, else the recorded one when free, else a free one) and the controller port."""
@@ -293,7 +332,8 @@ class LocalBroker:
                 log = self.data_dir / "server.log"
                 raise BrokerError(f"the Kafka broker exited during startup (exit {self._proc.returncode}); "
                                   f"last lines of {log}:\n{_tail(log)}\n--- {out_path}:\n{_tail(out_path, 15)}")
-            if _tcp_open(self.port, self._connect_host) and admin_answers(self.bootstrap, timeout=2):
+            if _tcp_open(self.port, self._connect_host) and admin_answers(self.bootstrap, timeout=2,
+                                                                          security=self._admin_settings()):
                 return self
             time.sleep(0.2)
         self.stop()

@@ -554,6 +554,7 @@ def serve(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path) -> dict[str
 
     from edgestream.kafka.admin import WaitInterrupted, wait_for_broker
     from edgestream.kafka.outage_calls import wait_until_answers
+    from edgestream.kafka.security import KafkaRefused
     from edgestream.kafka.topics import run_name
     from edgestream.runner.engines import EngineError
     from edgestream.runner.plan import RunPlan
@@ -582,7 +583,7 @@ def serve(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path) -> dict[str
                 wait_until_answers(bootstrap, ps_outage(plan, bootstrap), plan.security, should_stop=stop_event.is_set)
             else:
                 wait_for_broker(bootstrap, plan.security, should_stop=stop_event.is_set)
-        except (KafkaUnavailable, WaitInterrupted) as exc:
+        except (KafkaUnavailable, KafkaRefused, WaitInterrupted) as exc:
             raise PSError(str(exc)) from None
         server = ParameterServer(plan, run, bootstrap, run_dir, stop_event=stop_event)
         return server.run()
