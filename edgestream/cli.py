@@ -11,6 +11,7 @@ from rich.console import Console
 
 from edgestream import cli_cluster
 from edgestream.algorithm_names import COLLECTIVE, PS
+from edgestream.cli_topics import topics_app
 from edgestream.kafka.jars import DEFAULT_KAFKA_VERSION, BrokerError, cache_dir
 
 app = typer.Typer(help="edgestream: train models on data streaming in from heterogeneous edge devices "
@@ -20,6 +21,7 @@ broker_app = typer.Typer(help="Run a managed local Apache Kafka broker (KRaft; o
                          no_args_is_help=True)
 app.add_typer(config_app, name="config")
 app.add_typer(broker_app, name="broker")
+app.add_typer(topics_app, name="topics")
 
 console = Console()
 

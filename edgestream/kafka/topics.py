@@ -33,3 +33,8 @@ def ps_topic(run: str, kind: str) -> str:
 
 def run_topic_prefix(run: str) -> str:
     return f"{run}."
+
+
+def hold_group(run: str) -> str:
+    """The consumer group a live orchestrator of `run` is a member of (edgestream.launch.hold)."""
+    return f"{run}.orchestrator"

@@ -22,12 +22,7 @@ from confluent_kafka import Consumer, KafkaException
 
 from edgestream.kafka.admin import admin_client
 from edgestream.kafka.clients import consumer_config
-from edgestream.kafka.topics import dlq_topic
-
-
-def hold_group(run: str) -> str:
-    """The consumer group a live orchestrator of `run` is a member of."""
-    return f"{run}.orchestrator"
+from edgestream.kafka.topics import dlq_topic, hold_group
 
 
 class RunHold:
