@@ -18,6 +18,8 @@ its `send` waits until they are acknowledged, and a `Receiver` treats transport 
 answering (never as the end of its reader): both tell the outage when the wait starts and ends, ask Kafka
 every few seconds whether it answers again (kafka.outage_calls.Probe), and raise KafkaUnavailable once the
 wait has lasted the budget. Without an `Outage` they behave as before (a send fails after `timeout_s`).
+With one, a topic whose leader went away (one broker of a cluster) is a wait for a new leader
+(kafka.leader_watch.LeaderWatch), bounded by the same budget.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 from edgestream.kafka.admin import admin_client, create_topics
 from edgestream.kafka.broker import MAX_MESSAGE_BYTES
 from edgestream.kafka.clients import consumer_config, produce, producer_config
+from edgestream.kafka.leader_watch import LeaderWatch
 from edgestream.kafka.outage import Outage
 from edgestream.kafka.outage_calls import (
     PROBE_TIMEOUT_S,
@@ -110,6 +113,10 @@ class Sender:
             **{"linger.ms": 0, **({"error_cb": self._on_error} if outage is not None else {})}))
         self._probe = Probe(lambda t: self._producer.list_topics(timeout=t))
         self._errors: list[str] = []
+        # a topic's leader gone (one broker of a cluster): a wait for a new one; `_topic`: the one sent to last
+        self.leader = LeaderWatch(outage, lambda t, timeout: self._producer.list_topics(t, timeout=timeout)) \
+            if outage is not None else None
+        self._topic = ""
 
     def _on_delivery(self, err, msg) -> None:
         if err is not None:
@@ -117,6 +124,7 @@ class Sender:
 
     def _on_error(self, err: KafkaError) -> None:
         on_client_error(self.outage, err, "sending")
+        self.leader.on_error(err)
         log.debug("producer: %s", err)
 
     def send(self, topic: str, env: Envelope, timeout_s: float = 60.0, *, wait: bool = True) -> int:
@@ -128,6 +136,7 @@ class Sender:
             produce(self._producer, topic, value, key=key, on_delivery=self._on_delivery)
             sent += len(value)
         self._producer.poll(0)
+        self._topic = topic
         if wait:
             self.flush(timeout_s, what=f"sending to {topic}")
         return sent
@@ -150,6 +159,9 @@ class Sender:
         while self._producer.flush(0.5 if outage.waiting else 0.2):
             if self.stop is not None and self.stop():
                 raise SendInterrupted(f"stopped while {what} (waiting for {outage.what})")
+            self.leader.check(self._topic)  # its leader gone: a wait for a new one (module doc)
+            if self.leader.lost is not None:
+                continue  # Kafka answers; the topic waits for its new leader (LeaderWatch bounds the wait)
             if outage.waiting:
                 self._probe.tick(outage, what)
             elif time.monotonic() - t0 >= SLOW_SEND_S:
@@ -157,6 +169,7 @@ class Sender:
                 if not answers(self._probe.probe):  # a silent network: ask whether Kafka answers at all
                     outage.down(what, error=f"not acknowledged for {SLOW_SEND_S:g} s, no answer to a metadata "
                                 "request")
+        self.leader.answered()
         if outage.waiting:
             outage.up()
 
@@ -196,6 +209,8 @@ class Receiver:
                                      **{"fetch.wait.max.ms": 5, "fetch.queue.backoff.ms": 1}, **extra)
         self.consumer = Consumer(self._conf)
         self._probe = Probe(self._ask)
+        self.leader = LeaderWatch(outage, lambda t, timeout: self.consumer.list_topics(t, timeout=timeout)) \
+            if outage is not None else None
         if start is None:
             offset = self._end(self.tp)
         elif start == "beginning":
@@ -210,6 +225,7 @@ class Receiver:
 
     def _on_error(self, err: KafkaError) -> None:
         on_client_error(self.outage, err, f"reading {self.topic}")
+        self.leader.on_error(err)
         log.debug("%s: %s", self.topic, err)
 
     def _end(self, tp: TopicPartition, timeout_s: float = 30.0) -> int:
@@ -276,7 +292,12 @@ class Receiver:
         end-of-partition raise; with one, a retriable error is Kafka not answering (the client retries it),
         and while a wait runs, Kafka is asked whether it answers again (KafkaUnavailable past the budget)."""
         first = self.consumer.poll(max(0.0, timeout_s))
-        if self.outage is not None and self.outage.waiting and (first is None or first.error() is not None):
+        quiet = first is None or first.error() is not None
+        if self.leader is not None and quiet:
+            self.leader.check(self.topic)  # its leader gone: a wait for a new one (module doc)
+        if self.leader is not None and self.leader.lost is not None:
+            pass  # Kafka answers; the partition waits for its new leader (LeaderWatch bounds the wait)
+        elif self.outage is not None and self.outage.waiting and quiet:
             self._probe.tick(self.outage, f"reading {self.topic}")
         elif first is None:
             self._check_stall()
@@ -292,6 +313,8 @@ class Receiver:
                     raise KafkaException(err)
                 log.debug("%s: %s (retried by the client)", self.topic, err)
                 continue
+            if self.leader is not None and self.leader.lost is not None:
+                self.leader.answered()
             if self.outage is not None and self.outage.waiting:
                 self.outage.up()  # a message came: Kafka answers
             self.position, self._quiet_since, self._stall_s = int(msg.offset()) + 1, time.monotonic(), STALL_S
