@@ -17,6 +17,7 @@ from test_launch import finish, wait_training, write_cfg
 
 from edgestream.consumers.device_stream import commit_offset, trainer_group
 from edgestream.kafka.admin import admin_client, create_topics, list_topics
+from edgestream.kafka.lifecycle import parse_duration, run_of_topic
 from edgestream.kafka.topics import device_topic
 
 CLI = [sys.executable, "-m", "edgestream.cli"]
@@ -147,6 +148,18 @@ def test_topics_list_and_delete_three_runs(bootstrap, run_prefix, tmp_path):
 
     again = topics(bootstrap, "delete", "--run", ra)
     assert again.returncode == 2 and f"--run {ra}: no such run on the broker" in again.stderr
+
+
+def test_only_run_topics_belong_to_a_run():
+    runs = {"s1-20261125-214000-3fa2.dev.12": "s1-20261125-214000-3fa2", "a-b.ps.pull.3": "a-b", "a-b.ps.push": "a-b",
+            "a-b.streams": "a-b", "a-b.inj": "a-b", "a-b.inj.0": "a-b", "a-b.dlq": "a-b", "a-b.meta": "a-b"}
+    for topic, run in runs.items():
+        assert run_of_topic(topic) == run, topic
+    for topic in ("__consumer_offsets", "notarun", "a.dev.0", "a-b.mine", "a-b.dev", "a-b.dev.x", "a-b.c.dev.0",
+                  "-a.dev.0", "a-b.dlq.1"):
+        assert run_of_topic(topic) is None, topic
+    assert [parse_duration(t) for t in ("90s", "30m", "2h", "7d", "1w", "1.5h")] == [90, 1800, 7200, 604800,
+                                                                                      604800, 5400]
 
 
 def test_bad_input_is_one_line(bootstrap):

@@ -308,7 +308,8 @@ def cleanup_after_run(bootstrap: str, run: str, finished: bool, security: Mappin
     the run's hold given up): a finished run's topics and consumer groups are deleted; a run that did not
     finish keeps them for --resume, said in one line. Kafka trouble here is one line, never the run's
     failure."""
-    later = f"edgestream topics delete --run {run} --bootstrap {bootstrap} --yes"
+    config = " --config CONFIG" if security else ""  # the TLS/SASL settings come from the config, never argv
+    later = f"edgestream topics delete --run {run} --bootstrap {bootstrap}{config} --yes"
     if not finished:
         echo(f"runtime.cleanup: delete-on-success: run {run} did not finish, so its topics and consumer groups stay "
              f"on {bootstrap} for --resume (remove them with `{later}`)")
