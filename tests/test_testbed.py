@@ -22,12 +22,10 @@ fail, saying so.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -37,14 +35,18 @@ from pathlib import Path
 import compose_check as cc
 import pytest
 import yaml
+from netns_hosts import Hosts
+from netns_hosts import network as _network
 
 from edgestream.config import load_config
 from edgestream.kafka.broker import MAX_MESSAGE_BYTES, LocalBroker
+from edgestream.kafka.cluster import LocalCluster
 from edgestream.sync.registry import get_algorithm
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE = ROOT / "docker-compose.yml"
 SPLIT = [ROOT / "docker" / "compose.broker.yml", ROOT / "docker" / "compose.trainers.yml"]
+CLUSTER = ROOT / "docker" / "compose.cluster.yml"  # host A's three-broker alternative to compose.broker.yml
 DOCKERFILES = [ROOT / "docker" / n for n in ("Dockerfile", "Dockerfile.cuda", "Dockerfile.jetson")]
 DOC = ROOT / "docs" / "TESTBED.md"
 EDGESTREAM = str(Path(sys.executable).with_name("edgestream"))
@@ -187,7 +189,7 @@ def test_compose_services_health_and_profiles():
     assert get_algorithm(load_config(ROOT / "examples" / "testbed.yaml").algorithm.name).family != "ps"
 
 
-@pytest.mark.parametrize("path", [COMPOSE, *SPLIT], ids=lambda p: p.name)
+@pytest.mark.parametrize("path", [COMPOSE, *SPLIT, CLUSTER], ids=lambda p: p.name)
 def test_compose_commands_are_real_edgestream_commands(path):
     doc = _load(path)
     env = _env_example() | {"RANK": "0", "MASTER_ADDR": "10.0.0.11", "KAFKA_ADVERTISED_HOST": "10.0.0.5",
@@ -217,7 +219,7 @@ def test_compose_commands_are_real_edgestream_commands(path):
             assert "localhost" not in str(v) and "127.0.0.1" not in str(v), f"{name}: {v}"
 
 
-@pytest.mark.parametrize("path", [COMPOSE, *SPLIT], ids=lambda p: p.name)
+@pytest.mark.parametrize("path", [COMPOSE, *SPLIT, CLUSTER], ids=lambda p: p.name)
 def test_compose_every_variable_is_defined(path):
     doc = _load(path)
     defined = set(_env_example())
@@ -272,6 +274,46 @@ def test_split_deployment_files():
     assert trainers["trainer-gpu"]["deploy"]["resources"]["reservations"]["devices"][0]["capabilities"] == ["gpu"]
 
 
+def test_three_broker_cluster_file(tmp_path):
+    """docker/compose.cluster.yml: three KRaft nodes forming one cluster (ids 1-3, every node in the quorum, one
+    cluster id), each with its own outside port advertised at KAFKA_ADVERTISED_HOST, the replication settings
+    `edgestream broker start --nodes 3` (LocalCluster) gives its nodes, and the producer and the PS started once
+    all three are healthy, bootstrapping on all three inside listeners."""
+    raw = _load(CLUSTER)["services"]
+    svcs = _project(CLUSTER).services
+    brokers = {n: s for n, s in svcs.items() if s["image"].startswith("apache/kafka:")}
+    assert sorted(brokers) == ["kafka-1", "kafka-2", "kafka-3"]
+    envs = {n: s["environment"] for n, s in brokers.items()}
+    assert {e["KAFKA_CONTROLLER_QUORUM_VOTERS"] for e in envs.values()} == {"1@kafka-1:9093,2@kafka-2:9093,3@kafka-3:9093"}
+    assert len({e["CLUSTER_ID"] for e in envs.values()}) == 1
+    for name, e in envs.items():
+        i = int(e["KAFKA_NODE_ID"])
+        port = 9093 + i
+        assert name == f"kafka-{i}" and brokers[name]["hostname"] == name
+        assert e["KAFKA_LISTENERS"] == f"INSIDE://:9092,CONTROLLER://:9093,OUTSIDE://:{port}"
+        assert e["KAFKA_ADVERTISED_LISTENERS"] == f"INSIDE://{name}:9092,OUTSIDE://10.0.0.5:{port}"
+        assert "${KAFKA_ADVERTISED_HOST:?" in raw[name]["environment"]["KAFKA_ADVERTISED_LISTENERS"]
+        assert raw[name]["ports"] == [f"{port}:{port}"]
+        assert f"--bootstrap-server {name}:9092" in brokers[name]["healthcheck"]["test"][1]
+        assert e["KAFKA_PROCESS_ROLES"] == "broker,controller" and "profiles" not in brokers[name]
+    # the replication and size settings are the managed cluster's (LocalCluster's nodes, three of them)
+    node = LocalCluster(tmp_path, 3).nodes[0]
+    node.port, node.controller_port = 19092, 19093
+    props = node._properties()
+    for key in ("default.replication.factor", "min.insync.replicas", "unclean.leader.election.enable",
+                "offsets.topic.replication.factor", "transaction.state.log.replication.factor",
+                "transaction.state.log.min.isr", "auto.create.topics.enable", "message.max.bytes",
+                "replica.fetch.max.bytes", "socket.request.max.bytes", "num.partitions"):
+        env_name = "KAFKA_" + key.upper().replace(".", "_")
+        assert {e[env_name] for e in envs.values()} == {props[key]}, key
+    assert props["default.replication.factor"] == "3" and props["min.insync.replicas"] == "2"
+    for name in ("producer", "ps"):
+        s = svcs[name]
+        assert s["depends_on"] == {b: {"condition": "service_healthy"} for b in brokers}, name
+        assert s["command"][s["command"].index("--bootstrap") + 1] == "kafka-1:9092,kafka-2:9092,kafka-3:9092"
+    assert svcs["ps"]["profiles"] == ["ps"] and not {"ports", "expose"} & set(svcs["ps"])
+
+
 # ================================================================ Compose v2's view, no compose binary
 SCHEMA_DIR = ROOT / "tests" / "compose_spec"
 # the settings docs/TESTBED.md and .env.example send through .env, and the services that must get them
@@ -317,7 +359,7 @@ def test_compose_spec_schema_is_vendored_with_its_licence():
     assert schema["title"] == "Compose Specification" and "service" in schema["definitions"]
 
 
-@pytest.mark.parametrize("path", [COMPOSE, *SPLIT], ids=lambda p: p.name)
+@pytest.mark.parametrize("path", [COMPOSE, *SPLIT, CLUSTER], ids=lambda p: p.name)
 def test_compose_files_are_valid_under_the_compose_spec_schema(path):
     raw = _load(path)
     assert cc.validate(raw) == []                   # as written
@@ -331,7 +373,7 @@ def test_compose_files_are_valid_under_the_compose_spec_schema(path):
 
 def _documented_commands() -> list[tuple[str, cc.ComposeCommand]]:
     out = [(DOC.name, c) for c in cc.documented_commands(DOC.read_text())]
-    for f in (COMPOSE, *SPLIT):
+    for f in (COMPOSE, *SPLIT, CLUSTER):
         out += [(f.name, c) for c in cc.documented_commands(f.read_text(), comment_prefix="#")]
     return out
 
@@ -399,7 +441,7 @@ def test_documented_compose_commands_work_as_written(where, cmd):
     assert not problems, f"{where}: `{cmd.text}`:\n  " + "\n  ".join(problems)
 
 
-@pytest.mark.parametrize("path", [COMPOSE, *SPLIT], ids=lambda p: p.name)
+@pytest.mark.parametrize("path", [COMPOSE, *SPLIT, CLUSTER], ids=lambda p: p.name)
 def test_compose_bind_mounts_fail_loudly(path):
     """A bind mount whose source is missing (a wrong project directory, a typo in CONFIG_DIR) must stop
     `up` with an error, not become an empty directory (the short syntax's create_host_path)."""
@@ -463,7 +505,7 @@ def test_testbed_doc_states_the_minimum_compose_version():
     m = re.search(r"Docker Compose v?(\d+)\.(\d+)\.(\d+) or newer", DOC.read_text())
     assert m, "docs/TESTBED.md does not state the minimum Docker Compose version"
     assert tuple(map(int, m.groups())) >= (2, 3, 0)
-    assert all("name" in _load(f) for f in (COMPOSE, *SPLIT))  # what makes it >= 2.3.0
+    assert all("name" in _load(f) for f in (COMPOSE, *SPLIT, CLUSTER))  # what makes it >= 2.3.0
 
 
 def test_compose_checks_need_no_compose_binary(tmp_path, monkeypatch):
@@ -476,7 +518,7 @@ def test_compose_checks_need_no_compose_binary(tmp_path, monkeypatch):
                        'echo "(root) Additional property name is not allowed" >&2\nexit 1\n')
         exe.chmod(0o755)
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ.get('PATH', '')}")
-    for path in (COMPOSE, *SPLIT):
+    for path in (COMPOSE, *SPLIT, CLUSTER):
         test_compose_commands_are_real_edgestream_commands(path)
         test_compose_every_variable_is_defined(path)
         test_compose_files_are_valid_under_the_compose_spec_schema(path)
@@ -556,100 +598,6 @@ def test_broker_listens_and_advertises_other_hosts(tmp_path):
 
 
 # ================================================================ behaviour: network namespaces
-def _sh(*cmd: str, check: bool = True, timeout: float = 30) -> subprocess.CompletedProcess:
-    proc = subprocess.run(list(cmd), capture_output=True, text=True, timeout=timeout)
-    if check and proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)}: exit {proc.returncode}: {proc.stderr.strip()[-400:]}")
-    return proc
-
-
-class Hosts:
-    """Network hosts made of namespaces: one bridge, one veth pair per host (eth0 inside), 10.213.<k>.0/24."""
-
-    def __init__(self, names: list[str]) -> None:
-        tag = f"{os.getpid() % 100000}"
-        self.k = os.getpid() % 200 + 20
-        self.bridge = f"esb{tag}"
-        self.ns = {n: f"es{tag}-{n}" for n in names}
-        self.ip = {n: f"10.213.{self.k}.{i + 2}" for i, n in enumerate(names)}
-        self.veth = {n: f"esv{tag}{i}" for i, n in enumerate(names)}
-        self.procs: list[subprocess.Popen] = []
-
-    def up(self) -> None:
-        _sh("ip", "link", "add", self.bridge, "type", "bridge")
-        _sh("ip", "link", "set", self.bridge, "up")
-        for n, ns in self.ns.items():
-            _sh("ip", "netns", "add", ns)
-            _sh("ip", "link", "add", self.veth[n], "type", "veth", "peer", "name", f"{self.veth[n]}p")
-            _sh("ip", "link", "set", f"{self.veth[n]}p", "netns", ns)
-            _sh("ip", "netns", "exec", ns, "ip", "link", "set", f"{self.veth[n]}p", "name", "eth0")
-            _sh("ip", "link", "set", self.veth[n], "master", self.bridge)
-            _sh("ip", "link", "set", self.veth[n], "up")
-            _sh("ip", "netns", "exec", ns, "ip", "addr", "add", f"{self.ip[n]}/24", "dev", "eth0")
-            _sh("ip", "netns", "exec", ns, "ip", "link", "set", "eth0", "up")
-            _sh("ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up")
-
-    def route_only_to(self, host: str, peers: list[str]) -> None:
-        """`host` keeps a route to `peers` and to no other host: its on-link /24 route goes, a /32 per peer
-        comes (a connection anywhere else fails with ENETUNREACH before a packet leaves)."""
-        ns = self.ns[host]
-        _sh("ip", "netns", "exec", ns, "ip", "route", "del", f"10.213.{self.k}.0/24", "dev", "eth0")
-        for peer in peers:
-            _sh("ip", "netns", "exec", ns, "ip", "route", "add", f"{self.ip[peer]}/32", "dev", "eth0")
-
-    def popen(self, host: str, cmd: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
-        out = open(log, "wb")  # noqa: SIM115 - closed with the process
-        p = subprocess.Popen(["ip", "netns", "exec", self.ns[host], *cmd], env=env, stdout=out,
-                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
-        p._log = out  # type: ignore[attr-defined]
-        self.procs.append(p)
-        return p
-
-    def run(self, host: str, cmd: list[str], env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
-        return subprocess.run(["ip", "netns", "exec", self.ns[host], *cmd], env=env, capture_output=True,
-                              text=True, timeout=timeout)
-
-    def down(self) -> list[str]:
-        problems = []
-        for p in self.procs:
-            if p.poll() is None:
-                try:
-                    os.killpg(p.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                try:
-                    p.wait(10)
-                except subprocess.TimeoutExpired:
-                    problems.append(f"pid {p.pid} did not die")
-            p._log.close()  # type: ignore[attr-defined]
-        for n, ns in self.ns.items():
-            for cmd in (["ip", "netns", "del", ns], ["ip", "link", "del", self.veth[n]]):
-                r = _sh(*cmd, check=False)
-                if r.returncode != 0 and "Cannot find" not in r.stderr and "No such" not in r.stderr \
-                        and "not exist" not in r.stderr:
-                    problems.append(f"{' '.join(cmd)}: {r.stderr.strip()}")
-        _sh("ip", "link", "del", self.bridge, check=False)
-        return problems
-
-
-@contextlib.contextmanager
-def _network(names: list[str]):
-    """Hosts `names`, up; torn down (processes killed, namespaces, veths and bridge deleted) on any exit."""
-    if os.geteuid() != 0:
-        pytest.fail("the testbed behaviour test builds network namespaces and needs root (CI runs as root): "
-                    "run it as root, e.g. `sudo .venv/bin/pytest tests/test_testbed.py`")
-    if shutil.which("ip") is None:
-        pytest.fail("the testbed behaviour test needs iproute2's `ip` (apt-get install iproute2)")
-    h = Hosts(names)
-    try:
-        h.up()
-        yield h
-    finally:
-        problems = h.down()
-        left = [ns for ns in h.ns.values() if ns in _sh("ip", "netns", "list").stdout]
-        assert not left and not problems, f"left behind: {left} {problems}"
-
-
 @pytest.fixture
 def hosts():
     with _network(["broker", "producer", "trainer-0", "trainer-1"]) as h:
