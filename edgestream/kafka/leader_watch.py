@@ -96,7 +96,7 @@ class LeaderWatch:
                          "wall": time.time() - (now - since)}
             who = f"Kafka broker {leader} at {address}" if leader >= 0 else "no broker"
             isr = ", ".join(map(str, getattr(part, "isrs", []) or [])) or "none"
-            log.warning("%s: its leader, %s, stopped answering (%s); waiting for the cluster to elect a new leader "
+            log.warning("%s: its leader, %s, does not answer (%s); waiting for the cluster to elect a new leader "
                         "among the in-sync replicas (%s), giving up after %g s (%s)", topic, who,
                         text or "no leader", isr, self.outage.budget_s, BUDGET_FIELD)
         elif leader >= 0 and leader != self.lost["node"]:
@@ -114,6 +114,6 @@ class LeaderWatch:
         self.changes += 1
         took = time.monotonic() - lost["since"]
         now_leads = f"Kafka broker {leader} at {address} leads it now" if leader is not None else "it answers again"
-        log.warning("%s: %s, %.1f s after broker %s stopped answering; continuing", lost["topic"], now_leads, took,
-                    lost["node"] if lost["node"] >= 0 else "(none)")
+        log.warning("%s: %s (waited %.1f s for a new leader since broker %s stopped answering here); continuing",
+                    lost["topic"], now_leads, took, lost["node"] if lost["node"] >= 0 else "(none)")
         self.outage.up()

@@ -1,0 +1,196 @@
+"""The broker that leads a run's partition SIGKILLed mid-training on a three-node KRaft cluster (issue 31,
+item 3): the cluster elects a new leader among the in-sync replicas (replication factor 3, min.insync.replicas
+2, unclean leader election off), the run goes on and finishes; every sample is trained exactly once (the
+per-device sequence numbers of the step lines), every parameter-server push is applied exactly once, the
+producer lost and doubled nothing (its delivered count is what the topics hold); the node, started again,
+rejoins every partition's in-sync replicas (read back with the admin API).
+
+Real brokers: the session's three-node `cluster` (tests/conftest.py; a node a test killed is started again by
+the fixture). Real `edgestream run --engine local` orchestrators with real producer / PS / trainer children
+(digits, mlp, 2 devices). Timeouts are hang guards only; the assertions are on sequence numbers, counts,
+records, lines and settings read back from the cluster.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+
+import pytest
+from confluent_kafka.admin import AdminClient, ConfigResource
+from test_faults_run import error_lines, start, step_lines, wait_steps, write_cfg
+from test_kafka_outage import _trained_once
+from test_kafka_outage_ps import SSP, _applied_pushes, _end_offsets
+from test_launch import finish
+
+from edgestream.kafka.topics import device_topic, ps_topic
+
+STEPS = 240  # 16 samples a step at 200 samples/s: the run lasts well beyond the election
+HANG_S = 240
+
+
+def _topics(bootstrap: str, run: str) -> list[str]:
+    md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=30)
+    return sorted(t for t in md.topics if t.startswith(f"{run}."))
+
+
+def _configs(bootstrap: str, topic: str) -> dict[str, str]:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    (fut,) = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, topic)]).values()
+    return {k: v.value for k, v in fut.result(timeout=30).items()}
+
+
+def _replicated(cluster, run: str) -> list[str]:
+    """Every topic of the run: 3 replicas, min.insync.replicas 2, unclean leader election off."""
+    topics = _topics(cluster.bootstrap, run)
+    for t in topics:
+        part = cluster.partition(t)
+        assert len(part.replicas) == 3, (t, part.replicas)
+        conf = _configs(cluster.bootstrap, t)
+        assert conf["min.insync.replicas"] == "2" and conf["unclean.leader.election.enable"] == "false", (t, conf)
+    return topics
+
+
+def _new_leader(cluster, topic: str, killed) -> int:
+    """Wait until the cluster elected another leader of `topic` than the killed node; its broker id."""
+    deadline = time.monotonic() + HANG_S
+    while time.monotonic() < deadline:
+        leader = cluster.partition(topic).leader
+        if leader >= 0 and leader != killed.node_id:
+            return leader
+        time.sleep(0.5)
+    pytest.fail(f"no new leader of {topic} within {HANG_S} s of killing node {killed.node_id}")
+
+
+def _rejoins(cluster, topics: list[str], node) -> None:
+    """The restarted node is back in the in-sync replicas of every topic (it caught up with the leaders)."""
+    deadline = time.monotonic() + HANG_S
+    behind = topics
+    while time.monotonic() < deadline:
+        behind = [t for t in topics if node.node_id not in cluster.partition(t).isrs]
+        if not behind:
+            return
+        time.sleep(0.5)
+    pytest.fail(f"node {node.node_id} is not in the in-sync replicas of {behind} {HANG_S} s after its restart")
+
+
+def _leader_lines(run_dir: Path) -> list[str]:
+    """What the run's processes said about a partition that waited for its new leader (kafka.leader_watch)."""
+    said = []
+    for log in sorted((run_dir / "ranks").glob("*.log")):
+        said += [ln for ln in log.read_text(errors="replace").splitlines() if "edgestream.kafka.leader" in ln]
+    return said
+
+
+def _longest_pause(run_dir: Path) -> dict[int, float]:
+    """Per device, the longest time between two step lines (s): how long the leader's death held training up."""
+    pauses = {}
+    for r in range(2):
+        t = [e["time"] for e in step_lines(run_dir / "ranks" / f"{r}.jsonl")]
+        pauses[r] = round(max(b - a for a, b in zip(t, t[1:], strict=False)), 1)
+    return pauses
+
+
+def _check_leader_lines(said: list[str], killed) -> None:
+    """A wait for a new leader that was said is said to end: the new leader named, and it is not the killed node."""
+    started = [ln for ln in said if "waiting for the cluster to elect a new leader" in ln]
+    ended = [ln for ln in said if "leads it now" in ln or "it answers again" in ln]
+    assert len(ended) == len(started), said
+    for ln in started:
+        assert f"Kafka broker {killed.node_id} at " in ln and "giving up after 300 s (runtime.kafka_outage_s)" in ln
+    for ln in ended:
+        m = re.search(r"Kafka broker (\d+) at \S+ leads it now \(waited [\d.]+ s for a new leader since broker (\d+) "
+                      r"stopped answering here\); continuing", ln)
+        assert m is None or (int(m.group(1)) != killed.node_id and int(m.group(2)) == killed.node_id), ln
+
+
+def _producer_lost_and_doubled_nothing(bootstrap: str, run_dir: Path) -> dict:
+    producer = json.loads((run_dir / "summary.json").read_text())["producer"]
+    assert producer["failed"] == producer["unacknowledged"] == 0, producer
+    assert producer["delivered"] == producer["produced"] > 0, producer
+    # the topics hold exactly what was acknowledged: no message written twice by a retry to the new leader
+    assert sum(_end_offsets(bootstrap, [device_topic(run_dir.name, d) for d in range(2)])) == producer["delivered"]
+    return producer
+
+
+def _run_killing_the_leader(cluster, cfg: Path, out: Path, run_dir: Path, topic_of) -> tuple:
+    """Start the run, kill the node leading `topic_of(run)` after some steps, wait for the run's end."""
+    proc = start(cfg, cluster.bootstrap, out=out)
+    try:
+        wait_steps(run_dir, proc, 2, 20)
+        topic = topic_of(run_dir.name)
+        killed = cluster.leader_of(topic)
+        assert killed is not None, topic
+        at_kill = {r: len(step_lines(run_dir / "ranks" / f"{r}.jsonl")) for r in range(2)}
+        cluster.kill(killed)
+        new = _new_leader(cluster, topic, killed)
+        topics = _replicated(cluster, run_dir.name)
+        code, _, err = finish(proc)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=60)
+    assert code == 0, err[-3000:]
+    assert not error_lines(err), err
+    return killed, new, at_kill, topics
+
+
+@pytest.mark.timeout(900)
+def test_a_collective_run_rides_out_the_death_of_its_device_streams_leader(cluster, run_prefix, tmp_path):
+    cfg = write_cfg(tmp_path / "c.yaml", run_prefix, max_steps=STEPS, every_steps=50,
+                    stop={"target_accuracy": None, "max_time_s": 900, "max_steps": STEPS})
+    out = tmp_path / "runs"
+    run_dir = out / f"{run_prefix}-r1"
+    killed, new, at_kill, topics = _run_killing_the_leader(cluster, cfg, out, run_dir, lambda run: device_topic(run, 0))
+    # training went on after the election, and trained every sequence number exactly once, in order
+    trained = {}
+    for r in range(2):
+        lines = step_lines(run_dir / "ranks" / f"{r}.jsonl")
+        assert len(lines) == STEPS > at_kill[r] + 20
+        trained[r] = _trained_once(lines, STEPS)
+    assert trained == {0: STEPS * 16, 1: STEPS * 16}
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["device_steps_total"] == 2 * STEPS and summary["samples_trained"] == 2 * STEPS * 16
+    producer = _producer_lost_and_doubled_nothing(cluster.bootstrap, run_dir)
+    said = _leader_lines(run_dir)
+    _check_leader_lines(said, killed)
+    # the killed node, started again, catches up and rejoins the in-sync replicas of every topic of the run
+    cluster.restart(killed)
+    _rejoins(cluster, topics, killed)
+    print(f"killed node {killed.node_id} (leader of {device_topic(run_dir.name, 0)}) at steps {at_kill}; new leader "
+          f"{new}; trained {trained}; producer delivered {producer['delivered']}; longest pause {_longest_pause(run_dir)} s; leader lines:", *said, sep="\n")
+
+
+@pytest.mark.timeout(900)
+def test_a_ps_run_rides_out_the_death_of_its_ps_topics_leader(cluster, run_prefix, tmp_path):
+    cfg = write_cfg(tmp_path / "c.yaml", run_prefix, max_steps=STEPS, every_steps=50, algorithm=SSP,
+                    stop={"target_accuracy": None, "max_time_s": 900, "max_steps": STEPS})
+    out = tmp_path / "runs"
+    run_dir = out / f"{run_prefix}-r1"
+    killed, new, at_kill, topics = _run_killing_the_leader(cluster, cfg, out, run_dir,
+                                                           lambda run: ps_topic(run, "push"))
+    assert ps_topic(run_dir.name, "push") in topics and ps_topic(run_dir.name, "pull.1") in topics
+    summary = json.loads((run_dir / "summary.json").read_text())
+    ranks = [json.loads((run_dir / "ranks" / f"{r}.summary.json").read_text()) for r in range(2)]
+    # every worker's sequence numbers trained once, in order, whole batches of 16; training went on after it
+    for r in range(2):
+        lines = step_lines(run_dir / "ranks" / f"{r}.jsonl")
+        assert len(lines) == ranks[r]["steps"] > at_kill[r] + 20
+        assert _trained_once(lines, len(lines)) == 16 * len(lines)
+    # every push applied exactly once: ids 1..steps of each worker, none twice, none missing
+    applied = _applied_pushes(run_dir, 2)
+    for r in range(2):
+        assert sorted(applied[r]) == list(range(1, ranks[r]["steps"] + 1)), r
+    ps = summary["ps"]
+    assert ps["status"] == "finished" and ps["rejected"] == 0 and ps["restarts"] == 0
+    assert ps["pushes"] == [ranks[r]["steps"] for r in range(2)] and ps["pushes_applied"] == sum(ps["pushes"])
+    producer = _producer_lost_and_doubled_nothing(cluster.bootstrap, run_dir)
+    said = _leader_lines(run_dir)
+    _check_leader_lines(said, killed)
+    cluster.restart(killed)
+    _rejoins(cluster, topics, killed)
+    print(f"killed node {killed.node_id} (leader of {ps_topic(run_dir.name, 'push')}) at steps {at_kill}; new leader "
+          f"{new}; pushes {ps['pushes']} (duplicates dropped {ps['duplicates_dropped']}); producer delivered "
+          f"{producer['delivered']}; longest pause {_longest_pause(run_dir)} s; leader lines:", *said, sep="\n")
