@@ -29,6 +29,7 @@ from edgestream.data.serde import SampleSerde
 from edgestream.kafka import consumer_config, list_topics, producer_config
 from edgestream.kafka.layout import StreamLayout, default_partitions, streams_topic
 from edgestream.kafka.run_topics import ensure_run_topics
+from edgestream.kafka.status import format_status, run_status
 from edgestream.producers.restart import stream_ends
 from edgestream.runner.plan import RunPlan
 
@@ -252,3 +253,24 @@ def test_a_partitioned_run_trains_every_sample_once_across_a_killed_trainer(boot
         trained = kept + after  # what the model holds: up to the checkpoint, then the resumed steps
         spans = [(e["seq_first"], e["seq_last"]) for e in trained]
         assert spans[0][0] == 0 and all(b[0] == a[1] + 1 for a, b in zip(spans, spans[1:], strict=False)), spans
+
+
+def test_status_shows_each_device_s_own_samples_of_a_shared_partition(bootstrap, run_prefix):
+    """`edgestream status` of a partitioned run: produced, acknowledged and lag are the device's own samples
+    (not its partition's offsets)."""
+    cfg = partitioned(run_prefix, 4, 2)
+    plan = RunPlan.resolve(cfg)
+    summary = plan.producer(bootstrap, run_prefix, list(range(4))).run_for(1.5, report_every_s=0)
+    produced = {d["device"]: d["delivered"] for d in summary.devices}
+    ds = plan.kafka_dataset(bootstrap, run_prefix, 1, timeout=3)
+    try:
+        ds.ack(ds.next_batch(size=5))
+    finally:
+        ds.close()
+    st = run_status(bootstrap, run_prefix, interval_s=0)
+    rows = {r["device"]: r for r in st["devices"]}
+    assert {d: r["produced"] for d, r in rows.items()} == produced
+    assert rows[1]["acknowledged"] == 5 and rows[1]["lag"] == produced[1] - 5 and rows[1]["lag_s"] is not None
+    assert all(rows[d]["acknowledged"] is None and rows[d]["lag"] == produced[d] for d in (0, 2, 3))
+    text = format_status(st)
+    assert "layout partitioned (2 partitions)" in text.splitlines()[0] and "DLQ 0" in text

@@ -22,9 +22,13 @@ from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Consumer, TopicPartition
 
 from edgestream.kafka.admin import admin_client
 from edgestream.kafka.clients import consumer_config
+from edgestream.kafka.layout import streams_topic
+from edgestream.kafka.status_shared import shared_layout, shared_rows
 from edgestream.kafka.topics import device_topic, dlq_topic, ps_topic
 
 DEVICE = re.compile(r"^(?P<run>.+)\.dev\.(?P<device>\d+)$")
+#: a run's stream topic in the partitioned layout (kafka/layout.py): its devices share its partitions
+SHARED = re.compile(r"^(?P<run>.+)\.streams$")
 
 
 class StatusError(ValueError):
@@ -33,7 +37,7 @@ class StatusError(ValueError):
 
 def find_run(topics: list[str], run: str) -> str:
     """The run name (`<name>-<run id>`) that `run` means: itself, or the one run whose id it is."""
-    runs = sorted({m.group("run") for t in topics if (m := DEVICE.match(t))})
+    runs = sorted({m.group("run") for t in topics if (m := DEVICE.match(t) or SHARED.match(t))})
     if run in runs:
         return run
     matches = [r for r in runs if r.endswith(f"-{run}")]
@@ -52,8 +56,19 @@ def run_status(bootstrap: str, run: str, *, interval_s: float = 2.0,
     """The figures of the module doc for `run` (a run name or a run id); StatusError when it is not there."""
     from edgestream.consumers.device_stream import trainer_group
 
-    topics = sorted(admin_client(bootstrap, security).list_topics(timeout=timeout_s).topics)
+    metadata = admin_client(bootstrap, security).list_topics(timeout=timeout_s)
+    topics = sorted(metadata.topics)
     run = find_run(topics, run)
+    if streams_topic(run) in topics:  # the partitioned layout: per-device figures from the shared partitions
+        partitions = len(metadata.topics[streams_topic(run)].partitions)
+        try:
+            layout = shared_layout(bootstrap, run, partitions, security, timeout_s)
+        except ValueError as exc:
+            raise StatusError(str(exc)) from None
+        rows, dt = shared_rows(bootstrap, layout, interval_s, security, timeout_s)
+        return _with_dlq(bootstrap, run, topics, {"run": run, "interval_s": round(dt, 3), "devices": rows,
+                                                  "layout": f"partitioned ({partitions} partitions)"},
+                         security, timeout_s)
     devices = sorted(int(m.group("device")) for t in topics if (m := DEVICE.match(t)) and m.group("run") == run)
     push = ps_topic(run, "push")
     watched = [device_topic(run, d) for d in devices] + ([push] if push in topics else [])
@@ -94,6 +109,19 @@ def run_status(bootstrap: str, run: str, *, interval_s: float = 2.0,
         reader.close()
 
 
+def _with_dlq(bootstrap: str, run: str, topics: list[str], out: dict[str, Any],
+              security: Mapping[str, str] | None, timeout_s: float) -> dict[str, Any]:
+    """`out` with the DLQ's message count (None without a DLQ topic)."""
+    dlq = dlq_topic(run)
+    reader = Consumer(consumer_config(bootstrap, f"{run}.status", security))
+    try:
+        out["dlq"] = (reader.get_watermark_offsets(TopicPartition(dlq, 0), timeout=timeout_s)[1]
+                      if dlq in topics else None)
+    finally:
+        reader.close()
+    return out
+
+
 def _oldest_ages(reader: Consumer, offsets: dict[str, int], timeout_s: float) -> dict[str, float]:
     """Seconds since the message at each topic's offset was produced (its timestamp), read with one
     assignment; a topic whose message does not come within `timeout_s` is left out."""
@@ -114,7 +142,8 @@ def _oldest_ages(reader: Consumer, offsets: dict[str, int], timeout_s: float) ->
 
 def format_status(st: dict[str, Any]) -> str:
     """The table `edgestream status` prints."""
-    lines = [f"run {st['run']} (rates over {st['interval_s']:g} s)",
+    layout = f", layout {st['layout']}" if st.get("layout") else ""
+    lines = [f"run {st['run']} (rates over {st['interval_s']:g} s{layout})",
              f"{'device':>6} {'produced':>10} {'rate/s':>9} {'acknowledged':>13} {'lag':>9} {'lag s':>8}"]
     for r in st["devices"]:
         rate = "-" if r["rate"] is None else f"{r['rate']:.1f}"

@@ -97,6 +97,13 @@ def _read_meta(bootstrap: str, run: str, security: Mapping[str, str] | None, tim
         c.close()
 
 
+def pinned_config(bootstrap: str, run: str, security: Mapping[str, str] | None = None,
+                  timeout: float = 30.0) -> dict | None:
+    """The producer config run `run` was started with (the first record of `<run>.meta`), None when none."""
+    records = _read_meta(bootstrap, run, security, timeout)
+    return records[0]["config"] if records else None
+
+
 def claim_run(bootstrap: str, run: str, doc: Mapping[str, Any], security: Mapping[str, str] | None = None,
               timeout: float = 30.0, *, settings: TopicSettings | None = None) -> bool:
     """Pin `doc` (RunPlan.stream_identity) as the run's producer config, or check it against the pinned one.
