@@ -76,10 +76,13 @@ def config_show(file: Path = typer.Argument(..., help="experiment YAML file"),
                 set_: list[str] = typer.Option(None, "--set", help="override KEY.PATH=VALUE (repeatable)")) -> None:
     """Print the fully resolved config (defaults filled in, paths absolute, secrets shown as ***).
     runtime.out is shown as the folder a run started here would use (it resolves against the current
-    directory)."""
+    directory); comment lines at the end say how kafka.topics resolves against a cluster (null's rule)."""
+    from edgestream.kafka.topic_settings import config_rules
+
     cfg = _load(file, set_)
     cfg.runtime.out = str(Path(cfg.runtime.out).absolute())
     sys.stdout.write(cfg.to_yaml())
+    sys.stdout.write("".join(line + "\n" for line in config_rules(cfg.kafka.topics)))  # how kafka.topics resolves
 
 
 # ---------------------------------------------------------------- plugins

@@ -51,6 +51,10 @@ MEMORIES = ("none", "residual", "dgc")
 ENGINES = ("sim", "local")
 #: Client settings a user may pass through to librdkafka (brokers on a WAN need them).
 CLIENT_KEY_PREFIXES = ("security.protocol", "sasl.", "ssl.", "client.id", "socket.", "request.timeout.ms")
+#: topic settings users try to pass as client settings -> the kafka.topics field that sets them
+TOPIC_KEYS = {"replication.factor": "replication_factor", "default.replication.factor": "replication_factor",
+              "min.insync.replicas": "min_insync_replicas", "retention.ms": "retention_ms",
+              "retention.bytes": "retention_bytes", "num.partitions": "partitions (layout: partitioned)"}
 #: security.protocol values librdkafka accepts (case-insensitive).
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 #: runtime.kafka_client keys whose values are secrets (masked as "***" by to_yaml): a key containing one
@@ -502,6 +506,9 @@ class RuntimeConfig(_Model):
     @classmethod
     def _client_keys(cls, v: dict[str, str]) -> dict[str, str]:
         for key in v:
+            if key in TOPIC_KEYS:
+                raise ValueError(f"key {key!r} is a setting of the run's topics, not of a client; use "
+                                 f"kafka.topics.{TOPIC_KEYS[key]}")
             if not key.startswith(CLIENT_KEY_PREFIXES):
                 raise ValueError(f"key {key!r} is not a pass-through client setting; allowed: "
                                  + ", ".join(p + ("*" if p.endswith(".") else "") for p in CLIENT_KEY_PREFIXES))

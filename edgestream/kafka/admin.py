@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -11,6 +12,10 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from edgestream.kafka.broker import MAX_MESSAGE_BYTES
 from edgestream.kafka.clients import admin_config
 from edgestream.kafka.security import RefusalWatch
+from edgestream.kafka.topic_check import TopicMismatch, mismatches, unprovisioned
+
+if TYPE_CHECKING:
+    from edgestream.kafka.topic_settings import TopicSettings
 
 
 class KafkaUnavailable(RuntimeError):
@@ -76,22 +81,43 @@ def wait_for_broker(bootstrap: str, security: Mapping[str, str] | None = None, *
 
 def create_topics(bootstrap: str, topics: Mapping[str, int] | Iterable[str], *,
                   max_message_bytes: int = MAX_MESSAGE_BYTES, security: Mapping[str, str] | None = None,
-                  config: Mapping[str, str] | None = None, timeout: float = 30.0) -> list[str]:
+                  config: Mapping[str, str] | None = None, timeout: float = 30.0,
+                  settings: TopicSettings | None = None) -> list[str]:
     """Create topics (name -> partitions, or names with 1 partition) unless they exist; return those created.
 
-    Topic-level `max.message.bytes` is set explicitly; auto-creation is never relied on.
+    Topic-level `max.message.bytes` is set explicitly; auto-creation is never relied on. `settings` (the run's
+    resolved kafka.topics, edgestream.kafka.topic_settings): the replication factor and topic configs
+    (min.insync.replicas, retention, unclean.leader.election.enable=false) of every topic created, and an
+    existing topic with another partition count or other such settings is refused (TopicMismatch, one line
+    per topic); with `settings.create` false nothing is created and each topic must exist with its
+    partition count (TopicMismatch otherwise). Without `settings`: replication factor 1, existing topics
+    reused as they are (tests, benchmarks).
     """
     wanted = dict(topics) if isinstance(topics, Mapping) else {t: 1 for t in topics}
     if not wanted:
         return []
     admin = admin_client(bootstrap, security)
-    existing = set(admin.list_topics(timeout=timeout).topics)
+    md = admin.list_topics(timeout=timeout)
+    if settings is not None and not settings.create:
+        problems = unprovisioned(md, wanted)
+        if problems:
+            raise TopicMismatch(problems)
+        _wait_visible(admin, list(wanted), timeout)
+        return []
+    existing = set(md.topics)
     todo = [t for t in wanted if t not in existing]
-    topic_config = {"max.message.bytes": str(max_message_bytes)} | dict(config or {})
+    rf = 1 if settings is None else settings.replication_factor
+    wanted_config = dict(settings.topic_config() if settings is not None else {}) | dict(config or {})
+    if settings is not None and len(todo) < len(wanted):
+        problems = mismatches(admin, md, {t: wanted[t] for t in wanted if t in existing}, rf, wanted_config,
+                              timeout)
+        if problems:
+            raise TopicMismatch(problems)
+    topic_config = {"max.message.bytes": str(max_message_bytes)} | wanted_config
     created: list[str] = []
-    if todo:
-        futures = admin.create_topics([NewTopic(t, num_partitions=wanted[t], replication_factor=1,
-                                                config=topic_config) for t in todo], operation_timeout=timeout)
+    for batch in _create_batches(todo, wanted, len(topic_config)):
+        futures = admin.create_topics([NewTopic(t, num_partitions=wanted[t], replication_factor=rf,
+                                                config=topic_config) for t in batch], operation_timeout=timeout)
         for name, fut in futures.items():
             try:
                 fut.result()
@@ -101,6 +127,26 @@ def create_topics(bootstrap: str, topics: Mapping[str, int] | Iterable[str], *,
                     raise
     _wait_visible(admin, list(wanted), timeout)
     return created
+
+
+#: metadata records one CreateTopics request may make: a KRaft controller refuses a request of more than 10,000
+#: ("Unable to perform excessively large batch operation": a per-device run of 1,000 devices, 2,001 topics)
+MAX_CREATE_RECORDS = 5000
+
+
+def _create_batches(todo: list[str], partitions: Mapping[str, int], configs: int) -> list[list[str]]:
+    """`todo` cut into CreateTopics requests of at most MAX_CREATE_RECORDS records each (a topic makes one
+    record, one per partition and one per config)."""
+    batches: list[list[str]] = []
+    size = MAX_CREATE_RECORDS
+    for t in todo:
+        records = 1 + partitions[t] + configs
+        if size + records > MAX_CREATE_RECORDS:
+            batches.append([])
+            size = 0
+        batches[-1].append(t)
+        size += records
+    return batches
 
 
 def _wait_visible(admin: AdminClient, names: list[str], timeout: float) -> None:

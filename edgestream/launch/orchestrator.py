@@ -5,7 +5,8 @@ Life of a run (`<out>/<name>-<run id>/`):
 1. the broker: `bootstrap` (or runtime.bootstrap), else the managed local broker (started here and
    stopped at the end when it was not already running); it must answer, else one line naming the
    address (LaunchError, exit 1);
-2. the run's topics (`ensure_run_topics`), config.yaml (secrets shown as ***);
+2. the run's topics (`prepare_run_topics`: kafka.topics resolved, or create: false checked; topics.json),
+   config.yaml (secrets shown as ***);
 3. the children, each the leader of its own process group, stdout+stderr to a file in the run dir:
    `edgestream produce` (producer.out) and `edgestream train` for rank i = device i (ranks/<i>.out)
    with torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR=127.0.0.1, a free

@@ -36,6 +36,7 @@ from torch import Tensor
 
 from edgestream.kafka.outage import Outage
 from edgestream.kafka.outage_calls import WaitLines, call_through
+from edgestream.kafka.topic_settings import TopicSettings
 from edgestream.ps.memory import keep_large_buffers
 from edgestream.ps.transport import (
     Receiver,
@@ -83,7 +84,8 @@ class PSClient:
     def __init__(self, bootstrap: str, run: str, worker: int, world: int, model: Sequence[Tensor], *,
                  security: Mapping[str, str] | None = None, stop: Callable[[], bool] | None = None,
                  note_s: float = 10.0, device: Any = "cpu", echo: Callable[[str], None] | None = None,
-                 buffers: Sequence[Tensor] = (), outage: Outage | None = None) -> None:
+                 buffers: Sequence[Tensor] = (), outage: Outage | None = None,
+                 topic_settings: Callable[[], TopicSettings | None] | None = None) -> None:
         self.run, self.worker = run, worker
         self.buffers = list(buffers)  # the model's floating buffers: live tensors (module doc)
         self.model_bytes = tensor_bytes(list(model) + self.buffers)
@@ -91,8 +93,11 @@ class PSClient:
         self.stop = stop or (lambda: False)
         self.outage = outage if outage is not None else Outage(
             bootstrap, default_outage_s(), listener=WaitLines(f"worker {worker}", echo=echo or log.warning))
-        call_through(self.outage, lambda: ensure_ps_topics(bootstrap, run, world, self.model_bytes, security),
-                     f"creating the parameter server's topics of run {run}", should_stop=self.stop)
+        # the run's kafka.topics settings (`topic_settings()`: resolved within the outage's wait, it may ask Kafka)
+        call_through(self.outage, lambda: ensure_ps_topics(
+            bootstrap, run, world, self.model_bytes, security,
+            settings=topic_settings() if topic_settings is not None else None),
+            f"creating the parameter server's topics of run {run}", should_stop=self.stop)
         self.topic = push_topic(run)
         self.reply_topic = pull_topic(run, worker)
         # read replies from the topic's current end: replies to an earlier session's requests are not ours

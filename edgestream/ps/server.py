@@ -66,6 +66,8 @@ import torch
 from edgestream.kafka.admin import KafkaUnavailable
 from edgestream.kafka.outage import Outage
 from edgestream.kafka.outage_calls import WaitLines, call_through
+from edgestream.kafka.topic_check import TopicMismatch
+from edgestream.kafka.topic_settings import TopicSettingsError
 from edgestream.ps.memory import keep_large_buffers
 from edgestream.ps.transport import (
     Receiver,
@@ -439,7 +441,8 @@ class ParameterServer:
         self.events = EventLog(run_dir / "ranks" / "ps.jsonl", append=True, live=True)
         self.outage.listener.record, self.outage.listener.now = self.events.record, self.stream_now
         call_through(self.outage, lambda: ensure_ps_topics(self.bootstrap, self.run_name, self.world,
-                                                           self.model_bytes, self.plan.security),
+                                                           self.model_bytes, self.plan.security,
+                                                           settings=self.plan.topic_settings(self.bootstrap)),
                      "creating the parameter server's topics")
         if self._evaluate:
             from edgestream.runner.evaluate import Evaluation
@@ -586,7 +589,10 @@ def serve(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path) -> dict[str
         except (KafkaUnavailable, KafkaRefused, WaitInterrupted) as exc:
             raise PSError(str(exc)) from None
         server = ParameterServer(plan, run, bootstrap, run_dir, stop_event=stop_event)
-        return server.run()
+        try:
+            return server.run()
+        except (TopicMismatch, TopicSettingsError) as exc:  # its topics exist otherwise (kafka.topics): one line each
+            raise PSError(str(exc)) from None
     finally:
         root.removeHandler(handler)
         handler.close()

@@ -44,6 +44,7 @@ from edgestream.kafka.outage_calls import (
     on_client_error,
     retriable,
 )
+from edgestream.kafka.topic_settings import TopicSettings
 from edgestream.kafka.topics import dlq_topic, ps_topic
 from edgestream.ps.wire import DEFAULT_CHUNK_BYTES, Envelope, chunks
 
@@ -83,11 +84,12 @@ def topic_bytes(model_bytes: int) -> int:
 
 
 def ensure_ps_topics(bootstrap: str, run: str, world: int, model_bytes: int,
-                     security: Mapping[str, str] | None = None) -> list[str]:
-    """Create the run's PS topics (and its DLQ, where rejected PS messages go) unless they exist; returns
-    their names."""
+                     security: Mapping[str, str] | None = None, *, settings: TopicSettings | None = None) -> list[str]:
+    """Create the run's PS topics (and its DLQ, where rejected PS messages go) unless they exist, with the
+    run's topic `settings` (replication, retention; kafka.topics); returns their names."""
     names = {push_topic(run): 1, **{pull_topic(run, i): 1 for i in range(world)}, dlq_topic(run): 1}
-    create_topics(bootstrap, names, max_message_bytes=topic_bytes(model_bytes), security=security)
+    create_topics(bootstrap, names, max_message_bytes=topic_bytes(model_bytes), security=security,
+                  settings=settings)
     return list(names)
 
 

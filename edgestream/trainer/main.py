@@ -204,6 +204,8 @@ def _join_ps(plan: Any, bootstrap: str, run: str, env: DistEnv, model: torch.nn.
     from confluent_kafka import KafkaException
 
     from edgestream.kafka.admin import KafkaUnavailable
+    from edgestream.kafka.topic_check import TopicMismatch
+    from edgestream.kafka.topic_settings import TopicSettingsError
     from edgestream.ps.client import PSClient, PSStopped
     from edgestream.sync.buffers import floating_buffers
 
@@ -213,9 +215,10 @@ def _join_ps(plan: Any, bootstrap: str, run: str, env: DistEnv, model: torch.nn.
                           stop=stop_event.is_set, device=device,
                           echo=lambda m: print(m, file=sys.stderr, flush=True),
                           buffers=floating_buffers(model),  # they travel with pushes and replies
-                          outage=outage)  # the rank's one outage, shared with its readers
+                          outage=outage,  # the rank's one outage, shared with its readers
+                          topic_settings=lambda: plan.topic_settings(bootstrap))  # kafka.topics, resolved
         reply = client.join()
-    except (KafkaUnavailable, KafkaException) as exc:
+    except (KafkaUnavailable, KafkaException, TopicMismatch, TopicSettingsError) as exc:
         raise TrainerError(f"device {env.rank}: the parameter server's topics on {bootstrap}: {exc}") from None
     except PSStopped as exc:
         raise TrainerError(f"device {env.rank}: {exc}") from None
