@@ -292,13 +292,13 @@ def produce(config: Path = typer.Argument(..., help="experiment YAML file"),
     bootstrap = bootstrap or cfg.runtime.bootstrap
     try:
         if bootstrap is None:
-            broker = _broker(None)
+            broker = cli_cluster.managed(default_broker_dir(), log=lambda m: typer.echo(m, err=True))
             if broker.running_pid() is None:
                 typer.echo("no bootstrap given: starting the managed local broker (stopped at exit)", err=True)
                 broker.start()
             else:
                 broker = None
-            bootstrap = _broker(None).read_state()["bootstrap"]
+            bootstrap = cli_cluster.managed(default_broker_dir()).read_state()["bootstrap"]
         typer.echo(f"run {run}: connecting to Kafka at {bootstrap}", err=True)
         wait_for_broker(bootstrap, plan.security, should_stop=lambda: stop["flag"])
         # an outage is said once on stderr, by the producer's `note` (not also raw by the outage's logger)

@@ -9,8 +9,10 @@ from pathlib import Path
 
 import typer
 
-from edgestream.kafka.cluster import LocalCluster, is_cluster_dir
+from edgestream.kafka.cluster import LocalCluster, is_cluster_dir, managed
 from edgestream.kafka.jars import BrokerError
+
+__all__ = ["is_cluster_dir", "managed", "start", "status", "stop", "wants_cluster"]
 
 
 def wants_cluster(data_dir: Path, nodes: int | None) -> bool:

@@ -46,10 +46,10 @@ def _connect(bootstrap: str | None, config: Path | None) -> tuple[str, dict]:
         security = dict(cfg.runtime.kafka_client or {})
         bootstrap = bootstrap or cfg.runtime.bootstrap
     if not bootstrap:
-        from edgestream.kafka.broker import LocalBroker
+        from edgestream.kafka.cluster import managed as managed_instance
         from edgestream.kafka.jars import cache_dir
 
-        managed = LocalBroker(cache_dir() / "broker")
+        managed = managed_instance(cache_dir() / "broker")  # the managed broker, or cluster
         if managed.running_pid() is None:
             _fail("--bootstrap: required (or --config with runtime.bootstrap; the managed local broker does not run)")
         bootstrap = managed.read_state()["bootstrap"]

@@ -5,18 +5,20 @@ node, and no process left afterwards."""
 from __future__ import annotations
 
 import json
+import os
 import random
 import subprocess
 import sys
 from pathlib import Path
 
 from edgestream.kafka.broker import admin_answers, pid_alive, port_in_use
+from edgestream.kafka.jars import DEFAULT_KAFKA_VERSION, libs_dir
 
 EDGESTREAM = str(Path(sys.executable).with_name("edgestream"))
 
 
-def _cli(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
-    return subprocess.run([EDGESTREAM, "broker", *args], capture_output=True, text=True, timeout=timeout)
+def _cli(*args: str, timeout: float = 240, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([EDGESTREAM, "broker", *args], capture_output=True, text=True, timeout=timeout, env=env)
 
 
 def _free_base() -> int:
@@ -28,7 +30,12 @@ def _free_base() -> int:
 
 
 def test_broker_start_nodes_3_status_stop(tmp_path):
-    d = tmp_path / "kafka3"
+    # the cluster in the managed broker's default dir ($EDGESTREAM_CACHE/broker; the jars where they are)
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / f"kafka-{DEFAULT_KAFKA_VERSION}").symlink_to(libs_dir().parent)
+    env = os.environ | {"EDGESTREAM_CACHE": str(cache)}
+    d = cache / "broker"
     base = _free_base()
     pids: list[int] = []
     try:
@@ -48,7 +55,7 @@ def test_broker_start_nodes_3_status_stop(tmp_path):
         assert f"running: 3 of 3 nodes, bootstrap {bootstrap}" in r.stdout
         assert "brokers in the cluster metadata: 1, 2, 3" in r.stdout
         assert r.stdout.count(": answering, 127.0.0.1:") == 3
-        st = json.loads(_cli("status", "--data-dir", str(d), "--json").stdout)
+        st = json.loads(_cli("status", "--json", env=env).stdout)  # the default dir: the cluster
         pids = [n["pid"] for n in st["nodes"]]
         assert len(set(pids)) == 3 and all(pid_alive(p) for p in pids)
 
@@ -57,10 +64,18 @@ def test_broker_start_nodes_3_status_stop(tmp_path):
         r = _cli("start", "--nodes", "1", "--data-dir", str(d))
         assert r.returncode == 2 and r.stderr.strip().splitlines() == [
             f"error: --nodes 1: {d} holds a 3-node cluster; use --nodes 3 or another --data-dir"]
+        # a command given no bootstrap uses the managed instance: the cluster, not a broker of its own
+        cfg = tmp_path / "c.yaml"
+        cfg.write_text((Path(__file__).parents[1] / "examples" / "s1.yaml").read_text())
+        r = subprocess.run([EDGESTREAM, "produce", str(cfg), "--duration", "1", "--set", "devices.count=2"],
+                           capture_output=True, text=True, timeout=240, env=env)
+        assert r.returncode == 0, r.stderr
+        assert f"connecting to Kafka at {bootstrap}" in r.stderr and "starting the managed" not in r.stderr
+        assert not (d / "kraft").exists() and not (d / "broker.json").exists()
     finally:
         r = _cli("stop", "--data-dir", str(d))
     assert r.returncode == 0 and r.stdout.strip() == f"stopped 3 of 3 nodes ({d})"
     assert not [p for p in pids if pid_alive(p)]
-    r = _cli("status", "--data-dir", str(d))
+    r = _cli("status", env=env)
     assert r.returncode == 1 and "not running: 0 of 3 nodes" in r.stdout
     assert _cli("stop", "--data-dir", str(d)).stdout.strip() == f"not running ({d})"

@@ -37,6 +37,13 @@ def is_cluster_dir(data_dir: str | Path) -> bool:
     return (Path(data_dir) / STATE_FILE).is_file()
 
 
+def managed(data_dir: str | Path, log=None) -> LocalBroker | LocalCluster:
+    """The managed instance of `data_dir`: its LocalCluster when the dir holds one, else a LocalBroker. Both
+    answer running_pid(), read_state()['bootstrap'], start(), stop() and .pid (what a run that starts the
+    managed broker uses)."""
+    return LocalCluster.open(data_dir, log=log) if is_cluster_dir(data_dir) else LocalBroker(data_dir, log=log)
+
+
 class ClusterNode(LocalBroker):
     """One node of a LocalCluster: node.id, the quorum of every node, replication for the cluster's size."""
 
@@ -178,6 +185,14 @@ class LocalCluster:
 
     def running(self) -> list[ClusterNode]:
         return [n for n in self.nodes if n.running_pid() is not None]
+
+    def running_pid(self) -> int | None:
+        """The pid of the first node that runs (None when none does), as LocalBroker.running_pid."""
+        return next((pid for n in self.nodes if (pid := n.running_pid()) is not None), None)
+
+    @property
+    def pid(self) -> int | None:
+        return self.running_pid()
 
     def status(self) -> dict:
         """{'nodes': [node.describe() + running/answering], 'brokers': ids in the cluster metadata, ...}."""

@@ -354,10 +354,10 @@ class LocalRun:
         from edgestream.kafka.security import KafkaRefused
 
         if self.bootstrap is None:
-            from edgestream.kafka.broker import LocalBroker
+            from edgestream.kafka.cluster import managed
             from edgestream.kafka.jars import cache_dir
 
-            broker = LocalBroker(self.broker_dir or cache_dir() / "broker", log=self.echo)
+            broker = managed(self.broker_dir or cache_dir() / "broker", log=self.echo)  # or its cluster
             pid = broker.running_pid()
             if pid is None:
                 self.echo(f"no bootstrap given: starting the managed local broker in {broker.data_dir} "
