@@ -262,6 +262,7 @@ def produce(config: Path = typer.Argument(..., help="experiment YAML file"),
     Kafka trouble; 2 on bad input; 130 when interrupted while waiting for the broker.
     """
     import logging
+    import os
     import signal
 
     from confluent_kafka import KafkaException
@@ -269,6 +270,7 @@ def produce(config: Path = typer.Argument(..., help="experiment YAML file"),
     from edgestream.config import ConfigError
     from edgestream.kafka.admin import KafkaUnavailable, WaitInterrupted, wait_for_broker
     from edgestream.kafka.security import KafkaRefused
+    from edgestream.kafka.topic_settings import TOPIC_SETTINGS_ENV
     from edgestream.kafka.topics import new_run_id, run_name
     from edgestream.producers import ResumeError, RunConfigConflict, parse_device_range
     from edgestream.producers.status import write_status
@@ -305,6 +307,8 @@ def produce(config: Path = typer.Argument(..., help="experiment YAML file"),
         logging.getLogger("edgestream.kafka.outage").addHandler(logging.NullHandler())
         producer = plan.producer(bootstrap, run, ids, outage_s=cfg.runtime.kafka_outage_s,
                                  note=lambda m: typer.echo(m, err=True))
+        if TOPIC_SETTINGS_ENV not in os.environ and plan.topic_settings(bootstrap).warning():  # by hand: said here
+            typer.echo(plan.topic_settings(bootstrap).warning(), err=True)
         resumed = {d: k for d, k in producer.start.items() if k}
         typer.echo(f"run {run}: devices {ids[0]}-{ids[-1]} -> {bootstrap}"
                    + (f"; continuing {len(resumed)} device stream(s) where their topics end (device "

@@ -320,3 +320,19 @@ def test_cluster_run_warns_when_unreplicated(cluster, run_prefix, tmp_path):
     doc = json.loads((Path(tmp_path) / "runs" / f"{run_prefix}-r1" / TOPICS_FILE).read_text())
     assert doc["settings"]["brokers"] == 3
     assert {t["replication_factor"] for t in doc["topics"].values()} == {1}
+
+
+def test_cluster_producer_by_hand_resolves_and_warns(cluster, run_prefix, tmp_path):
+    """`edgestream produce` started by hand (no orchestrator to hand the settings over) resolves them itself."""
+    bs = cluster_bootstrap(cluster)
+    cfg = write_cfg(tmp_path / "c.yaml", run_prefix, max_steps=1)
+    proc = subprocess.run([*CLI, "produce", str(cfg), "--bootstrap", bs, "--run-id", "p1", "--duration", "1",
+                           "--set", "kafka.topics.replication_factor=1", "--set", "kafka.topics.retention_ms=60000"],
+                          capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr
+    assert ("warning: the run's topics have replication factor 1 on a cluster of 3 brokers: losing the broker that "
+            "leads a topic loses its samples; set kafka.topics.replication_factor (null: min(3, the broker count))"
+            ) in proc.stderr.splitlines()
+    run = f"{run_prefix}-p1"
+    got = read(bs, run_topics(run, 2))
+    assert len(got) == 6 and {(t["replication_factor"], t["retention.ms"]) for t in got.values()} == {(1, "60000")}

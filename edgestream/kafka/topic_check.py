@@ -42,9 +42,9 @@ def capped(lines: list[str]) -> list[str]:
 
 
 def partition_counts(md: Any, names: Iterable[str]) -> dict[str, int]:
-    """Topic -> partition count, for the `names` the cluster metadata `md` (list_topics) has."""
-    return {n: len(md.topics[n].partitions) for n in names
-            if n in md.topics and md.topics[n].error is None}
+    """Topic -> partition count, for the `names` the cluster metadata `md` (list_topics) has (a topic whose
+    partitions are listed exists, even while one has no leader: a broker of a cluster lost)."""
+    return {n: len(md.topics[n].partitions) for n in names if n in md.topics and md.topics[n].partitions}
 
 
 def replication(md: Any, name: str) -> int:
