@@ -27,6 +27,7 @@ from test_launch import finish
 
 from edgestream.data.serde import SampleSerde
 from edgestream.kafka import consumer_config, list_topics, producer_config
+from edgestream.kafka.admin import MAX_CREATE_RECORDS, _create_batches
 from edgestream.kafka.layout import StreamLayout, default_partitions, streams_topic
 from edgestream.kafka.run_topics import ensure_run_topics
 from edgestream.kafka.status import format_status, run_status
@@ -92,6 +93,18 @@ def test_a_device_s_topic_partition_and_key():
     assert [default_partitions(n) for n in (1, 3, 64, 5000)] == [1, 3, 64, 64]
     cfg = partitioned("x", 200, None)
     assert RunPlan.resolve(cfg).layout("x-r").partitions == 64
+
+
+def test_a_run_s_topics_are_created_in_requests_kraft_accepts():
+    """KRaft refuses a CreateTopics request of more than 10,000 metadata records (a per-device run of 1,000
+    devices was one: 2,001 topics with their configs); create_topics cuts a run's topics into requests of at
+    most MAX_CREATE_RECORDS (docs/BENCHMARKS.md, "Many device streams")."""
+    for layout in (StreamLayout("r", 5000), StreamLayout("r", 5000, 64)):
+        names = layout.topics() | {"r.dlq": 1}
+        batches = _create_batches(list(names), names, 5)
+        assert sorted(t for b in batches for t in b) == sorted(names)
+        assert all(sum(1 + names[t] + 5 for t in b) <= MAX_CREATE_RECORDS < 10_000 for b in batches)
+    assert len(_create_batches(list(StreamLayout("r", 5000).topics()), StreamLayout("r", 5000).topics(), 5)) == 15
 
 
 # ---------------------------------------------------------------- the dataset on shared partitions
