@@ -22,9 +22,9 @@ from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Consumer, TopicPartition
 
 from edgestream.kafka.admin import admin_client
 from edgestream.kafka.clients import consumer_config
-from edgestream.kafka.layout import streams_topic
+from edgestream.kafka.layout import StreamLayout, streams_topic
 from edgestream.kafka.status_shared import shared_layout, shared_rows
-from edgestream.kafka.topics import device_topic, dlq_topic, ps_topic
+from edgestream.kafka.topics import dlq_topic, ps_topic
 
 DEVICE = re.compile(r"^(?P<run>.+)\.dev\.(?P<device>\d+)$")
 #: a run's stream topic in the partitioned layout (kafka/layout.py): its devices share its partitions
@@ -71,7 +71,9 @@ def run_status(bootstrap: str, run: str, *, interval_s: float = 2.0,
                          security, timeout_s)
     devices = sorted(int(m.group("device")) for t in topics if (m := DEVICE.match(t)) and m.group("run") == run)
     push = ps_topic(run, "push")
-    watched = [device_topic(run, d) for d in devices] + ([push] if push in topics else [])
+    layout = StreamLayout(run, len(devices))  # per-device: device d's stream is its own topic
+    stream = {d: layout.stream(d)[0] for d in devices}
+    watched = [stream[d] for d in devices] + ([push] if push in topics else [])
     reader = Consumer(consumer_config(bootstrap, f"{run}.status", security))
     try:
         def ends() -> dict[str, int]:
@@ -83,7 +85,7 @@ def run_status(bootstrap: str, run: str, *, interval_s: float = 2.0,
         second, dt = ends(), time.monotonic() - t0
         rows = []
         for d in devices:
-            topic = device_topic(run, d)
+            topic = stream[d]
             group = Consumer(consumer_config(bootstrap, trainer_group(run, d), security))
             try:
                 (tp,) = group.committed([TopicPartition(topic, 0)], timeout=timeout_s)
@@ -93,10 +95,10 @@ def run_status(bootstrap: str, run: str, *, interval_s: float = 2.0,
             end = second[topic]
             rows.append({"device": d, "produced": end, "rate": (end - first[topic]) / dt if interval_s > 0 else None,
                          "acknowledged": committed, "lag": end - (committed or 0)})
-        ages = _oldest_ages(reader, {device_topic(run, r["device"]): r["acknowledged"] or 0
+        ages = _oldest_ages(reader, {stream[r["device"]]: r["acknowledged"] or 0
                                      for r in rows if r["lag"] > 0}, timeout_s)
         for r in rows:
-            r["lag_s"] = ages.get(device_topic(run, r["device"])) if r["lag"] > 0 else 0.0
+            r["lag_s"] = ages.get(stream[r["device"]]) if r["lag"] > 0 else 0.0
         dlq = dlq_topic(run)
         out: dict[str, Any] = {"run": run, "interval_s": round(dt, 3), "devices": rows,
                                "dlq": (reader.get_watermark_offsets(TopicPartition(dlq, 0), timeout=timeout_s)[1]

@@ -25,7 +25,7 @@ from edgestream.kafka.admin import admin_client, create_topics
 from edgestream.kafka.clients import consumer_config, producer_config
 from edgestream.kafka.layout import StreamLayout
 from edgestream.kafka.topic_settings import TopicSettings
-from edgestream.kafka.topics import device_topic, meta_topic
+from edgestream.kafka.topics import meta_topic
 
 #: keys of producer-config records in `<run>.meta`: this prefix + the config's fingerprint, so that
 #: compaction keeps one record per distinct config (and never removes the first one)
@@ -148,7 +148,7 @@ def stream_ends(bootstrap: str, run: str, devices: Iterable[int], security: Mapp
     devices = list(devices)
     if layout is not None and layout.partitioned:
         return shared_stream_ends(bootstrap, layout, devices, security, timeout)
-    topics = {device_topic(run, d): d for d in devices}
+    topics = {StreamLayout(run, len(devices)).stream(d)[0]: d for d in devices}  # per-device: one topic each
     admin = admin_client(bootstrap, security)
     deadline = time.monotonic() + timeout
     lo = _list_offsets(admin, topics, OffsetSpec.earliest(), deadline)

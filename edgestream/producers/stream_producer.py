@@ -1,6 +1,7 @@
 """Paced per-device producers: one process drives many device topics at their rates S_i(t).
 
-Every device streams its shard (seeded shuffled order, epoch after epoch) into `<run>.dev.<i>`; sample
+Every device streams its shard (seeded shuffled order, epoch after epoch) into `<run>.dev.<i>` (or, with
+the partitioned layout, its partition of `<run>.streams`, keyed by the device: kafka/layout.py); sample
 k of device i is sent when the integral of S_i reaches k (producers/schedule.py), against one
 monotonic clock. The producer is idempotent (acks=all), batches (never flushes per message), handles
 back-pressure by polling and retrying (never drops), and on stop flushes for a bounded time and reports
