@@ -90,7 +90,7 @@ class PartitionReader:
         self._probe = Probe(self._refresh)  # "does Kafka answer again?" (a wedged consumer is replaced)
         # the partition's leader went away: a wait for a new one (a replicated topic on a cluster)
         self.leader = LeaderWatch(self.outage, lambda t, timeout: self.consumer.list_topics(t, timeout=timeout),
-                                  partition)
+                                  partition, security)
         conf = consumer_config(bootstrap, group, security, **{**STREAM_PREFETCH, **(overrides or {})})
         conf.setdefault("error_cb", self._on_error)
         self._conf = conf
@@ -183,7 +183,11 @@ class PartitionReader:
             self._down_since, self._reported = None, False
 
     def fill(self, timeout: float, max_messages: int = 5000) -> int:
-        """Fetch what is available (waiting up to `timeout` for `max_messages`); return how many arrived."""
+        """Fetch what is available (waiting up to `timeout` for `max_messages`); return how many arrived. On a
+        shared partition `max_messages` counts own messages: that many over the own share are asked for."""
+        if self.keep is not None:
+            share = self._own / self._seen if self._seen >= 100 and self._own else self._share
+            max_messages = min(100_000, max(1, round(max_messages / share)))
         msgs = self.consumer.consume(max_messages, timeout=timeout)
         if not msgs:
             return 0
