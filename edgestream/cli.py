@@ -379,6 +379,18 @@ def _broker_and_run(cfg, bootstrap: str | None, run_id: str, what: str) -> str:
     return bootstrap
 
 
+def _not_refused(bootstrap: str, client: dict) -> None:
+    """Exit 1 with one line when Kafka refuses these credentials or is not trusted (a process started by
+    hand: not the outage wait)."""
+    from edgestream.kafka.security import KafkaRefused, check_not_refused
+
+    try:
+        check_not_refused(bootstrap, client)
+    except KafkaRefused as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+
+
 # ---------------------------------------------------------------- train (one real trainer process)
 @app.command("train")
 def train_cmd(config: Path = typer.Argument(..., help="experiment YAML file"),
@@ -395,6 +407,7 @@ def train_cmd(config: Path = typer.Argument(..., help="experiment YAML file"),
 
     cfg = _load(config, set_, notes=False)  # warnings: `run` / `config validate` show them
     bootstrap = _broker_and_run(cfg, bootstrap, run_id, "the broker the producer streams to")
+    _not_refused(bootstrap, cfg.runtime.kafka_client)
     try:
         summary = train(cfg, run_id=run_id, bootstrap=bootstrap, out=out if out is not None else cfg.runtime.out,
                         resume=resume, digest=digest)
@@ -418,6 +431,7 @@ def ps_cmd(config: Path = typer.Argument(..., help="experiment YAML file (a para
 
     cfg = _load(config, set_, notes=False)
     bootstrap = _broker_and_run(cfg, bootstrap, run_id, "the broker the workers reach")
+    _not_refused(bootstrap, cfg.runtime.kafka_client)
     try:
         summary = serve(cfg, run_id=run_id, bootstrap=bootstrap, out=out if out is not None else cfg.runtime.out)
     except PSError as exc:

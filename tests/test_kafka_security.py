@@ -149,6 +149,11 @@ def test_broker_start_prints_the_client_settings_and_status_names_the_security(s
     assert set(files.values()) == {"0o600"}, files
     assert oct((secured.data_dir / "server.properties").stat().st_mode & 0o777) == "0o600"
     assert leaked(secured.data_dir, secured.passwords(), skip=d) == []  # not in logs, properties, state, storage
+    store = (d / "store.password").read_text().strip().encode()  # the keystores': in server.properties only
+    assert leaked(secured.data_dir, [store], skip=d) == [secured.data_dir / "server.properties"]
+    pid = json.loads((secured.data_dir / "broker.json").read_text())["pid"]
+    cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    assert b"kafka.Kafka" in cmdline and not any(s in cmdline for s in [*secured.passwords(), store])
 
     status = subprocess.run([*CLI, "broker", "status", "--data-dir", str(secured.data_dir)], capture_output=True,
                             text=True, timeout=60)
@@ -205,7 +210,8 @@ def refused_run(secured: Secured, tmp_path: Path, name: str, **client) -> tuple[
 
 def test_a_wrong_password_is_one_line(secured, run_prefix, tmp_path):
     """A wrong password ends the run at once with one line naming the address and the failed authentication
-    (not the outage wait, not a traceback); the first Kafka call (wait_for_broker) raises the same line."""
+    (not the outage wait, not a traceback); the first Kafka call (wait_for_broker) raises the same line, and a
+    trainer started by hand ends with it."""
     code, err = refused_run(secured, tmp_path, run_prefix, **{"sasl.password": "wrong-password-1234"})
     line = (f"Kafka at {secured.bootstrap} refused the client: authentication failed (SASL authentication error: "
             "Authentication failed during authentication due to invalid credentials with SASL mechanism "
@@ -216,6 +222,11 @@ def test_a_wrong_password_is_one_line(secured, run_prefix, tmp_path):
     with pytest.raises(KafkaRefused) as caught:
         wait_for_broker(secured.bootstrap, {**secured.settings(), "sasl.password": "wrong-password-1234"})
     assert str(caught.value) == line
+    # a trainer started by hand (the docker testbed's way): the same line, not the outage wait
+    train = subprocess.run([*CLI, "train", str(tmp_path / f"{run_prefix}.yaml"), "--run-id", "r1", "--bootstrap",
+                            secured.bootstrap], capture_output=True, text=True, timeout=REFUSAL_LIMIT_S)
+    assert train.returncode == 1, train.stderr
+    assert [ln for ln in train.stderr.splitlines() if ln.startswith("error:")] == [f"error: {line}"], train.stderr
 
 
 def test_an_untrusted_certificate_is_one_line(secured, run_prefix, tmp_path):

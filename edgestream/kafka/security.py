@@ -25,10 +25,12 @@ import re
 import secrets
 import shutil
 import subprocess
+import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from confluent_kafka import KafkaError
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient
 
 from edgestream.kafka.jars import BrokerError
 
@@ -258,6 +260,25 @@ class RefusalWatch:
     def check(self) -> None:
         if self.line is not None:
             raise KafkaRefused(self.line)
+
+
+def check_not_refused(bootstrap: str, security: Mapping[str, str] | None, timeout_s: float = 3.0) -> None:
+    """KafkaRefused when Kafka at `bootstrap` refuses a client with these settings (a process started by
+    hand with a wrong password or CA: one line, not an outage wait); returns at its first answer, or after
+    `timeout_s` without one (an outage is the caller's to wait through). Nothing to check without SASL/TLS."""
+    if str((security or {}).get("security.protocol", "PLAINTEXT")).upper() == "PLAINTEXT":
+        return
+    watch = RefusalWatch(bootstrap)
+    admin = AdminClient({"bootstrap.servers": bootstrap, **security, "log_level": 0, "error_cb": watch})
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if admin.list_topics(timeout=0.5).brokers:
+                return
+        except KafkaException:
+            pass
+        admin.poll(0)  # serves error_cb
+        watch.check()
 
 
 def denied(exc: Exception, run: str, bootstrap: str, client: Mapping[str, str], *, create: bool) -> str | None:
