@@ -9,10 +9,11 @@ created and `unprovisioned` names each topic the run needs that is missing or ha
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
 #: a setting of a topic -> the config field that decides it (named in the lines)
@@ -25,6 +26,10 @@ RECORDED = ("min.insync.replicas", "unclean.leader.election.enable", "retention.
             "max.message.bytes", "cleanup.policy")
 #: at most this many lines are named; the rest are counted
 MAX_LINES = 20
+#: answers of a broker that has not yet learnt of a topic just created (a cluster's brokers learn of it one
+#: after the other): asked again until the call's timeout
+NOT_YET = (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.LEADER_NOT_AVAILABLE, KafkaError._UNKNOWN_TOPIC,
+           KafkaError._UNKNOWN_PARTITION, KafkaError._NOENT)
 
 
 class TopicMismatch(ValueError):
@@ -56,15 +61,24 @@ def replication(md: Any, name: str) -> int:
 def topic_configs(admin: AdminClient, names: Iterable[str], timeout: float = 30.0,
                   keys: Iterable[str] = RECORDED) -> dict[str, dict[str, str]]:
     """Topic -> {config: value} of `keys` (the effective values: topic overrides or the broker's defaults)."""
-    names, keys = list(names), tuple(keys)
-    if not names:
-        return {}
-    futures = admin.describe_configs([ConfigResource(ResourceType.TOPIC, n) for n in names],
-                                     request_timeout=timeout)
-    out = {}
-    for res, fut in futures.items():
-        entries = fut.result()
-        out[res.name] = {k: entries[k].value for k in keys if k in entries and entries[k].value is not None}
+    todo, keys = list(names), tuple(keys)
+    deadline = time.monotonic() + timeout
+    out: dict[str, dict[str, str]] = {}
+    while todo:
+        futures = admin.describe_configs([ConfigResource(ResourceType.TOPIC, n) for n in todo],
+                                         request_timeout=timeout)
+        todo = []
+        for res, fut in futures.items():
+            try:
+                entries = fut.result()
+            except KafkaException as exc:
+                if exc.args[0].code() not in NOT_YET or time.monotonic() > deadline:
+                    raise
+                todo.append(res.name)
+                continue
+            out[res.name] = {k: entries[k].value for k in keys if k in entries and entries[k].value is not None}
+        if todo:
+            time.sleep(0.1)
     return out
 
 
@@ -111,8 +125,13 @@ def read_back(admin: AdminClient, names: Iterable[str], timeout: float = 30.0) -
     """Topic -> its partition count, replication factor and RECORDED configs, as the cluster reports them
     (configs left out where describing them is not allowed)."""
     names = sorted(names)
-    md = admin.list_topics(timeout=timeout)
-    counts = partition_counts(md, names)
+    deadline = time.monotonic() + timeout
+    while True:  # a topic just created may not be known yet to the broker that answers
+        md = admin.list_topics(timeout=timeout)
+        counts = partition_counts(md, names)
+        if len(counts) == len(names) or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
     try:
         configs = topic_configs(admin, counts, timeout)
     except KafkaException:  # no DescribeConfigs right (an ACL-restricted client): partitions and replicas only

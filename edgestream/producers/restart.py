@@ -192,7 +192,9 @@ def stream_ends(bootstrap: str, run: str, devices: Iterable[int], security: Mapp
 #: partition's leader epoch can reach the client before the broker has it: UNKNOWN_LEADER_EPOCH)
 _NOT_READY = (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
               KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.UNKNOWN_LEADER_EPOCH, KafkaError.FENCED_LEADER_EPOCH,
-              KafkaError._UNKNOWN_PARTITION)
+              KafkaError._UNKNOWN_PARTITION,
+              KafkaError._NOENT)  # the admin client's "Failed to query partition leaders: No leaders found" (a cluster
+                                  # whose broker answering this client has not yet learnt the new topic's leader)
 
 
 def _watermarks(c: Consumer, tp: TopicPartition, deadline: float) -> tuple[int, int]:
