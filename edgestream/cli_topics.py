@@ -20,6 +20,7 @@ from edgestream.kafka.lifecycle import (
     older_than,
     parse_duration,
 )
+from edgestream.kafka.security import KafkaRefused
 
 topics_app = typer.Typer(help="List and delete runs' topics and consumer groups on a broker.", no_args_is_help=True)
 
@@ -55,6 +56,8 @@ def _connect(bootstrap: str | None, config: Path | None) -> tuple[str, dict]:
         bootstrap = managed.read_state()["bootstrap"]
     try:
         wait_for_broker(bootstrap, security, attempts=2)
+    except KafkaRefused as exc:  # it answered, and refused these credentials or certificates: its own line
+        _fail(str(exc))
     except Exception as exc:  # noqa: BLE001 -- any failure to reach it is one line
         _fail(f"--bootstrap {bootstrap}: no Kafka broker answers ({exc})")
     return bootstrap, security
