@@ -116,7 +116,30 @@ def _tail(path: Path, lines: int = 30) -> str:
         return "(no log written)"
 
 
-class LocalBroker:
+class StateFile:
+    """An instance's facts (pid, ports, bootstrap, ...) in one JSON file of its data dir, replaced atomically."""
+
+    state_file = STATE_FILE
+    data_dir: Path
+
+    @property
+    def state_path(self) -> Path:
+        return self.data_dir / self.state_file
+
+    def read_state(self) -> dict:
+        try:
+            return json.loads(self.state_path.read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def _write_state(self, **fields) -> None:
+        state = self.read_state() | fields
+        tmp = self.state_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(state, indent=2))
+        tmp.replace(self.state_path)
+
+
+class LocalBroker(StateFile):
     """A single-node Kafka broker (KRaft, combined broker+controller), its client listener on `host`.
 
     data_dir None: a temporary dir removed by stop(). port None: the port recorded in the data dir's
@@ -150,22 +173,6 @@ class LocalBroker:
         if self.port is None:
             raise BrokerError("the broker has no port yet: start() it first")
         return f"{self.advertised_host}:{self.port}"
-
-    @property
-    def state_path(self) -> Path:
-        return self.data_dir / STATE_FILE
-
-    def read_state(self) -> dict:
-        try:
-            return json.loads(self.state_path.read_text())
-        except (OSError, ValueError):
-            return {}
-
-    def _write_state(self, **fields) -> None:
-        state = self.read_state() | fields
-        tmp = self.state_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(state, indent=2))
-        tmp.replace(self.state_path)
 
     def running_pid(self) -> int | None:
         """The pid of this dir's broker when it is alive, else None."""

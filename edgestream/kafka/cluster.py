@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 from edgestream.kafka.admin import admin_client
-from edgestream.kafka.broker import LocalBroker, free_port, new_cluster_id, port_in_use
+from edgestream.kafka.broker import LocalBroker, StateFile, free_port, new_cluster_id, port_in_use
 from edgestream.kafka.jars import DEFAULT_KAFKA_VERSION, BrokerError
 
 STATE_FILE = "cluster.json"
@@ -101,12 +101,14 @@ class ClusterNode(LocalBroker):
                 "data_dir": str(self.data_dir)}
 
 
-class LocalCluster:
+class LocalCluster(StateFile):
     """An N-node KRaft cluster on this machine (nodes 1..N, broker id = node id). Use as a context manager,
     or start()/stop(). data_dir None: a temporary dir removed by stop(). ports: the client port of each
     node (default: the recorded ones when free, else free ones); host / advertised_host: the address every
     node's listeners bind and the one clients (and the other nodes' controllers) are told, as LocalBroker's;
     hosts: each node's own address instead (bound and advertised); netns: each node's network namespace."""
+
+    state_file = STATE_FILE
 
     def __init__(self, data_dir: str | Path | None = None, nodes: int = 3, *,
                  kafka_version: str = DEFAULT_KAFKA_VERSION, heap: str = "384m", log=None,
@@ -144,22 +146,6 @@ class LocalCluster:
         return cls(data_dir, state["nodes"], **kw)
 
     # ------------------------------------------------------------------ state
-    @property
-    def state_path(self) -> Path:
-        return self.data_dir / STATE_FILE
-
-    def read_state(self) -> dict:
-        try:
-            return json.loads(self.state_path.read_text())
-        except (OSError, ValueError):
-            return {}
-
-    def _write_state(self, **fields) -> None:
-        state = self.read_state() | fields
-        tmp = self.state_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(state, indent=2))
-        tmp.replace(self.state_path)
-
     @property
     def bootstrap(self) -> str:
         """Every node's client address, comma-separated."""
