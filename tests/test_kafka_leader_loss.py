@@ -14,17 +14,22 @@ records, lines and settings read back from the cluster.
 from __future__ import annotations
 
 import json
+import logging
 import re
 import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka.admin import AdminClient, ConfigResource
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 from test_faults_run import error_lines, start, step_lines, wait_steps, write_cfg
 from test_kafka_outage import _trained_once
 from test_kafka_outage_ps import SSP, _applied_pushes, _end_offsets
 from test_launch import finish
 
+from edgestream.consumers.device_stream import PartitionReader
+from edgestream.kafka.clients import producer_config
+from edgestream.kafka.outage import Outage
 from edgestream.kafka.topics import device_topic, ps_topic
 
 STEPS = 240  # 16 samples a step at 200 samples/s: the run lasts well beyond the election
@@ -135,6 +140,55 @@ def _run_killing_the_leader(cluster, cfg: Path, out: Path, run_dir: Path, topic_
     assert code == 0, err[-3000:]
     assert not error_lines(err), err
     return killed, new, at_kill, topics
+
+
+def test_a_reader_waiting_on_a_partition_whose_leader_dies_says_so_and_goes_on(cluster, run_prefix, caplog):
+    """The trainer's reader (PartitionReader) waiting for samples while the broker leading its partition is
+    SIGKILLed: one line naming the partition, the dead broker and the budget, a wait of the process's outage
+    ("waiting for a new leader of ..."), then the new leader named; the messages produced meanwhile come once
+    each, in order."""
+    bs, topic = cluster.bootstrap, f"{run_prefix}.dev.0"
+    admin = AdminClient({"bootstrap.servers": bs})
+    (fut,) = admin.create_topics([NewTopic(topic, 1, 3, config={"min.insync.replicas": "2"})]).values()
+    fut.result(timeout=60)
+    assert len(cluster.partition(topic).replicas) == 3
+    producer = Producer(producer_config(bs))
+    for i in range(10):
+        producer.produce(topic, str(i).encode())
+    assert producer.flush(30) == 0
+    waits: list[tuple[str, str]] = []
+    outage = Outage(bs, 300.0, listener=lambda state, info: waits.append((state, info.what)))
+    reader = PartitionReader(bs, topic, f"{run_prefix}.g", outage=outage)
+    got: list[bytes] = []
+    try:
+        deadline = time.monotonic() + HANG_S
+        while len(got) < 10 and time.monotonic() < deadline:
+            reader.fill(0.2)
+            got += [m.value() for m in reader.take_all()]
+        killed = cluster.leader_of(topic)
+        with caplog.at_level(logging.WARNING, logger="edgestream.kafka"):
+            cluster.kill(killed)
+            for i in range(10, 20):  # acks=all: acknowledged once the new leader has them
+                producer.produce(topic, str(i).encode())
+            while len(got) < 20 and time.monotonic() < deadline:
+                reader.check_broker()   # what the stream's wait loop does between fetches
+                reader.fill(0.05)
+                got += [m.value() for m in reader.take_all()]
+        assert producer.flush(HANG_S) == 0
+    finally:
+        reader.close()
+    assert got == [str(i).encode() for i in range(20)]
+    said = [r.getMessage() for r in caplog.records if r.name == "edgestream.kafka.leader"]
+    assert len(said) == 2, said
+    assert said[0].startswith(f"{topic}: its leader, Kafka broker {killed.node_id} at ")
+    assert said[0].endswith("waiting for the cluster to elect a new leader among the in-sync replicas (1, 2, 3), "
+                            "giving up after 300 s (runtime.kafka_outage_s)")
+    new = cluster.partition(topic).leader
+    assert new != killed.node_id and said[1].startswith(f"{topic}: Kafka broker {new} at ")
+    assert said[1].endswith("stopped answering here); continuing") and "leads it now (waited " in said[1]
+    assert waits == [("start", f"waiting for a new leader of {topic}"), ("end", f"waiting for a new leader of {topic}")]
+    assert not outage.waiting
+    print(*said, sep="\n")
 
 
 @pytest.mark.timeout(900)

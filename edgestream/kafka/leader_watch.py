@@ -25,12 +25,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
 
+from edgestream.kafka.admin import admin_client
 from edgestream.kafka.outage import BUDGET_FIELD, Outage
+from edgestream.kafka.outage_calls import answers
 
 log = logging.getLogger("edgestream.kafka.leader")
 log.addHandler(logging.NullHandler())
@@ -43,10 +45,13 @@ METADATA_TIMEOUT_S = 1.0
 
 class LeaderWatch:
     """`metadata(topic, timeout)`: the client's metadata request for `topic` (ClusterMetadata; raises
-    KafkaException when no broker answers). See the module doc."""
+    KafkaException when no broker answers); `security`: the client settings, to ask the leader itself
+    whether it answers before a wait starts (a failure seen just before a whole-cluster outage ended is
+    no lost leader). See the module doc."""
 
-    def __init__(self, outage: Outage, metadata: Callable[[str, float], Any], partition: int = 0) -> None:
-        self.outage, self.metadata, self.partition = outage, metadata, partition
+    def __init__(self, outage: Outage, metadata: Callable[[str, float], Any], partition: int = 0,
+                 security: Mapping[str, str] | None = None) -> None:
+        self.outage, self.metadata, self.partition, self.security = outage, metadata, partition, security
         self._lock = threading.Lock()
         self._failed: list[tuple[float, str]] = []   # (monotonic, librdkafka's text) since the last check
         self._next = 0.0
@@ -89,8 +94,8 @@ class LeaderWatch:
         address = f"{broker.host}:{broker.port}" if broker is not None else ""
         hit = [(t, text) for t, text in failed if address and address in text]
         if self.lost is None:
-            if leader >= 0 and not hit:
-                return  # the broker that failed does not lead this partition
+            if leader >= 0 and (not hit or self._answers(address)):
+                return  # the broker that failed does not lead this partition, or answers again
             since, text = hit[0] if hit else (failed[0] if failed else (now, ""))
             self.lost = {"topic": topic, "node": leader, "address": address, "since": since,
                          "wall": time.time() - (now - since)}
@@ -103,6 +108,10 @@ class LeaderWatch:
             self._end(leader, address)
             return
         self.outage.down(self._what(), since=self.lost["since"])
+
+    def _answers(self, address: str) -> bool:
+        """Whether the broker at `address` answers a metadata request of a client of its own."""
+        return answers(lambda t: admin_client(address, self.security).list_topics(timeout=t))
 
     def _what(self) -> str:
         return f"waiting for a new leader of {self.lost['topic']}" if self.lost else ""

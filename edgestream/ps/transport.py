@@ -116,8 +116,8 @@ class Sender:
         self._probe = Probe(lambda t: self._producer.list_topics(timeout=t))
         self._errors: list[str] = []
         # a topic's leader gone (one broker of a cluster): a wait for a new one; `_topic`: the one sent to last
-        self.leader = LeaderWatch(outage, lambda t, timeout: self._producer.list_topics(t, timeout=timeout)) \
-            if outage is not None else None
+        self.leader = LeaderWatch(outage, lambda t, timeout: self._producer.list_topics(t, timeout=timeout),
+                                  security=security) if outage is not None else None
         self._topic = ""
 
     def _on_delivery(self, err, msg) -> None:
@@ -211,8 +211,8 @@ class Receiver:
                                      **{"fetch.wait.max.ms": 5, "fetch.queue.backoff.ms": 1}, **extra)
         self.consumer = Consumer(self._conf)
         self._probe = Probe(self._ask)
-        self.leader = LeaderWatch(outage, lambda t, timeout: self.consumer.list_topics(t, timeout=timeout)) \
-            if outage is not None else None
+        self.leader = LeaderWatch(outage, lambda t, timeout: self.consumer.list_topics(t, timeout=timeout),
+                                  security=security) if outage is not None else None
         if start is None:
             offset = self._end(self.tp)
         elif start == "beginning":
