@@ -13,15 +13,18 @@ every wait is bounded.
 
 from __future__ import annotations
 
-import json
 import subprocess
 import time
 
 import pytest
 from netns_hosts import network
 from test_faults_run import error_lines, start, step_lines, wait_steps, write_cfg
-from test_kafka_leader_loss import _producer_lost_and_doubled_nothing, _rejoins, _replicated
-from test_kafka_outage import _trained_once
+from test_kafka_leader_loss import (
+    _producer_lost_and_doubled_nothing,
+    _rejoins,
+    _replicated,
+    collective_run_trained_once,
+)
 
 from edgestream.kafka.cluster import LocalCluster
 from edgestream.kafka.topics import device_topic
@@ -93,14 +96,7 @@ def test_a_run_rides_out_its_device_streams_leader_cut_off(netns_cluster, run_pr
     assert code == 0, err[-3000:]
     assert not error_lines(err), err
     # training went on after the election and trained every sequence number exactly once, in order
-    trained = {}
-    for r in range(2):
-        lines = step_lines(run_dir / "ranks" / f"{r}.jsonl")
-        assert len(lines) == STEPS > at_cut[r] + 20
-        trained[r] = _trained_once(lines, STEPS)
-    assert trained == {0: STEPS * 16, 1: STEPS * 16}
-    summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["device_steps_total"] == 2 * STEPS and summary["samples_trained"] == 2 * STEPS * 16
+    trained = collective_run_trained_once(run_dir, at_cut)
     producer = _producer_lost_and_doubled_nothing(cluster.bootstrap, run_dir)
     # the cut-off node fell out of the in-sync replicas of device 0's partition ...
     deadline = time.monotonic() + HANG_S

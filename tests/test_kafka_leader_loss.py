@@ -192,6 +192,20 @@ def test_a_reader_waiting_on_a_partition_whose_leader_dies_says_so_and_goes_on(c
 
 
 @pytest.mark.timeout(900)
+def collective_run_trained_once(run_dir, at_fault: dict) -> dict:
+    """A 2-rank collective run of STEPS steps of 16 went on 20+ steps after the fault (`at_fault`: rank ->
+    step) and trained every sequence number exactly once, in order; {rank: samples trained}."""
+    trained = {}
+    for r in range(2):
+        lines = step_lines(run_dir / "ranks" / f"{r}.jsonl")
+        assert len(lines) == STEPS > at_fault[r] + 20
+        trained[r] = _trained_once(lines, STEPS)
+    assert trained == {0: STEPS * 16, 1: STEPS * 16}
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["device_steps_total"] == 2 * STEPS and summary["samples_trained"] == 2 * STEPS * 16
+    return trained
+
+
 def test_a_collective_run_rides_out_the_death_of_its_device_streams_leader(cluster, run_prefix, tmp_path):
     cfg = write_cfg(tmp_path / "c.yaml", run_prefix, max_steps=STEPS, every_steps=50,
                     stop={"target_accuracy": None, "max_time_s": 900, "max_steps": STEPS})
@@ -199,14 +213,7 @@ def test_a_collective_run_rides_out_the_death_of_its_device_streams_leader(clust
     run_dir = out / f"{run_prefix}-r1"
     killed, new, at_kill, topics = _run_killing_the_leader(cluster, cfg, out, run_dir, lambda run: device_topic(run, 0))
     # training went on after the election, and trained every sequence number exactly once, in order
-    trained = {}
-    for r in range(2):
-        lines = step_lines(run_dir / "ranks" / f"{r}.jsonl")
-        assert len(lines) == STEPS > at_kill[r] + 20
-        trained[r] = _trained_once(lines, STEPS)
-    assert trained == {0: STEPS * 16, 1: STEPS * 16}
-    summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["device_steps_total"] == 2 * STEPS and summary["samples_trained"] == 2 * STEPS * 16
+    trained = collective_run_trained_once(run_dir, at_kill)
     producer = _producer_lost_and_doubled_nothing(cluster.bootstrap, run_dir)
     said = _leader_lines(run_dir)
     _check_leader_lines(said, killed)
