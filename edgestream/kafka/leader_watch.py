@@ -100,7 +100,7 @@ class LeaderWatch:
             self.lost = {"topic": topic, "node": leader, "address": address, "since": since,
                          "wall": time.time() - (now - since)}
             who = f"Kafka broker {leader} at {address}" if leader >= 0 else "no broker"
-            isr = ", ".join(map(str, getattr(part, "isrs", []) or [])) or "none"
+            isr = ", ".join(map(str, sorted(getattr(part, "isrs", []) or []))) or "none"
             log.warning("%s: its leader, %s, does not answer (%s); waiting for the cluster to elect a new leader "
                         "among the in-sync replicas (%s), giving up after %g s (%s)", topic, who,
                         text or "no leader", isr, self.outage.budget_s, BUDGET_FIELD)
