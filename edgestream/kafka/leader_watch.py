@@ -94,6 +94,8 @@ class LeaderWatch:
         address = f"{broker.host}:{broker.port}" if broker is not None else ""
         hit = [(t, text) for t, text in failed if address and address in text]
         if self.lost is None:
+            if len(getattr(part, "replicas", None) or []) <= 1:
+                return  # an unreplicated partition has no other replica to elect: an outage, the outage's to say
             if leader >= 0 and (not hit or self._answers(address)):
                 return  # the broker that failed does not lead this partition, or answers again
             since, text = hit[0] if hit else (failed[0] if failed else (now, ""))
