@@ -169,9 +169,11 @@ def test_an_outage_past_the_budget_ends_in_one_line_and_the_run_resumes(broker, 
     lines = error_lines(err)
     assert code == 1 and len(lines) == 1 and "Traceback" not in err, err
     line = lines[0]
-    # the first trainer to give up is named with its own line, then what was stopped and how to go on
+    # the first trainer to give up is named with its own line (the call it gave up in: a fetch or its end offset),
+    # then what was stopped and how to go on
     m = re.fullmatch(rf"error: device (\d): no answer from Kafka at {re.escape(bs)} for 15 s \(runtime\.kafka_outage_s\); "
-                     rf"gave up at step (\d+) while reading {re.escape(run_dir.name)}\.dev\.\1; stopped (.+); "
+                     rf"gave up at step (\d+) while reading (?:the end offset of )?{re.escape(run_dir.name)}\.dev\.\1; "
+                     rf"stopped (.+); "
                      rf"continue with --resume {re.escape(str(run_dir))} once Kafka answers; "
                      rf"run directory {re.escape(str(run_dir))}", line)
     assert m, line
