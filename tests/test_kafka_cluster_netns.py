@@ -20,6 +20,7 @@ import pytest
 from netns_hosts import network
 from test_faults_run import error_lines, start, step_lines, wait_steps, write_cfg
 from test_kafka_leader_loss import (
+    _new_leader,
     _producer_lost_and_doubled_nothing,
     _rejoins,
     _replicated,
@@ -59,16 +60,6 @@ def _finish(proc: subprocess.Popen) -> tuple[int, str]:
     return proc.returncode, err
 
 
-def _leader_other_than(cluster, topic: str, node) -> int:
-    deadline = time.monotonic() + HANG_S
-    while time.monotonic() < deadline:
-        leader = cluster.partition(topic).leader
-        if leader >= 0 and leader != node.node_id:
-            return leader
-        time.sleep(0.5)
-    pytest.fail(f"no leader of {topic} other than the cut-off node {node.node_id} within {HANG_S} s")
-
-
 @pytest.mark.timeout(1500)
 def test_a_run_rides_out_its_device_streams_leader_cut_off(netns_cluster, run_prefix, tmp_path):
     cluster, hosts = netns_cluster
@@ -86,7 +77,7 @@ def test_a_run_rides_out_its_device_streams_leader_cut_off(netns_cluster, run_pr
         host = NODES[cut.node_id - 1]
         at_cut = {r: len(step_lines(run_dir / "ranks" / f"{r}.jsonl")) for r in range(2)}
         hosts.link(host, up=False)
-        new = _leader_other_than(cluster, topic, cut)
+        new = _new_leader(cluster, topic, cut)
         assert cut.running_pid() is not None  # cut off, not dead
         code, err = _finish(proc)
     finally:

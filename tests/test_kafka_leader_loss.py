@@ -59,14 +59,14 @@ def _replicated(cluster, run: str) -> list[str]:
 
 
 def _new_leader(cluster, topic: str, killed) -> int:
-    """Wait until the cluster elected another leader of `topic` than the killed node; its broker id."""
+    """Wait until the cluster elected another leader of `topic` than the killed (or cut-off) node; its broker id."""
     deadline = time.monotonic() + HANG_S
     while time.monotonic() < deadline:
         leader = cluster.partition(topic).leader
         if leader >= 0 and leader != killed.node_id:
             return leader
         time.sleep(0.5)
-    pytest.fail(f"no new leader of {topic} within {HANG_S} s of killing node {killed.node_id}")
+    pytest.fail(f"no new leader of {topic} within {HANG_S} s of losing node {killed.node_id}")
 
 
 def _rejoins(cluster, topics: list[str], node) -> None:
