@@ -23,6 +23,7 @@ from typing import Any
 
 BACKENDS = ("gloo", "nccl")
 KEY = "edgestream/backend/{rank}"
+READ_KEY = "edgestream/backend-read/{rank}"
 
 
 class BackendError(RuntimeError):
@@ -71,4 +72,15 @@ def negotiate(store: Any, rank: int, world: int, *, cuda: bool, requested: str,
     keys = [KEY.format(rank=r) for r in range(world)]
     store.wait(keys, timedelta(seconds=timeout_s))
     announcements = [json.loads(store.get(k)) for k in keys]
-    return choose(announcements), announcements
+    try:
+        return choose(announcements), announcements
+    except BackendError:
+        # Rank 0 hosts the store: it leaves only once every rank has read the announcements, or a rank
+        # still reading would lose the store and say "rendezvous failed" instead of the conflict.
+        store.set(READ_KEY.format(rank=rank), "1")
+        if rank == 0:
+            try:
+                store.wait([READ_KEY.format(rank=r) for r in range(world)], timedelta(seconds=timeout_s))
+            except Exception:  # noqa: BLE001 - a rank gone before reading: the conflict is still the line
+                pass
+        raise
