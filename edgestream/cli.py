@@ -13,6 +13,7 @@ from edgestream import cli_cluster
 from edgestream.algorithm_names import COLLECTIVE, PS
 from edgestream.cli_topics import topics_app
 from edgestream.kafka.jars import DEFAULT_KAFKA_VERSION, BrokerError, cache_dir
+from edgestream.profiles.select import ENTRY_HELP, cli_overrides, profile_help
 
 app = typer.Typer(help="edgestream: train models on data streaming in from heterogeneous edge devices "
                        "through Apache Kafka.", no_args_is_help=True, add_completion=False)
@@ -545,8 +546,10 @@ def profile_cmd(config: Path = typer.Argument(..., help="experiment YAML file (i
 def reproduce_cmd(claims: list[str] = typer.Argument(None, help="claims to run (default: all; see --list)"),
                   quick: bool = typer.Option(False, "--quick", help="smaller runs: under two minutes per claim here"),
                   list_: bool = typer.Option(False, "--list", help="list the claims and exit"),
-                  out: Path = typer.Option(Path("reproduce"), "--out", help="folder for <claim>.json and README.md")
-                  ) -> None:
+                  out: Path = typer.Option(Path("reproduce"), "--out", help="folder for <claim>.json and README.md"),
+                  profile: str = typer.Option(None, "--profile", help=profile_help() + "; claims whose model it "
+                                              "has no entry for are skipped"),
+                  profile_model: str = typer.Option(None, "--profile-model", help=ENTRY_HELP)) -> None:
     """Run the papers' headline claims (simulator, digits, virtual time) and set each beside the paper's figure:
     ours, whether the direction holds, the ratio, and the reason for a deviation. Writes OUT/<claim>.json and
     OUT/README.md (the table, also printed)."""
@@ -558,7 +561,10 @@ def reproduce_cmd(claims: list[str] = typer.Argument(None, help="claims to run (
             typer.echo(f"{c.name:27s} {c.paper}: {c.statement} (paper: {paper}; {c.metric})")
         return
     try:
-        records = reproduce(claims or None, quick=quick, out=out, echo=lambda m: typer.echo(m, err=True))
+        if profile_model is not None and profile is None:
+            raise ValueError("--profile-model: names an entry of a compute profile; give --profile too")
+        records = reproduce(claims or None, quick=quick, out=out, echo=lambda m: typer.echo(m, err=True),
+                            profile=profile, profile_model=profile_model)
     except ValueError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
@@ -760,7 +766,9 @@ def compare_cmd(config: Path = typer.Argument(..., help="experiment YAML file"),
                 run_id: str = typer.Option(None, "--run-id", help="id of the compare folder; default new"),
                 engine: str = typer.Option("sim", "--engine", help="sim | local | sim,local: the engine(s) every "
                                            "variant runs on (sim,local: simulated and real side by side)"),
-                quiet: bool = typer.Option(False, "--quiet", help="no progress bars")) -> None:
+                quiet: bool = typer.Option(False, "--quiet", help="no progress bars"),
+                profile: str = typer.Option(None, "--profile", help=profile_help()),
+                profile_model: str = typer.Option(None, "--profile-model", help=ENTRY_HELP)) -> None:
     """Run CONFIG once per algorithm (simulated unless --engine local); write compare.md and compare.png
     and print the table.
 
@@ -771,7 +779,9 @@ def compare_cmd(config: Path = typer.Argument(..., help="experiment YAML file"),
         _bad_input(f"--engine: {engine!r} is not allowed; must be sim, local or a comma list of them (sim,local)")
     _check_out(out)
     _check_run_id(run_id)
-    cfg = _load(config, set_)
+    if profile_model is not None and profile is None:
+        _bad_input("--profile-model: names an entry of a compute profile; give --profile too")
+    cfg = _load(config, cli_overrides(profile, profile_model, set_))
     from edgestream.config import ConfigError
     from edgestream.runner import EngineError
     from edgestream.runner.compare import parse_variants, run_compare

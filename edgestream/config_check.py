@@ -15,7 +15,7 @@ the same way) reject at load time what would otherwise fail later as a traceback
   and start like pickles, the MNIST IDX files (or .gz) exist and their headers have the right magic,
   dimensions and sizes (images and labels agree in number); n_train / n_test fit the split.
 - devices.compute.profile: the compute profile loads (edgestream.profiles) and has the entry the run
-  uses (profile_model, or its only one).
+  uses (profile_model, else the one named like model.name, else its only one).
 - runtime.kafka_client: librdkafka itself checks the settings by creating a producer with them and
   no bootstrap servers (it opens no connection), e.g. an ssl.ca.location it cannot load.
 """
@@ -35,17 +35,17 @@ from edgestream.config import MAX_RATE, SECRET_MASK, is_secret_key
 def check_buildable(cfg: Any) -> list[str]:
     """Problems building `cfg`'s broker-free parts (an ExperimentConfig that passed the schema)."""
     return [*_rate_problems(cfg), *_dataset_problems(cfg), *_client_problems(cfg.runtime.kafka_client),
-            *_profile_problems(cfg.devices.compute)]
+            *_profile_problems(cfg.devices.compute, cfg.model.name)]
 
 
-def _profile_problems(compute: Any) -> list[str]:
-    """devices.compute.profile: the profile loads and has the entry the run uses."""
+def _profile_problems(compute: Any, model: str) -> list[str]:
+    """devices.compute.profile: the profile loads and has the entry the run (of `model`) uses."""
     if compute.profile is None:
         return []
     from edgestream.profiles import ProfileError, load_profile
 
     try:
-        load_profile(compute.profile).curve(compute.profile_model)
+        load_profile(compute.profile).curve(compute.profile_model, model)
     except ProfileError as exc:
         field = "profile_model" if compute.profile_model is not None and "no entry" in str(exc) else "profile"
         return [f"devices.compute.{field}: {_line(exc)}"]

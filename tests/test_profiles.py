@@ -27,7 +27,7 @@ GOOD = {"name": "t", "device": "a test device", "source": "made up for a test",
 
 
 def test_shipped_profiles_load_and_say_where_their_numbers_come_from() -> None:
-    assert {"k80", "epyc-2core"} <= set(names())
+    assert {"k80", "epyc-2core", "h100"} <= set(names())
     for name in names():
         prof = load_profile(name)
         assert prof.name == name and prof.device and len(prof.source) > 20
@@ -41,7 +41,7 @@ def test_shipped_profiles_load_and_say_where_their_numbers_come_from() -> None:
 
 # Every shipped profile is a GPU or a CPU one; a new file has to be classified here (GPU curves must show
 # the sublinear growth the simulator exists for).
-GPU_PROFILES = {"k80"}
+GPU_PROFILES = {"k80", "h100"}
 CPU_PROFILES = {"epyc-2core"}
 
 
@@ -98,7 +98,7 @@ def test_a_bad_profile_is_one_line_naming_the_file_and_field(tmp_path: Path, cha
 
 
 def test_missing_unreadable_and_unknown_profiles(tmp_path: Path) -> None:
-    with pytest.raises(ProfileError, match=r"^k90: no such profile file, and not a named profile \(epyc-2core, k80"):
+    with pytest.raises(ProfileError, match=r"^k90: no such profile file, and not a named profile \(epyc-2core, h100, k80"):
         load_profile("k90")
     with pytest.raises(ProfileError, match=r"no such profile file"):
         load_profile(tmp_path / "absent.yaml")

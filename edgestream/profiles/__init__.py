@@ -6,7 +6,8 @@ A profile is a YAML file:
     device: NVIDIA Tesla K80 ...      # what was measured on
     source: where the numbers come from (a published table, or `edgestream profile ...` and its date)
     models:
-      resnet50-imagenet:              # an entry; `devices.compute.profile_model` picks one
+      resnet50-imagenet:              # an entry; `devices.compute.profile_model` picks one (default: the
+                                      # entry named like the run's model.name, else the only one)
         shape: [3, 224, 224]          # optional: the input it was measured with
         seconds:                      # batch size -> seconds of one forward+backward step
           32: 0.6465                  # a comment per number saying where it comes from
@@ -71,12 +72,17 @@ class Profile:
     shapes: dict[str, list[int]]
     path: str
 
-    def curve(self, model: str | None) -> Curve:
-        """The curve of entry `model`; None: the only entry. ProfileError naming the entries otherwise."""
+    def curve(self, model: str | None, run_model: str | None = None) -> Curve:
+        """The curve of entry `model`; None: the entry named `run_model` (the run's model.name) if there is
+        one, else the only entry. ProfileError naming the entries otherwise."""
+        if model is None and run_model in self.models:
+            return self.models[str(run_model)]
         if model is None and len(self.models) == 1:
             return next(iter(self.models.values()))
         if model not in self.models:
             what = "a model entry (devices.compute.profile_model)" if model is None else f"no entry {model!r}"
+            if model is None and run_model is not None:
+                what += f", none is named like the run's model {run_model!r}"
             raise ProfileError(f"profile {self.name}: {what}; it has {', '.join(sorted(self.models))}")
         return self.models[model]
 

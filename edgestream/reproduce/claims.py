@@ -41,6 +41,12 @@ class Claim:
     run: Callable[[bool, Path], Result]
     above: float = 1.0
     deviation: str = ""  # the known reason, when ours falls short (one line)
+    #: the model its simulated devices train (--quick, full run); None: no simulator run (`reproduce
+    #: --profile` uses the profile's entry of that name)
+    models: tuple[str | None, str | None] = ("cnn-small", "cnn-small")
+
+    def model(self, quick: bool) -> str | None:
+        return self.models[0 if quick else 1]
 
     def holds(self, result: Result) -> bool:
         return result.ours is not None and result.ours > self.above
@@ -70,6 +76,12 @@ def _buffer(quick: bool, out: Path) -> Result:
 def _topk(quick: bool, out: Path) -> Result:
     r = ex.topk_vs_dense("cnn-small", 0.85 if quick else 0.9, out, devices=8 if quick else 16)
     return Result(r["floats_reduction"], r)
+
+
+def clear_cached_runs() -> None:
+    """Forget the runs shared by two claims, so a new `reproduce` (another --profile) runs them again."""
+    _abs_run.cache_clear()
+    _adsp_run.cache_clear()
 
 
 @functools.lru_cache(maxsize=4)
@@ -132,6 +144,8 @@ def _non_iid(quick: bool, out: Path) -> Result:
 
 
 _T6 = "004 ScaDLES, Table VI (ResNet152)"
+MLP = ("mlp", "mlp")  # the parameter-server claims (experiments.ps_base)
+ABS_MODELS = ("mlp", "cnn-small")  # experiments.abs_vs_ddl_dbs: mlp with --quick
 CLAIMS: dict[str, Claim] = {c.name: c for c in [
     Claim("scadles-s1", _T6, "ScaDLES trains faster than DDL at stream preset S1", 1.89,
           "speedup in time to the target accuracy (DDL / ScaDLES)", _scadles("S1")),
@@ -156,39 +170,41 @@ CLAIMS: dict[str, Claim] = {c.name: c for c in [
                     "off for more steps"),
     Claim("abs-sgd", "001 ABS-SGD, Table 1 (static 1:2:3:4)", "ABS-SGD converges faster than DDL", 1.41,
           "speedup in time to the target accuracy (DDL / ABS-SGD)", _abs,
-          deviation="see docs/BENCHMARKS.md, paper-shaped results"),
+          deviation="see docs/BENCHMARKS.md, paper-shaped results", models=ABS_MODELS),
     Claim("abs-sgd-vs-dbs", "001 ABS-SGD, Table 1 (static 1:2:3:4)", "ABS-SGD converges faster than DBS-SGD",
           1.28, "speedup in time to the target accuracy (DBS-SGD / ABS-SGD)", _abs_dbs,
           deviation="a 20 ms all-reduce hides little compute, and DBS's balanced batches keep all busy; ABS leads "
-                    "at 200 ms (1.05x), ties at 600; its steps stay ~1,730: bigger batches buy nothing at lr 0.01"),
+                    "at 200 ms (1.05x), ties at 600; its steps stay ~1,730: bigger batches buy nothing at lr 0.01",
+          models=ABS_MODELS),
     Claim("non-iid-injection", "004 ScaDLES, section V (non-IID CIFAR10, 1 label per device)",
           "DDL saturates on non-IID streams; ScaDLES with data injection learns", 93.6 / 56.0,
           "final accuracy ScaDLES with injection / DDL (paper: >= 93.6 % vs 56 %, ResNet152)", _non_iid),
     Claim("adsp-vs-bsp", "000 ADSP, Fig. 4(b)", "ADSP reaches the target sooner than BSP", 0.80,
-          "reduction of time to the target, 1 - t_ADSP / t_BSP", _adsp("bsp"), above=0.0),
+          "reduction of time to the target, 1 - t_ADSP / t_BSP", _adsp("bsp"), above=0.0,
+          models=MLP),
     Claim("adsp-vs-ssp", "000 ADSP, Fig. 4(b)", "ADSP reaches the target sooner than SSP", 0.53,
           "reduction of time to the target, 1 - t_ADSP / t_SSP(3)", _adsp("ssp[algorithm.params.s=3]"), above=0.0,
           deviation="at 5 ms links a push+pull (32 ms) costs less than a step (43 ms): ADSP ~ SSP (-7 to -18 %, 6 "
-                    "seeds); pushes 1.4 / 2.8 / 5.4x a step give ADSP 13-19 / 32-34 / 52-56 %"),
+                    "seeds); pushes 1.4 / 2.8 / 5.4x a step give ADSP 13-19 / 32-34 / 52-56 %", models=MLP),
     Claim("adsp-vs-fixed-adacomm", "000 ADSP, Fig. 4(b)", "ADSP reaches the target sooner than Fixed ADACOMM",
           0.33, "reduction of time to the target, 1 - t_ADSP / t_FixedADACOMM", _adsp("fixed-adacomm-ps"),
-          above=0.0),
+          above=0.0, models=MLP),
     Claim("adsp-lead-grows-with-delay", "000 ADSP, Fig. 6", "ADSP's lead over SSP grows with the link delay",
-          None, "reduction vs SSP at 50 ms links minus at 5 ms links", _adsp_delay, above=0.0),
+          None, "reduction vs SSP at 50 ms links minus at 5 ms links", _adsp_delay, above=0.0, models=MLP),
     Claim("consgd-vs-ssp", "002 ConSGD, results table (HL 2, s 3, LR-URL)", "ConSGD converges faster than SSP",
           1.28, "speedup in time to the target accuracy (SSP / ConSGD), each at its own lr",
           _hetero("consgd", 0.5),
           deviation="ConSGD at lr M eta applies each push at lambda M eta = eta (sync/consgd.py): bit-identical to SSP "
-                    "at eta; it wins only at one shared lr above SSP's best (1.36x at 0.2), 002's setting"),
+                    "at eta; it wins only at one shared lr above SSP's best (1.36x at 0.2), 002's setting", models=MLP),
     Claim("dynsgd-vs-ssp", "002 DynSGD, results table (HL 2, s 3, LR-URL)", "DynSGD converges faster than SSP",
           1.70, "speedup in time to the target accuracy (SSP / DynSGD), each at its own lr",
           _hetero("dynsgd", 0.5),
           deviation="each at its best lr DynSGD trails SSP at every heterogeneity tried (straggler 2.5-8x, 1-2 of 5: "
-                    "0.72-0.81x at s 3), ties at s 16 (8 seeds); wins only at a shared lr past SSP's best"),
+                    "0.72-0.81x at s 3), ties at s 16 (8 seeds); wins only at a shared lr past SSP's best", models=MLP),
     Claim("elastic-bsp-vs-bsp", "003 ElasticBSP, section 6.2.3 (VGG-16)", "ElasticBSP converges faster than BSP",
-          1.77, "speedup in time to the target accuracy (BSP / ElasticBSP)", _elastic),
+          1.77, "speedup in time to the target accuracy (BSP / ElasticBSP)", _elastic, models=MLP),
     Claim("zipline-runtime", "003 ElasticBSP, section 6.1.1 and Table 4",
           "ZipLine finds the optimal barrier one or two orders of magnitude faster than FullGridScan", 10.0,
           "FullGridScan time / ZipLineOptBS time at n = 100 (R = 15 quick, 150 full), same optimum",
-          _zipline),
+          _zipline, models=(None, None)),
 ]}

@@ -6,11 +6,18 @@ from __future__ import annotations
 
 import sys
 import time
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
 from edgestream.config import validate_dict
+from edgestream.profiles import load_profile
+from edgestream.profiles.select import entry_for, with_profile
 from edgestream.runner.compare import parse_variants, run_compare
+
+#: (profile NAME|FILE, entry or None) that `reproduce --profile` puts in place of every experiment's
+#: t(b) = base_s + per_sample_s b (static factors kept); None: the experiments' own step times
+PROFILE: ContextVar[tuple[str, str | None] | None] = ContextVar("reproduce_profile", default=None)
 
 #: ScaDLES as in 004 Table VI: rate batches, truncation, adaptive Top-k (CR 0.1, delta 0.3)
 SCADLES_T6 = ("scadles[algorithm.buffer=truncate,compression.name=adaptive-topk,compression.ratio=0.1,"
@@ -39,7 +46,12 @@ def base(name: str, model: str, target: float, count: int = 16, max_time_s: floa
 
 
 def compare(cfg: dict, algorithms: str, tag: str, out: Path) -> dict[str, dict]:
-    """{label: summary} of one run_compare of `algorithms` on `cfg` (run folders under `out`)."""
+    """{label: summary} of one run_compare of `algorithms` on `cfg` (run folders under `out`); with
+    PROFILE set, the devices' step times are that profile's (ProfileError when it lacks the model)."""
+    chosen = PROFILE.get()
+    if chosen is not None:
+        spec, entry = chosen
+        cfg = with_profile(cfg, spec, entry_for(load_profile(spec), entry, cfg["model"]["name"]))
     t0 = time.perf_counter()
     folder, summaries, table = run_compare(validate_dict(cfg), parse_variants(algorithms), out=out, run_id=tag,
                                            progress=False)

@@ -347,7 +347,8 @@ class RunPlan:
                 from edgestream.profiles import ProfileError, load_profile
 
                 try:
-                    self._cache["profile"] = load_profile(c.profile, self.base_dir).curve(c.profile_model)
+                    self._cache["profile"] = load_profile(c.profile, self.base_dir).curve(c.profile_model,
+                                                                                        self.model_name)
                 except ProfileError as exc:
                     raise PlanError([f"devices.compute.profile: {exc}"]) from None
             curve = self._cache["profile"]
