@@ -473,6 +473,17 @@ class RuntimeConfig(_Model):
     #: real runs: what happens to the run's topics and consumer groups when it ends; "delete-on-success"
     #: removes them after a finished run (a failed or stopped run keeps them for --resume)
     cleanup: Literal["keep", "delete-on-success"] = "keep"
+    #: real runs: the GPUs (torch indices among those CUDA_VISIBLE_DEVICES shows) the trainer ranks of a
+    #: host take, local rank r -> gpus[r % len]; null = all, r % device_count (edgestream.trainer.gpus)
+    gpus: list[Int] | None = None
+
+    @field_validator("gpus")
+    @classmethod
+    def _gpus(cls, v: list[int] | None) -> list[int] | None:
+        if v is not None and (not v or any(i < 0 for i in v)):
+            raise ValueError("must list GPU indices >= 0 (e.g. [0, 1]), or be null for all "
+                             "(EDGESTREAM_DEVICE=cpu for the CPU)")
+        return v
 
     @field_validator("kafka_client", mode="before")
     @classmethod

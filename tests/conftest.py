@@ -18,6 +18,13 @@ import torch
 # keep their own settings.
 torch.set_num_threads(1)
 
+# The suite's trainers compute on the CPU, also on a GPU host (where they would otherwise take GPUs by the
+# rank-to-GPU rule, edgestream.trainer.gpus): its tests compare real runs with the simulator and resumed
+# runs with whole ones bit for bit, which only the CPU promises. The tests that exercise the rule and CUDA
+# give their trainers EDGESTREAM_DEVICE="" (automatic) themselves (tests/test_backend.py). A value set
+# before the suite starts is kept (EDGESTREAM_DEVICE= make test: every trainer by the rule).
+os.environ.setdefault("EDGESTREAM_DEVICE", "cpu")
+
 
 def _docker_answers() -> bool:
     if shutil.which("docker") is None:

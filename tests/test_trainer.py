@@ -53,7 +53,8 @@ def _produce(cfg_path: Path, bootstrap: str, run_id: str, seconds: float) -> Non
 def _env(rank: int, world: int, port: int, **extra) -> dict:
     env = os.environ.copy()
     env.update(RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-               LOCAL_RANK="0", OMP_NUM_THREADS="1", **{k: str(v) for k, v in extra.items()})
+               LOCAL_RANK="0", OMP_NUM_THREADS="1")
+    env.update({k: str(v) for k, v in extra.items()})  # LOCAL_RANK too (the rank-to-GPU rule's input)
     return env
 
 

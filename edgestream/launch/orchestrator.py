@@ -51,6 +51,7 @@ from edgestream.runid import check_run_id, new_run_id
 from edgestream.runner.engines import check_runs
 from edgestream.runner.plan import RunPlan
 from edgestream.runner.rundir import PS_FILE, record_session, write_local_rundir
+from edgestream.trainer.gpus import check_local
 
 #: seconds the other trainers get to finish after the first one stopped at the agreed stop condition
 STRAGGLER_S = float(os.environ.get("EDGESTREAM_LAUNCH_STRAGGLER_S", "120"))
@@ -200,6 +201,9 @@ class LocalRun:
         self.cfg = cfg
         self.plan = RunPlan.resolve(cfg)
         check_runs("local", self.plan.algorithm)
+        problem = check_local(self.plan.world, cfg.runtime.gpus, collectives=self.plan.algorithm.family != "ps")
+        if problem:  # GPUs this host lacks, or an NCCL that cannot work: before anything starts
+            raise LaunchError(problem, 2)
         if resume is not None:
             out_dir, run_id = resume_target(Path(resume), cfg)
             self.resumed = True

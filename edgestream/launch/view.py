@@ -72,6 +72,8 @@ class LiveState:
         self.ps: PSState | None = None     # a parameter-server run's PS figures
         self.kafka = KafkaWaits()          # the devices waiting for Kafka (their "wait" records)
         self.warnings: list[str] = []      # the trainers' warning lines (lag_warning) not yet shown
+        self.placed: dict[int, str] = {}   # device -> where its trainer computes ("cuda:0", "cpu")
+        self.backend: str | None = None    # the ranks' agreed backend and why (rank 0's "placement" line)
 
     def add_ps(self, records: list[dict]) -> None:
         """Records of the parameter server's ranks/ps.jsonl."""
@@ -89,12 +91,30 @@ class LiveState:
                     self.metric, self.accuracy, self.eval_step = metric, float(rec[metric]), rec.get("step")
                 continue
             device = rec.get("device", rank)
+            if rec.get("kind") == "placement":  # a trainer's device and the agreed backend (edgestream.trainer.gpus)
+                self._placed(int(device), rec)
+                continue
             if rec.get("kind") in WAIT_KINDS:
                 self.kafka.add(int(device), rec)
                 continue
             self.devices.setdefault(int(device), DeviceState()).add(rec)
             if rec.get("lag_warning"):
                 self.warnings.append(str(rec["lag_warning"]))
+
+    def _placed(self, device: int, rec: dict) -> None:
+        self.placed[device] = str(rec.get("on") or "?")
+        if rec.get("note") and (self.backend is None or device == 0):
+            self.backend = str(rec["note"])
+            if "share GPU" in self.backend and device == 0:  # said once, as a line of its own
+                self.warnings.append(f"note: {self.backend}")
+
+    def placement(self) -> str | None:
+        """Where the trainers compute and their backend: "on cuda:0 x2 | backend gloo ... share GPU ..."."""
+        if not self.placed:
+            return None
+        ons = list(self.placed.values())
+        where = ", ".join(f"{on} x{ons.count(on)}" for on in dict.fromkeys(ons))
+        return f"on {where}" + (f" | {self.backend}" if self.backend else "")
 
     def pop_warnings(self) -> list[str]:
         """The trainers' warning lines since the last call (the orchestrator prints them)."""
@@ -116,14 +136,16 @@ class LiveState:
         t = Table(title=self.headline(), title_justify="left", expand=False,
                   caption=self.ps.text() if self.ps is not None else None, caption_justify="left")
         for col in ("device", "step", "rate/s", "trained/s", "batch", "buffer", "lag s", "dropped", "wait",
-                    "compute", "comm", "loss"):
+                    "compute", "comm", "loss", "on"):
             t.add_column(col, justify="right")
         for d, s in sorted(self.devices.items()):
             sh = s.shares()
             tps = s.trained_per_s()
             t.add_row(str(d), _fmt(s.step), _fmt(s.rate, ".0f"), _fmt(tps, ".0f"), _fmt(s.batch), _fmt(s.buffer),
                       _fmt(s.lag_s, ".1f"), str(s.dropped), *((f"{x:.0%}" for x in sh) if sh else ("-", "-", "-")),
-                      _fmt(s.loss, ".3f"))
+                      _fmt(s.loss, ".3f"), self.placed.get(d, "-"))
+        if self.backend:
+            t.caption = "\n".join(x for x in (self.backend, t.caption) if x)
         return t
 
     def line(self) -> str:
@@ -148,6 +170,8 @@ class LiveState:
             part.append("wait/compute/comm " + "/".join(f"{sum(x[i] for x in shares) / n:.0%}" for i in range(3)))
         if self.ps is not None:
             part.append(self.ps.text())
+        if self.placement():
+            part.append(self.placement())
         return " | ".join(part)
 
 

@@ -467,7 +467,8 @@ class ParameterServer:
                 self.replay_until = None
             log.info("restarted (start %d): replaying %s from offset %s", self.starts, push_topic(self.run_name),
                      self.offset)
-        log.info("serving run %s (%s, %d workers, model %.2f MB, chunks of %.2f MB) on %s", self.run_name,
+        log.info("serving run %s (%s, %d workers, model %.2f MB, chunks of %.2f MB) on %s; device cpu (the PS "
+                 "applies what Kafka brings; its workers take GPUs by edgestream.trainer.gpus)", self.run_name,
                  self.plan.algorithm.name, self.world, self.model_bytes / 1e6, self.chunk / 1e6, self.bootstrap)
         self.events.record("ps_start", time=self.stream_now(), start=self.starts, offset=self.offset,
                            last_push=list(self.last_push), version=self.coord.version)
@@ -528,7 +529,7 @@ class ParameterServer:
         c = self.counts
         applied, waits = c["pushes_applied"], self.outage.listener
         return {"status": status, "stop_reason": self.reason, "starts": self.starts, "error": self.error,
-                "kafka_waits": waits.waits, "kafka_wait_s": round(waits.total_s(self.outage), 3),
+                "device": "cpu", "kafka_waits": waits.waits, "kafka_wait_s": round(waits.total_s(self.outage), 3),
                 "pushes_received": c["pushes_received"], "pushes_applied": applied,
                 "duplicates_dropped": c["duplicates_dropped"], "rejected": c["rejected"],
                 "replayed": c["replayed"], "pulls_answered": c["pulls_answered"], "hellos": c["hellos"],

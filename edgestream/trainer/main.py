@@ -156,26 +156,28 @@ def _setup_logging(path: Path) -> logging.Handler:
     return handler
 
 
-def _rendezvous(env: DistEnv, cuda: bool, requested: str, timeout_s: float, collective_s: float) -> str:
-    """The env:// rendezvous, where the ranks agree on one backend (edgestream.trainer.backend), then
-    init_process_group with it; returns the backend. A missing peer ends in TrainerError naming the
+def _rendezvous(env: DistEnv, placed: Any, requested: str, timeout_s: float, collective_s: float) -> tuple[str, str]:
+    """The env:// rendezvous, where the ranks agree on one backend (edgestream.trainer.backend; `placed`:
+    this rank's gpus.Placement), then init_process_group with it; returns (the backend, the line saying
+    why). A missing peer ends in TrainerError naming the
     address after `timeout_s`; ranks that cannot agree end in the same one line on every rank. The group's
     collectives then wait `collective_s` for a peer."""
     from torch.distributed import rendezvous
 
-    from edgestream.trainer.backend import BackendError, negotiate
+    from edgestream.trainer.backend import BackendError, describe, negotiate
 
     os.environ.update(MASTER_ADDR=env.master_addr, MASTER_PORT=str(env.master_port))
     try:
         store, _, _ = next(rendezvous("env://", rank=env.rank, world_size=env.world,
                                       timeout=timedelta(seconds=timeout_s)))
-        backend, announced = negotiate(store, env.rank, env.world, cuda=cuda, requested=requested,
-                                       timeout_s=timeout_s)
-        log.info("backend %s agreed by %d ranks (%s)", backend, env.world, announced)
+        backend, announced = negotiate(store, env.rank, env.world, cuda=placed.cuda, requested=requested,
+                                       timeout_s=timeout_s, gpu=placed.gpu)
+        note = describe(announced, backend)
+        log.info("%s (%s)", note, announced)
         dist.init_process_group(backend, store=store, rank=env.rank, world_size=env.world,
                                 timeout=timedelta(seconds=timeout_s))
         dist.set_timeout(timedelta(seconds=collective_s))
-        return backend
+        return backend, note
     except BackendError as exc:
         raise TrainerError(f"device {env.rank}: {exc}") from None
     except Exception as exc:  # noqa: BLE001 - torch raises several kinds (DistStoreError, RuntimeError, ...)
@@ -266,6 +268,7 @@ def _train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: bo
         save_checkpoint,
     )
     from edgestream.trainer.collectives import DistCollectives
+    from edgestream.trainer.gpus import GpuError, device_for
     from edgestream.trainer.outage import OutageRecords, collective_timeout_s, give_up_line
     from edgestream.trainer.performer import ACK_INTERVAL_S, Diverged, Stopped, TrainerPerformer
 
@@ -280,17 +283,17 @@ def _train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: bo
     ranks = run_dir / "ranks"
     ranks.mkdir(parents=True, exist_ok=True)
     handler = _setup_logging(ranks / f"{env.rank}.log")
-    cuda = torch.cuda.is_available() and os.environ.get("EDGESTREAM_DEVICE", "") != "cpu"
-    device = torch.device(f"cuda:{env.local_rank}" if cuda else "cpu")
+    try:  # the rank-to-GPU rule; what this rank was told (empty: automatic); the ranks agree at the rendezvous
+        placed = device_for(env.local_rank, cfg.runtime.gpus)
+        requested = check_requested(os.environ.get("EDGESTREAM_BACKEND"))
+    except (GpuError, BackendError) as exc:
+        raise TrainerError(f"device {env.rank}: {exc}") from None
+    device, cuda, note = torch.device(placed.device), placed.cuda, ""
     if cuda:
         torch.cuda.set_device(device)
-    try:  # what this rank was told (empty: automatic); the ranks agree at the rendezvous
-        requested = check_requested(os.environ.get("EDGESTREAM_BACKEND"))
-    except BackendError as exc:
-        raise TrainerError(f"device {env.rank}: {exc}") from None
     backend = requested or ("nccl" if cuda else "gloo")  # this rank's wish, until the rendezvous
-    log.info("rank %d/%d run %s device %s backend %s reduction %s bootstrap %s", env.rank, env.world, run, device,
-             backend, cfg.runtime.reduction, bootstrap)
+    log.info("rank %d/%d run %s device %s backend %s reduction %s bootstrap %s", env.rank, env.world, run,
+             placed.text(), requested or "automatic", cfg.runtime.reduction, bootstrap)
 
     try:  # every rank (and every engine) starts from the same model
         model = plan.build_model().to(device).train()
@@ -346,8 +349,8 @@ def _train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: bo
     else:
         timeout_s = float(os.environ.get("EDGESTREAM_RENDEZVOUS_TIMEOUT_S", RENDEZVOUS_TIMEOUT_S))
         try:
-            backend = _rendezvous(env, cuda, requested, timeout_s,
-                                  collective_timeout_s(cfg.runtime.kafka_outage_s, timeout_s))
+            backend, note = _rendezvous(env, placed, requested, timeout_s,
+                                        collective_timeout_s(cfg.runtime.kafka_outage_s, timeout_s))
             if ckpt is not None:  # every rank resumes from the same step, or none does
                 _agree_on_step(env, int(ckpt["step"]), device, ckpt_file)
         except TrainerError:
@@ -374,6 +377,8 @@ def _train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: bo
         performer.samples = int(ckpt.get("samples", 0))
     stop = plan.stop_rule()
     events = EventLog(ranks / f"{env.rank}.jsonl", append=resume, live=True)
+    events.record("placement", time=performer.now(env.rank), device=env.rank, on=placed.device, gpu=placed.gpu,
+                  backend=backend, note=note)  # the status line shows where each rank computes
     waits.attach(events, lambda: performer.now(env.rank), lambda: session.ctx.step)
     evaluation = None
     if env.rank == 0 and not ps_run:  # a PS run is scored at the PS (its W)

@@ -1,0 +1,164 @@
+"""Which device a rank computes on: the rank-to-GPU rule (docs/runtime.md "GPUs: which rank on which").
+
+`place` is the rule as a pure function of what a process sees:
+
+* EDGESTREAM_DEVICE=cpu: the CPU (runtime.gpus is then ignored);
+* otherwise, with no CUDA device visible: the CPU (EDGESTREAM_DEVICE=cuda makes that an error);
+* `runtime.gpus: [i0, i1, ...]`: local rank r takes cuda:gpus[r % len(gpus)];
+* by default: local rank r takes cuda:(r % device_count).
+
+The indices are torch's: they count the GPUs the process sees, i.e. those CUDA_VISIBLE_DEVICES lists,
+in its order (all of them when it is unset), so `CUDA_VISIBLE_DEVICES=2,3` makes cuda:0 the third GPU.
+Several ranks may land on one GPU (more ranks than GPUs on a host, or compose trainer containers that
+each see their GPU as cuda:0): they train there, and the backend negotiation (edgestream.trainer.backend)
+tells them apart by the GPU's UUID and picks gloo for their collectives, since NCCL refuses two ranks on
+one GPU. The trainer ranks of a parameter-server run (its workers) take their device by the same rule;
+the parameter server itself keeps its model on the CPU (it only applies the pushes Kafka brings).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from edgestream.trainer.backend import BackendError, check_requested, ranks_text
+
+TOLD = ("cpu", "cuda")
+
+
+class GpuError(RuntimeError):
+    """The device a rank was told to use does not exist here (one line)."""
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a rank computes: `device` "cpu" or "cuda:<index>", and how the rule chose it (`why`)."""
+
+    device: str
+    index: int | None
+    why: str
+    gpu: str | None = None    # the GPU's identity (UUID) once `identify`d; None on the CPU
+    name: str | None = None   # the GPU's model name once `identify`d
+
+    @property
+    def cuda(self) -> bool:
+        return self.index is not None
+
+    def text(self) -> str:
+        """One line for the rank log: `cuda:0 (NVIDIA H100, GPU-5c1f...: local rank 1 % 1 GPU)`."""
+        what = ", ".join(x for x in (self.name, self.gpu) if x)
+        return f"{self.device} ({what + ': ' if what else ''}{self.why})"
+
+
+def check_told(value: str | None) -> str:
+    """EDGESTREAM_DEVICE as given ("" = automatic); GpuError names a value that is not allowed."""
+    value = (value or "").strip().lower()
+    if value and value not in TOLD:
+        raise GpuError(f"EDGESTREAM_DEVICE={value!r} is not allowed; must be cpu, cuda or empty (automatic: a GPU "
+                       "by the rank-to-GPU rule when CUDA is there, else the CPU)")
+    return value
+
+
+def _visible(count: int, visible: str | None) -> str:
+    gpus = "no GPU" if count == 0 else f"{count} GPU{'s' * (count != 1)} (cuda:0{f'-{count - 1}' * (count > 1)})"
+    return gpus + (f", CUDA_VISIBLE_DEVICES={visible!r}" if visible is not None else "")
+
+
+def place(local_rank: int, device_count: int, *, gpus: Sequence[int] | None = None, told: str = "",
+          visible: str | None = None) -> Placement:
+    """The device of local rank `local_rank` on a host where the process sees `device_count` GPUs (module
+    doc). `gpus`: runtime.gpus (None: all); `told`: EDGESTREAM_DEVICE ("", "cpu", "cuda"); `visible`:
+    CUDA_VISIBLE_DEVICES as set (only named in errors). GpuError: one line naming what is not there."""
+    told = check_told(told)
+    if local_rank < 0:
+        raise GpuError(f"LOCAL_RANK={local_rank} is not allowed; must be >= 0")
+    if told == "cpu":
+        return Placement("cpu", None, "EDGESTREAM_DEVICE=cpu")
+    if device_count <= 0:
+        if told == "cuda":
+            raise GpuError(f"EDGESTREAM_DEVICE=cuda but this process sees {_visible(0, visible)}; leave it empty "
+                           "or set cpu")
+        return Placement("cpu", None, "no CUDA device" + (" (runtime.gpus ignored)" if gpus else ""))
+    if gpus:
+        missing = sorted({i for i in gpus if not 0 <= i < device_count})
+        if missing:
+            raise GpuError(f"runtime.gpus: {list(gpus)} names GPU {', '.join(map(str, missing))}, but this process "
+                           f"sees {_visible(device_count, visible)}; list indices among those")
+        index = gpus[local_rank % len(gpus)]
+        return Placement(f"cuda:{index}", index, f"runtime.gpus {list(gpus)}[local rank {local_rank} % {len(gpus)}]")
+    index = local_rank % device_count
+    return Placement(f"cuda:{index}", index,
+                     f"local rank {local_rank} % {device_count} GPU{'s' * (device_count != 1)}")
+
+
+def gpu_identity(index: int) -> tuple[str, str]:
+    """(UUID, model name) of visible GPU `index`: the UUID tells ranks that share one GPU apart from ranks
+    on GPUs of their own, also across containers that each see it as cuda:0. Without a UUID (an old
+    torch or driver): the host name and PCI bus, then the host and index."""
+    props = torch.cuda.get_device_properties(index)
+    uuid = str(getattr(props, "uuid", "") or "")
+    if uuid:
+        return (uuid if uuid.startswith("GPU-") else f"GPU-{uuid}"), props.name
+    bus = getattr(props, "pci_bus_id", None)
+    where = f"pci {getattr(props, 'pci_domain_id', 0)}:{bus}" if bus is not None else f"cuda:{index}"
+    return f"{socket.gethostname()}/{where}", props.name
+
+
+def device_for(local_rank: int, gpus: Sequence[int] | None = None,
+               environ: Mapping[str, str] | None = None) -> Placement:
+    """This process's Placement by `place`, from EDGESTREAM_DEVICE, CUDA_VISIBLE_DEVICES, runtime.gpus
+    and what torch sees, with the GPU's identity; GpuError as `place`."""
+    env = os.environ if environ is None else environ
+    told = check_told(env.get("EDGESTREAM_DEVICE"))
+    count = torch.cuda.device_count() if told != "cpu" and torch.cuda.is_available() else 0
+    placed = place(local_rank, count, gpus=gpus, told=told, visible=env.get("CUDA_VISIBLE_DEVICES"))
+    if placed.index is None:
+        return placed
+    uuid, name = gpu_identity(placed.index)
+    return Placement(placed.device, placed.index, placed.why, uuid, name)
+
+
+def refusal(placements: Sequence[Placement], requested: str) -> str | None:
+    """One line when `requested` (EDGESTREAM_BACKEND) cannot work for ranks placed as `placements` on one
+    host -- nccl with a rank on the CPU or ranks sharing a GPU -- else None. Knowable before any trainer
+    starts, so the local engine refuses it there (the trainers' rendezvous says the same otherwise)."""
+    if requested != "nccl":
+        return None
+    cpu = [r for r, p in enumerate(placements) if not p.cuda]
+    if cpu:
+        return (f"EDGESTREAM_BACKEND=nccl but {ranks_text(cpu)} would compute on the CPU ({placements[cpu[0]].why}); "
+                "use gloo (it also reduces CUDA tensors) or leave it empty")
+    on: dict[str, list[int]] = {}
+    for r, p in enumerate(placements):
+        on.setdefault(p.device, []).append(r)
+    shared = "; ".join(f"{ranks_text(rs)} share {dev}" for dev, rs in on.items() if len(rs) > 1)
+    if shared:
+        return (f"EDGESTREAM_BACKEND=nccl but {len(placements)} ranks on {len(on)} GPU{'s' * (len(on) != 1)}: "
+                f"{shared} (NCCL needs a GPU of its own per rank); use gloo, give each rank its own GPU "
+                "(runtime.gpus, CUDA_VISIBLE_DEVICES) or leave it empty")
+    return None
+
+
+def check_local(world: int, gpus: Sequence[int] | None = None, environ: Mapping[str, str] | None = None, *,
+                collectives: bool = True) -> str | None:
+    """What `edgestream run --engine local` refuses before it starts anything, as one line (None: nothing):
+    its ranks 0..world-1 all on this host (LOCAL_RANK = rank) placed by `place` -- an EDGESTREAM_DEVICE or
+    runtime.gpus that does not fit this host, an EDGESTREAM_BACKEND not allowed or a told nccl that cannot
+    work (`refusal`; `collectives` False: a parameter-server run, whose workers use no backend). Asks CUDA
+    only when one of those is set."""
+    env = os.environ if environ is None else environ
+    if not (env.get("EDGESTREAM_BACKEND") or env.get("EDGESTREAM_DEVICE") or gpus):
+        return None
+    try:
+        requested = check_requested(env.get("EDGESTREAM_BACKEND"))
+        told = check_told(env.get("EDGESTREAM_DEVICE"))
+        count = torch.cuda.device_count() if told != "cpu" and torch.cuda.is_available() else 0
+        placements = [place(r, count, gpus=gpus, told=told, visible=env.get("CUDA_VISIBLE_DEVICES"))
+                      for r in range(world)]
+    except (GpuError, BackendError) as exc:
+        return str(exc)
+    return refusal(placements, requested) if collectives else None
