@@ -70,12 +70,12 @@ import torch  # noqa: E402
 from test_trainer import _config, _finish, _free_port, _produce, _start  # noqa: E402
 
 
-def _run(tmp_path, bootstrap, name, told: list[str], *, max_steps: int = 4, device: str = "", **extra):
+def _run(tmp_path, bootstrap, name, told: list[str], *, max_steps: int = 4, device: str = "", reduction="allreduce"):
     """Ranks told `told` backends, on `device` (EDGESTREAM_DEVICE; "" = the rank-to-GPU rule: a GPU where
     there is one, and every rank on the same one: local rank r, runtime.gpus [0]), one host."""
     cfg_path = _config(tmp_path, name, len(told), {"name": "ddl", "batch": {"policy": "fixed", "size": 8}},
                        stop={"max_steps": max_steps, "max_time_s": 120, "target_accuracy": None},
-                       runtime={"gpus": [0]}, **extra)
+                       runtime={"gpus": [0], "reduction": reduction})
     run_id = f"{os.getpid()}{int(time.time() * 1000) % 10**8}"
     _produce(cfg_path, bootstrap, run_id, 0.5)
     out, port = tmp_path / "runs", _free_port()
@@ -115,10 +115,11 @@ def test_trainers_agree_and_train(bootstrap, tmp_path, told):
 def test_two_ranks_on_one_device_train_with_gloo_and_say_so(bootstrap, tmp_path):
     """Local ranks 0 and 1 by the rank-to-GPU rule with runtime.gpus [0]: both on cuda:0 where there is a
     GPU (the issue's one-GPU host: rank 1 used to ask for cuda:1), both on the CPU here; they agree on gloo,
-    and the rank log, the rank file and the live status line say where each computes and why gloo."""
+    and the rank log, the rank file and the live status line say where each computes and why gloo. (The
+    exact reduction all-gathers, which gloo does only from host memory: on a GPU the trainer stages it.)"""
     from edgestream.launch.view import LiveState
 
-    results = _run(tmp_path, bootstrap, "shared", ["", ""])
+    results = _run(tmp_path, bootstrap, "shared", ["", ""], reduction="exact")  # gloo all-gathers: via the host
     cuda = torch.cuda.is_available()
     on = "cuda:0" if cuda else "cpu"
     run_dir = next((tmp_path / "runs").iterdir())

@@ -159,6 +159,9 @@ class DistCollectives:
     def _start_exact(self, req: AllReduce) -> Pending:
         """All-gather + `reduce_all` in rank order (see the module doc)."""
         tensors = [t.detach() for t in req.tensors]
+        home = tensors[0].device if tensors else torch.device("cpu")
+        if self.host_staging and home.type != "cpu":  # gloo cannot all-gather CUDA tensors (see __init__)
+            tensors = [t.cpu() for t in tensors]
         device = tensors[0].device if tensors else torch.device("cpu")
         dtypes = {t.dtype for t in tensors}
         groups = [tensors] if len(dtypes) == 1 else [[t] for t in tensors]  # one buffer per dtype run
@@ -182,7 +185,8 @@ class DistCollectives:
                     parts += _split(bufs[r], part)
                 w = float(wbufs[r][0])
                 per_rank.append(AllReduce(parts, weight=w if req.op == "weighted_mean" else 1.0, op=req.op))
-            return reduce_all(per_rank)
+            out = reduce_all(per_rank)
+            return out if home == device else [t.to(home) for t in out]
 
         nbytes = payload_nbytes(tensors)
         return Pending(works, finish, nbytes=nbytes)

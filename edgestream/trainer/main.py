@@ -352,7 +352,8 @@ def _train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: bo
             backend, note = _rendezvous(env, placed, requested, timeout_s,
                                         collective_timeout_s(cfg.runtime.kafka_outage_s, timeout_s))
             if ckpt is not None:  # every rank resumes from the same step, or none does
-                _agree_on_step(env, int(ckpt["step"]), device, ckpt_file)
+                _agree_on_step(env, int(ckpt["step"]), device if backend == "nccl" else torch.device("cpu"),
+                               ckpt_file)  # gloo all-gathers host tensors only
         except TrainerError:
             dataset.close(wait=False)
             raise
