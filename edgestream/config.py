@@ -259,7 +259,8 @@ class VariationConfig(_Model):
 class ComputeConfig(_Model):
     """Step time t_i(b) = t(b) * static_i * (1 + U(0, dynamic)), t(b) = base_s + per_sample_s * b, or the
     measured curve of a compute profile (`profile`: a shipped NAME or a FILE, edgestream.profiles;
-    `profile_model`: its entry, default the profile's only one); neither: timed on this machine."""
+    `profile_model`: its entry, default the one named like model.name, else the profile's only one); neither:
+    timed on this machine."""
 
     static: list[Float] = Field(default_factory=lambda: [1.0], min_length=1)
     dynamic: Float = Field(0.0, ge=0)
