@@ -37,22 +37,33 @@ def _plain(v):
 #: one encoder for every line (json.dumps with options builds a new encoder per call)
 _ENCODER = json.JSONEncoder(separators=(",", ":"), default=_plain)
 
+#: seconds a live EventLog keeps step lines buffered at most (what the orchestrator's live view lags by)
+LIVE_FLUSH_S = 0.25
+
 
 class EventLog:
     """Append-only JSONL event writer with running aggregates.
 
     keep=True also keeps every record in `records` (in memory, as written), for callers that want the
     events without reading the file back (tests, in-process comparisons). append=True continues an
-    existing file (a resumed trainer); live=True writes each line through at once (the orchestrator
-    tails a trainer's rank file). Lines written from two threads (steps, background evaluations) never
-    interleave.
+    existing file (a resumed trainer); live=True (the orchestrator tails a trainer's rank file) buffers
+    step lines and writes them through at least every LIVE_FLUSH_S seconds (a flusher thread), other
+    lines (evaluations, outage waits, PS records) at once, and everything at `flush()` and `close()`: a
+    write per step line was a system call on the step's critical path. Lines written from two threads
+    (steps, background evaluations) never interleave.
     """
 
     def __init__(self, path: str | Path | None, keep: bool = False, *, append: bool = False,
                  live: bool = False) -> None:
-        self._f = (open(path, "a" if append else "w", buffering=1 if live else 1 << 16)  # noqa: SIM115
+        self._f = (open(path, "a" if append else "w", buffering=1 << 16)  # noqa: SIM115
                    if path is not None else None)
         self._lock = threading.Lock()
+        self._live = live and self._f is not None
+        self._dirty = False                      # live: step lines written since the last flush
+        self._closed = threading.Event()
+        self._error: OSError | None = None       # the flusher's failed write, raised by the next one
+        if self._live:
+            threading.Thread(target=self._flusher, name="edgestream-events-flush", daemon=True).start()
         self.records: list[dict] | None = [] if keep else None
         self.steps = 0                          # step lines, all devices together (device-steps)
         self.device_steps: dict[int, int] = {}  # per device: the steps it took (its last step index + 1)
@@ -85,7 +96,7 @@ class EventLog:
             self.compressed += int(bool(fields["compressed"]))
         if fields.get("loss") is not None:
             self.last_loss = float(fields["loss"])
-        self._write(rec)
+        self._write(rec, now=False)
 
     def evaluation(self, time: float, step: int, accuracy: float | None = None, loss: float | None = None,
                    **metrics: float) -> None:
@@ -105,15 +116,37 @@ class EventLog:
         in the step aggregates."""
         self._write({"kind": kind, **{k: _clean(v) for k, v in fields.items()}})
 
-    def _write(self, rec: dict) -> None:
+    def _write(self, rec: dict, now: bool = True) -> None:
         text = _ENCODER.encode(rec) + "\n" if self._f is not None else ""  # no file: nothing to encode
         with self._lock:
             if self.records is not None:
                 self.records.append(rec)
+            if self._error is not None:  # a full disk met by the flusher: the writer's own line names it
+                raise self._error
             if self._f is not None:
                 self._f.write(text)
+                if self._live:
+                    if now:
+                        self._f.flush()
+                    self._dirty = not now
+
+    def _flusher(self) -> None:
+        while not self._closed.wait(LIVE_FLUSH_S):
+            try:
+                self.flush()
+            except OSError as exc:
+                self._error = exc
+                return
+
+    def flush(self) -> None:
+        """Write the buffered lines through (a live log's flusher does this every LIVE_FLUSH_S)."""
+        with self._lock:
+            if self._f is not None and (self._dirty or not self._live):
+                self._f.flush()
+                self._dirty = False
 
     def close(self) -> None:
+        self._closed.set()
         with self._lock:
             if self._f is not None:
                 self._f.close()

@@ -90,10 +90,18 @@ class DistEnv:
 
 
 def param_digest(params: list[torch.Tensor]) -> str:
-    """A short hash of the parameters' bytes: equal digests = bitwise-identical replicas."""
+    """A short hash of the parameters' bytes: equal digests = bitwise-identical replicas. Parameters of one
+    dtype and device in a row go to the host as one flat copy (on a GPU: one transfer and one sync a step,
+    not one per parameter); the bytes hashed, hence the digest, are the same as parameter by parameter."""
     h = hashlib.blake2b(digest_size=8)
-    for p in params:
-        h.update(p.detach().cpu().contiguous().numpy().tobytes())
+    run: list[torch.Tensor] = []
+    for p in [*params, None]:
+        if run and (p is None or (p.dtype, p.device) != (run[0].dtype, run[0].device)):
+            flat = torch.cat([t.detach().reshape(-1) for t in run]) if len(run) > 1 else run[0].detach().reshape(-1)
+            h.update(flat.cpu().numpy())
+            run = []
+        if p is not None:
+            run.append(p)
     return h.hexdigest()
 
 
@@ -271,6 +279,7 @@ def _train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: bo
     from edgestream.trainer.gpus import GpuError, device_for
     from edgestream.trainer.outage import OutageRecords, collective_timeout_s, give_up_line
     from edgestream.trainer.performer import ACK_INTERVAL_S, Diverged, Stopped, TrainerPerformer
+    from edgestream.trainer.prefetch import PrefetchDataset, prefetch_depth
 
     try:
         plan = RunPlan.resolve(cfg)
@@ -334,6 +343,8 @@ def _train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: bo
                                      outage=outage)
         if ckpt is not None:  # the stream positions that match the restored model
             dataset.load_state_dict(ckpt["stream"])
+        if prefetch_depth(plan):  # the next batch taken while this one computes (edgestream.trainer.prefetch)
+            dataset = PrefetchDataset(dataset, prefetch_depth(plan), device)
     except KafkaUnavailable as exc:
         raise TrainerError(f"device {env.rank}: {exc}") from None
     ps_run = plan.algorithm.family == "ps"
@@ -408,6 +419,7 @@ def _train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: bo
             raise TrainerError(str(exc)) from None
         performer.commit_pending()  # acks become durable only with the checkpoint that holds their model
         saved_at["step"] = ctx.step
+        saved_at["flush"] = True  # the step line written next (this step's) goes through with it
         log.info("checkpoint: step %d", ctx.step)
 
     def at_log(session: WorkerSession) -> None:
@@ -419,8 +431,13 @@ def _train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: bo
         if every is not None and step != saved_at["step"] and step % every == 0:
             checkpoint(session)
 
+    def after_line(line: dict) -> None:  # step lines are buffered (EventLog live): through at a checkpoint
+        if saved_at.pop("flush", False):
+            events.flush()
+
     session = WorkerSession(plan, env.rank, performer, stop=stop, events=events, meters=meters,
-                            param_names=param_names(model), signal=stop_event.is_set, on_log=[at_log])
+                            param_names=param_names(model), signal=stop_event.is_set, on_log=[at_log],
+                            on_line=after_line if every is not None else None)
     performer.push_id = lambda: session.ctx.step  # a push's id: the worker's step (the PS drops repeats)
     performer.stop_reason = lambda: session.stop.reason
     performer.step = lambda: session.ctx.step  # the step an error names (as the step lines count it)

@@ -224,7 +224,8 @@ class TrainerPerformer:
             self.pending_ack = batch  # committed by a later ack or by commit_pending
             return
         self.pending_ack, self._acked_at = None, now
-        self.dataset.ack(batch)
+        # a prefetching dataset commits off the step's critical path (edgestream.trainer.prefetch)
+        getattr(self.dataset, "ack_later", self.dataset.ack)(batch)
 
     def pending_offsets(self) -> dict | None:
         """{"dev": int, "inj": int | None}: the offsets the deferred ack would commit, or None."""

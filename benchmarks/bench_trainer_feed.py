@@ -1,0 +1,283 @@
+"""Feeding a trainer (issue 36 item 4): one `edgestream train` rank reading data already in Kafka vs a plain
+PyTorch loop with the same model, batch and optimizer on device-resident data, side by side in one run,
+plus where the trainer's remaining per-step time goes.
+
+For each model (cnn-small on digits, resnet20 on synthetic 3x32x32) and batch size, the benchmark
+produces every sample the run needs to Kafka first (so data is always there), then runs, alternating
+which goes first, --rounds times each:
+
+* **edgestream**: the trainer's own code path -- `edgestream.trainer.main.train`, what `edgestream train`
+  calls -- in a child process with torchrun's environment for 1 rank (ddl, fixed batch, persist buffer,
+  parameter digests on as `edgestream run` has them). The child times every request the worker makes
+  (`TrainerPerformer.perform` by request kind), the step line's writing (`WorkerSession.sink`), the
+  parameter digest and the evaluation offer at each step, and the dataset's `next_batch` by thread (the
+  trainer's own, or the prefetch thread's: off the critical path). Timing adds ~1 us a request.
+* **plain**: a child process with the run plan's model and optimizer (same initial weights, lr, momentum,
+  weight decay), the training set normalised and resident on the device, batches sliced from it; per
+  step `zero_grad / forward / backward / step / loss.item()`.
+
+Both are timed from the end of step --warmup to the end of the last step (CUDA: loss.item() syncs each
+step on both sides). Ratio = edgestream steps/s / plain steps/s (target >= 0.9). The profile table shows
+the trainer's per-step milliseconds by part; "driver + algorithm" is the rest of its step (the worker's
+generator, the driver's bookkeeping), "step total" the measured wall per step, "plain" the plain loop's.
+
+    python benchmarks/bench_trainer_feed.py [--models cnn-small,resnet20] [--batches 64,256] [--steps 200]
+                                            [--warmup 20] [--rounds 2] [--device auto|cpu|cuda] [--threads T]
+                                            [--quick]
+
+EDGESTREAM_PREFETCH=0 in the environment turns the trainer's prefetch off (the before figure).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_runtime_cost import _free_port  # noqa: E402
+from common import bench_broker, record  # noqa: E402
+
+RATE = 20000  # samples/s the producer streams ahead at (as fast as it goes)
+
+
+def _config(path: Path, model: str, batch: int, steps: int) -> Path:
+    import yaml
+
+    data = ({"dataset": "digits"} if model == "cnn-small" else
+            {"dataset": "synthetic", "shape": [3, 32, 32], "num_classes": 10, "n_train": 4096, "n_test": 64})
+    path.write_text(yaml.safe_dump({
+        "name": path.stem, "seed": 0, "data": data,
+        "devices": {"count": 1, "rates": {"distribution": "constant", "rate": RATE}},
+        "model": {"name": model}, "optim": {"lr": 0.05, "momentum": 0.9},
+        "algorithm": {"name": "ddl", "buffer": "persist", "batch": {"policy": "fixed", "size": batch}},
+        "stop": {"max_steps": steps, "max_time_s": 3600, "target_accuracy": None}, "eval": {"every_s": 100000},
+        "runtime": {"reduction": "allreduce"},
+    }))
+    return path
+
+
+def produce_ahead(bootstrap: str, cfg_path: Path, need: int) -> str:
+    """Produce `need` samples of device 0 before anything starts; the run id."""
+    from edgestream.config import load_config
+    from edgestream.runner.plan import RunPlan
+
+    cfg = load_config(cfg_path)
+    run_id = f"f{int(time.time() * 1000) % 10**10}"
+    done = 0
+    for _ in range(50):  # a producer behind its schedule produces less: a new producer continues each
+        producer = RunPlan.resolve(cfg).producer(bootstrap, f"{cfg.name}-{run_id}", [0])
+        summary = producer.run_for((need - done) / RATE + 0.2, report_every_s=0)
+        if not summary.complete:
+            raise SystemExit(f"producing ahead failed: {summary.to_json()}")
+        done = min(d["start_seq"] + d["delivered"] for d in summary.devices)
+        if done >= need:
+            return run_id
+    raise SystemExit(f"could not produce {need} samples ahead")
+
+
+def _env(device: str, threads: int) -> dict:
+    env = os.environ.copy()
+    env.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()),
+               OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+    if device == "cpu":
+        env["EDGESTREAM_DEVICE"] = "cpu"
+    return env
+
+
+def _child(args: list[str], env: dict, timeout_s: float) -> dict:
+    p = subprocess.run([sys.executable, __file__, *args], env=env, capture_output=True, text=True, timeout=timeout_s)
+    if p.returncode != 0:
+        raise SystemExit(f"{args[0]} failed (exit {p.returncode}): {p.stderr[-3000:]}")
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+# ---------------------------------------------------------------------------------------------- plain side
+def plain_child(cfg_path: str, steps: int, warmup: int, device: str, threads: int) -> dict:
+    import torch
+
+    from edgestream.config import load_config
+    from edgestream.runner.plan import RunPlan
+
+    torch.set_num_threads(threads)
+    dev = torch.device(device)
+    plan = RunPlan.resolve(load_config(cfg_path))
+    batch = plan.nominal_batch()
+    ds = plan.dataset
+    x = ds.normalize(torch.from_numpy(ds.x_train)).float()
+    y = torch.from_numpy(ds.y_train).long()
+    while len(x) < 2 * batch:
+        x, y = torch.cat([x, x]), torch.cat([y, y])
+    n = len(x)
+    x, y = torch.cat([x, x[:batch]]).to(dev).contiguous(), torch.cat([y, y[:batch]]).to(dev)
+    model = plan.build_model().to(dev).train()
+    optimizer = plan.build_optimizer(model)
+    task = plan.task
+    pos, t_warm = 0, 0.0
+    for k in range(steps):
+        xb, yb = x[pos:pos + batch], y[pos:pos + batch]
+        pos = (pos + batch) % n
+        optimizer.zero_grad(set_to_none=True)
+        loss = task.loss(model(xb), yb)
+        loss.backward()
+        optimizer.step()
+        loss.item()
+        if k == warmup - 1:
+            t_warm = time.perf_counter()
+    dt = time.perf_counter() - t_warm
+    return {"steps_per_s": (steps - warmup) / dt, "ms_per_step": 1000 * dt / (steps - warmup), "device": str(dev)}
+
+
+# ---------------------------------------------------------------------------------------------- trainer side
+def trainer_child(cfg_path: str, run_id: str, bootstrap: str, out: str, warmup: int) -> dict:
+    """`train()` as `edgestream train` runs it, with per-part timers installed (see the module doc)."""
+    from edgestream.config import load_config
+    from edgestream.consumers import KafkaStreamDataset
+    from edgestream.runner.evaluate import BackgroundEvaluation
+    from edgestream.runner.session import WorkerSession
+    from edgestream.trainer import main as trainer_main
+    from edgestream.trainer.performer import TrainerPerformer
+
+    spent: dict[str, float] = defaultdict(float)
+    marks: list[float] = []
+    perf = time.perf_counter
+    main_thread = threading.get_ident()
+
+    def timed(name, fn):
+        def call(*a, **kw):
+            t0 = perf()
+            try:
+                return fn(*a, **kw)
+            finally:
+                if len(marks) >= warmup:
+                    spent[name(a) if callable(name) else name] += perf() - t0
+        return call
+
+    perform = TrainerPerformer.perform
+    TrainerPerformer.perform = timed(lambda a: type(a[2]).__name__, perform)
+    sink = WorkerSession.sink
+
+    def marked_sink(self, line):
+        t0 = perf()
+        sink(self, line)
+        if len(marks) >= warmup:
+            spent["step line (events write)"] += perf() - t0
+        marks.append(perf())
+    WorkerSession.sink = marked_sink
+    next_batch = KafkaStreamDataset.next_batch
+    KafkaStreamDataset.next_batch = timed(
+        lambda a: "dataset.next_batch (in TakeBatch)" if threading.get_ident() == main_thread
+        else "dataset.next_batch (prefetch thread)", next_batch)
+    trainer_main.param_digest = timed("parameter digest (at Log)", trainer_main.param_digest)
+    BackgroundEvaluation.offer = timed("evaluation offer (at Log)", BackgroundEvaluation.offer)
+
+    summary = trainer_main.train(load_config(cfg_path), run_id=run_id, bootstrap=bootstrap, out=out)
+    timed_steps = len(marks) - warmup
+    dt = marks[-1] - marks[warmup - 1]
+    return {"steps_per_s": timed_steps / dt, "ms_per_step": 1000 * dt / timed_steps, "device": summary["device"],
+            "parts_ms": {k: 1000 * v / timed_steps for k, v in spent.items()}, "steps": len(marks)}
+
+
+# ---------------------------------------------------------------------------------------------- main
+def _profile_rows(es: dict, plain_ms: float) -> list[tuple[str, float]]:
+    parts = dict(es["parts_ms"])
+    inner = parts.pop("dataset.next_batch (in TakeBatch)", None)
+    thread = parts.pop("dataset.next_batch (prefetch thread)", None)
+    rows = [(k, v) for k, v in sorted(parts.items(), key=lambda kv: -kv[1])]
+    known = sum(parts.values())  # disjoint: requests, the Log hooks before the Log, the step line after it
+    rows.append(("driver + algorithm (the rest)", es["ms_per_step"] - known))
+    rows.append(("step total", es["ms_per_step"]))
+    rows.append(("plain loop step", plain_ms))
+    if inner is not None:
+        rows.append(("  of TakeBatch: dataset.next_batch in the step", inner))
+    if thread is not None:
+        rows.append(("  off the step: dataset.next_batch in the prefetch thread", thread))
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--models", default="cnn-small,resnet20")
+    ap.add_argument("--batches", default="64,256")
+    ap.add_argument("--steps", type=int, default=200, help="steps per run, warm-up included")
+    ap.add_argument("--warmup", type=int, default=20)
+    ap.add_argument("--rounds", type=int, default=2, help="runs of each side per case (alternating first)")
+    ap.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    ap.add_argument("--threads", type=int, default=0, help="torch threads, both sides (default 1)")
+    ap.add_argument("--quick", action="store_true", help="100 steps, 1 round (a check, not a figure)")
+    ap.add_argument("--plain-child", nargs=5, help=argparse.SUPPRESS)
+    ap.add_argument("--trainer-child", nargs=5, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.plain_child:
+        c, steps, warmup, device, threads = args.plain_child
+        print(json.dumps(plain_child(c, int(steps), int(warmup), device, int(threads))))
+        return
+    if args.trainer_child:
+        c, run_id, bootstrap, out, warmup = args.trainer_child
+        print(json.dumps(trainer_child(c, run_id, bootstrap, out, int(warmup))))
+        return
+    if args.quick:
+        args.steps, args.rounds = 100, 1
+    import torch
+
+    device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
+    threads = args.threads or 1  # a loaded small box: more threads than cores slows both sides
+    prefetch = os.environ.get("EDGESTREAM_PREFETCH", "default")
+    rows = []
+    t_bench = time.monotonic()
+    with bench_broker() as (bootstrap, _broker), tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        for model in args.models.split(","):
+            for batch in (int(b) for b in args.batches.split(",")):
+                cfg = _config(work / f"feed{model.replace('-', '')}{batch}.yaml", model, batch, args.steps)
+                es_runs, plain_runs = [], []
+                for r in range(args.rounds):
+                    run_id = produce_ahead(bootstrap, cfg, (args.steps + 4) * batch)
+                    env = _env(device, threads)
+                    sides = [("es", ["--trainer-child", str(cfg), run_id, bootstrap, str(work / "runs"),
+                                     str(args.warmup)]),
+                             ("plain", ["--plain-child", str(cfg), str(args.steps), str(args.warmup),
+                                        "cuda:0" if device == "cuda" else "cpu", str(threads)])]
+                    for key, child_args in (sides if r % 2 == 0 else sides[::-1]):
+                        (es_runs if key == "es" else plain_runs).append(_child(child_args, env, 900))
+                    print(f"  {model} batch {batch} round {r + 1}: edgestream {es_runs[-1]['steps_per_s']:.1f} "
+                          f"steps/s, plain {plain_runs[-1]['steps_per_s']:.1f} steps/s, ratio "
+                          f"{es_runs[-1]['steps_per_s'] / plain_runs[-1]['steps_per_s']:.3f}", flush=True)
+                es = max(es_runs, key=lambda e: e["steps_per_s"])  # the best run of each side
+                plain = max(plain_runs, key=lambda e: e["steps_per_s"])
+                rows.append({"model": model, "batch": batch, "device": es["device"],
+                             "edgestream_steps_per_s": round(es["steps_per_s"], 2),
+                             "plain_steps_per_s": round(plain["steps_per_s"], 2),
+                             "ratio": round(es["steps_per_s"] / plain["steps_per_s"], 3),
+                             "round_ratios": [round(e["steps_per_s"] / p["steps_per_s"], 3)
+                                              for e, p in zip(es_runs, plain_runs, strict=True)],
+                             "profile_ms": [(k, round(v, 3)) for k, v in _profile_rows(es, plain["ms_per_step"])]})
+    wall = time.monotonic() - t_bench
+    print(f"\n`python benchmarks/bench_trainer_feed.py {' '.join(sys.argv[1:])}`: device {device}, {args.steps} steps "
+          f"per run ({args.warmup} warm-up), best of {args.rounds} round(s) per side, {threads} torch thread(s), "
+          f"EDGESTREAM_PREFETCH={prefetch}; wall {wall:.0f} s\n")
+    print("| model | batch | device | edgestream steps/s | plain steps/s | ratio (target >= 0.9) | per-round ratios |")
+    print("|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['model']} | {r['batch']} | {r['device']} | {r['edgestream_steps_per_s']} | "
+              f"{r['plain_steps_per_s']} | **{r['ratio']}** | {', '.join(map(str, r['round_ratios']))} |")
+    names = [k for k, _ in rows[0]["profile_ms"]] if rows else []
+    print("\nms per step (the trainer's timed steps; where its step goes):\n")
+    print("| part | " + " | ".join(f"{r['model']} b{r['batch']}" for r in rows) + " |")
+    print("|---|" + "---|" * len(rows))
+    for name in names:
+        vals = [dict(r["profile_ms"]).get(name) for r in rows]
+        print(f"| {name} | " + " | ".join("-" if v is None else f"{v:.2f}" for v in vals) + " |")
+    record("trainer_feed", {"rows": rows, "device": device, "steps": args.steps, "warmup": args.warmup,
+                            "rounds": args.rounds, "threads": threads, "prefetch": prefetch, "wall_s": round(wall)})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,114 @@
+"""The trainer's feed (issue 36 item 4): the prefetch around a real KafkaStreamDataset keeps stream order,
+hands out the state of what was handed out (not of what was taken ahead), commits acks off the step and
+never loses one at close; which runs prefetch; the live event log buffers step lines and loses none."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import numpy as np
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from edgestream.config import load_dict
+from edgestream.consumers import KafkaStreamDataset
+from edgestream.consumers.device_stream import trainer_group
+from edgestream.data import SampleSerde, SampleSpec
+from edgestream.kafka import consumer_config, device_topic, producer_config
+from edgestream.kafka.run_topics import ensure_run_topics
+from edgestream.metrics import EventLog
+from edgestream.runner.plan import RunPlan
+from edgestream.trainer.prefetch import PrefetchDataset, prefetch_depth
+
+SPEC = SampleSpec(np.uint8, (1, 4, 4), 10)
+
+
+def _fill(bootstrap: str, run: str, n: int) -> None:
+    ensure_run_topics(bootstrap, run, [0])
+    serde = SampleSerde(SPEC, None)
+    p = Producer(producer_config(bootstrap))
+    for k in range(n):
+        p.produce(device_topic(run, 0), value=serde.encode(np.full((1, 4, 4), k % 256, np.uint8), k % 10, 0, k,
+                                                           time.time()), key=b"0")
+    assert p.flush(30) == 0
+
+
+def _dataset(bootstrap: str, run: str, batch: int) -> KafkaStreamDataset:
+    return KafkaStreamDataset(bootstrap, run, 0, num_devices=1, serde=SampleSerde(SPEC, None),
+                              batch={"policy": "fixed", "size": batch}, timeout=2)
+
+
+def _committed(bootstrap: str, run: str) -> int:
+    c = Consumer(consumer_config(bootstrap, trainer_group(run, 0, "dev")))
+    try:
+        return c.committed([TopicPartition(device_topic(run, 0), 0)], timeout=10)[0].offset
+    finally:
+        c.close()
+
+
+def test_prefetch_keeps_order_state_and_acks(bootstrap, run_prefix):
+    _fill(bootstrap, run_prefix, 80)
+    ds = PrefetchDataset(_dataset(bootstrap, run_prefix, 8), depth=2)
+    seqs = []
+    for _ in range(3):
+        b = ds.next_batch()
+        seqs += b.seqs.tolist()
+        ds.ack_later(b)
+    assert seqs == list(range(24))  # stream order, nothing skipped
+    time.sleep(1.0)  # the thread has taken batches ahead meanwhile
+    state = ds.state_dict()
+    assert state["offsets"]["dev"] == 24 and state["step"] == 3  # what was handed out, not taken ahead
+    assert ds.totals["samples"] == 24
+    last = ds.next_batch()  # handed out, never acknowledged
+    assert last.seqs.tolist() == list(range(24, 32))
+    ds.close()
+    assert _committed(bootstrap, run_prefix) == 24  # the pending ack committed at close; no more
+
+    again = _dataset(bootstrap, run_prefix, 8)  # a restart reads on from the last acknowledged batch
+    try:
+        assert again.next_batch().seqs.tolist() == list(range(24, 32))
+    finally:
+        again.close()
+
+
+def test_a_newer_ack_is_never_undone_by_an_older_pending_one(bootstrap, run_prefix):
+    _fill(bootstrap, run_prefix, 40)
+    ds = PrefetchDataset(_dataset(bootstrap, run_prefix, 8), depth=1)
+    first, second = ds.next_batch(), ds.next_batch()
+    ds.ack_later(second)
+    ds.ack_later(first)  # older: ignored
+    ds.ack(second)
+    ds.close()
+    assert _committed(bootstrap, run_prefix) == 16
+
+
+def _plan(**algorithm) -> RunPlan:
+    return RunPlan.resolve(load_dict({"name": "p", "data": {"dataset": "digits"}, "devices": {"count": 2},
+                                             "algorithm": algorithm}))
+
+
+def test_which_runs_prefetch():
+    fixed = {"name": "ddl", "batch": {"policy": "fixed", "size": 32}}
+    assert prefetch_depth(_plan(**fixed), {}) == 1
+    assert prefetch_depth(_plan(**fixed), {"EDGESTREAM_PREFETCH": "2"}) == 2
+    assert prefetch_depth(_plan(**fixed), {"EDGESTREAM_PREFETCH": "0"}) == 0
+    assert prefetch_depth(_plan(name="scadles"), {}) == 0  # its batch follows the stream's rate
+    assert prefetch_depth(_plan(name="ddl", batch={"policy": "available", "max": 64}), {}) == 0
+
+
+def test_live_event_log_buffers_step_lines_and_loses_none(tmp_path):
+    path = tmp_path / "0.jsonl"
+    events = EventLog(path, live=True)
+    for k in range(50):
+        events.step(time=float(k), device=0, step=k, batch=8)
+    events.record("wait", time=50.0, note="kafka")  # not a step line: written through at once
+    lines = [json.loads(x) for x in path.read_text().splitlines()]
+    assert [x["kind"] for x in lines] == ["step"] * 50 + ["wait"]
+    events.step(time=51.0, device=0, step=50, batch=8)
+    deadline = time.monotonic() + 5  # the flusher writes a buffered step line through within LIVE_FLUSH_S
+    while len(path.read_text().splitlines()) < 52 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(path.read_text().splitlines()) == 52
+    events.step(time=52.0, device=0, step=51, batch=8)
+    events.close()
+    assert [json.loads(x)["step"] for x in path.read_text().splitlines() if '"step"' in x][-1] == 51
