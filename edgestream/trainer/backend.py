@@ -41,7 +41,7 @@ def check_requested(value: str | None) -> str:
     value = (value or "").strip().lower()
     if value and value not in BACKENDS:
         raise BackendError(f"EDGESTREAM_BACKEND={value!r} is not allowed; must be one of {', '.join(BACKENDS)} "
-                           "or empty (automatic: nccl when every rank has CUDA, else gloo)")
+                           "or empty (automatic: nccl when every rank has a GPU of its own, else gloo)")
     return value
 
 
