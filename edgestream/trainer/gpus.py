@@ -100,7 +100,11 @@ def gpu_identity(index: int) -> tuple[str, str]:
     on GPUs of their own, also across containers that each see it as cuda:0. Without a UUID (an old
     torch or driver): the host name and PCI bus, then the host and index."""
     props = torch.cuda.get_device_properties(index)
-    uuid = str(getattr(props, "uuid", "") or "")
+    raw = getattr(props, "uuid", None)
+    uuid = str(raw or "")
+    if " object at " in uuid:  # no readable str(): the 16 bytes as 8-4-4-4-12 hex
+        h = bytes(getattr(raw, "bytes", b"")).hex()
+        uuid = "-".join((h[:8], h[8:12], h[12:16], h[16:20], h[20:])) if len(h) == 32 else ""
     if uuid:
         return (uuid if uuid.startswith("GPU-") else f"GPU-{uuid}"), props.name
     bus = getattr(props, "pci_bus_id", None)
