@@ -175,7 +175,10 @@ def trainer_child(cfg_path: str, run_id: str, bootstrap: str, out: str, warmup: 
     KafkaStreamDataset.next_batch = timed(
         lambda a: "dataset.next_batch (in TakeBatch)" if threading.get_ident() == main_thread
         else "dataset.next_batch (prefetch thread)", next_batch)
-    trainer_main.param_digest = timed("parameter digest (at Log)", trainer_main.param_digest)
+    if hasattr(trainer_main, "ParamDigest"):  # taken at the Log, hashed by the event log's flusher
+        trainer_main.ParamDigest = timed("parameter digest (at Log)", trainer_main.ParamDigest)
+    else:  # before: hashed at the Log
+        trainer_main.param_digest = timed("parameter digest (at Log)", trainer_main.param_digest)
     BackgroundEvaluation.offer = timed("evaluation offer (at Log)", BackgroundEvaluation.offer)
 
     summary = trainer_main.train(load_config(cfg_path), run_id=run_id, bootstrap=bootstrap, out=out)

@@ -39,6 +39,8 @@ _ENCODER = json.JSONEncoder(separators=(",", ":"), default=_plain)
 
 #: seconds a live EventLog keeps step lines buffered at most (what the orchestrator's live view lags by)
 LIVE_FLUSH_S = 0.25
+#: a live EventLog drains at once when this many lines are pending (bounds what lazy values hold)
+LIVE_MAX_PENDING = 64
 
 
 class EventLog:
@@ -47,9 +49,11 @@ class EventLog:
     keep=True also keeps every record in `records` (in memory, as written), for callers that want the
     events without reading the file back (tests, in-process comparisons). append=True continues an
     existing file (a resumed trainer); live=True (the orchestrator tails a trainer's rank file) buffers
-    step lines and writes them through at least every LIVE_FLUSH_S seconds (a flusher thread), other
-    lines (evaluations, outage waits, PS records) at once, and everything at `flush()` and `close()`: a
-    write per step line was a system call on the step's critical path. Lines written from two threads
+    step lines and a flusher thread encodes and writes them through at least every LIVE_FLUSH_S seconds
+    (at once from LIVE_MAX_PENDING lines), other lines (evaluations, outage waits, PS records) at once,
+    and everything at `flush()` and `close()`: encoding and writing a step line was on the step's critical
+    path. A value the encoder does not know is written as str(value) when the line is encoded (the
+    trainer's `ParamDigest` hashes then). Lines written from two threads
     (steps, background evaluations) never interleave.
     """
 
@@ -59,9 +63,11 @@ class EventLog:
                    if path is not None else None)
         self._lock = threading.Lock()
         self._live = live and self._f is not None
-        self._dirty = False                      # live: step lines written since the last flush
-        self._closed = threading.Event()
-        self._error: OSError | None = None       # the flusher's failed write, raised by the next one
+        self._pending: list[dict] = []           # live: lines not yet encoded and written (in order)
+        self._drain_lock = threading.Lock()      # one drain at a time: lines keep their order
+        self._kick = threading.Event()           # many lines pending: the flusher drains at once
+        self._closed = False
+        self._error: Exception | None = None     # the flusher's failed write, raised by the next one
         if self._live:
             threading.Thread(target=self._flusher, name="edgestream-events-flush", daemon=True).start()
         self.records: list[dict] | None = [] if keep else None
@@ -117,40 +123,65 @@ class EventLog:
         self._write({"kind": kind, **{k: _clean(v) for k, v in fields.items()}})
 
     def _write(self, rec: dict, now: bool = True) -> None:
+        if self._live:  # encoded and written by the flusher (values may be resolved then: ParamDigest)
+            with self._lock:
+                if self.records is not None:
+                    self.records.append(rec)
+                if self._error is not None:  # a full disk met by the flusher: the writer's own line names it
+                    raise self._error
+                self._pending.append(rec)
+                many = len(self._pending) >= LIVE_MAX_PENDING
+            if now:
+                self._drain()
+            elif many:
+                self._kick.set()
+            return
         text = _ENCODER.encode(rec) + "\n" if self._f is not None else ""  # no file: nothing to encode
         with self._lock:
             if self.records is not None:
                 self.records.append(rec)
-            if self._error is not None:  # a full disk met by the flusher: the writer's own line names it
-                raise self._error
             if self._f is not None:
                 self._f.write(text)
-                if self._live:
-                    if now:
-                        self._f.flush()
-                    self._dirty = not now
+
+    def _drain(self) -> None:
+        """Encode and write through the pending lines of a live log, in order."""
+        with self._drain_lock:
+            with self._lock:
+                lines, self._pending = self._pending, []
+            if lines and self._f is not None:
+                self._f.write("".join(_ENCODER.encode(rec) + "\n" for rec in lines))
+                self._f.flush()
 
     def _flusher(self) -> None:
-        while not self._closed.wait(LIVE_FLUSH_S):
+        while not self._closed:
+            self._kick.wait(LIVE_FLUSH_S)
+            self._kick.clear()
             try:
-                self.flush()
-            except OSError as exc:
+                self._drain()
+            except Exception as exc:  # noqa: BLE001 - raised by the next write, in the writer's thread
                 self._error = exc
                 return
 
     def flush(self) -> None:
         """Write the buffered lines through (a live log's flusher does this every LIVE_FLUSH_S)."""
-        with self._lock:
-            if self._f is not None and (self._dirty or not self._live):
-                self._f.flush()
-                self._dirty = False
+        if self._live:
+            self._drain()
+        else:
+            with self._lock:
+                if self._f is not None:
+                    self._f.flush()
 
     def close(self) -> None:
-        self._closed.set()
-        with self._lock:
-            if self._f is not None:
-                self._f.close()
-                self._f = None
+        self._closed = True
+        self._kick.set()
+        try:
+            if self._live:
+                self._drain()
+        finally:
+            with self._drain_lock, self._lock:
+                if self._f is not None:
+                    self._f.close()
+                    self._f = None
 
     def summary(self, *, target_accuracy: float | None = None, wall_s: float, engine: str,
                 target: tuple[str, float] | None = None, **extra) -> dict:

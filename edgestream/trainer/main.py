@@ -23,7 +23,6 @@ log lines; the peers wait in their collective), then the rank ends with one line
 from __future__ import annotations
 
 import errno
-import hashlib
 import json
 import logging
 import os
@@ -41,6 +40,7 @@ import torch.distributed as dist
 
 from edgestream.kafka.admin import KafkaUnavailable
 from edgestream.runner.driver import StepMeter
+from edgestream.trainer.digest import ParamDigest
 
 log = logging.getLogger("edgestream.trainer")
 
@@ -90,19 +90,9 @@ class DistEnv:
 
 
 def param_digest(params: list[torch.Tensor]) -> str:
-    """A short hash of the parameters' bytes: equal digests = bitwise-identical replicas. Parameters of one
-    dtype and device in a row go to the host as one flat copy (on a GPU: one transfer and one sync a step,
-    not one per parameter); the bytes hashed, hence the digest, are the same as parameter by parameter."""
-    h = hashlib.blake2b(digest_size=8)
-    run: list[torch.Tensor] = []
-    for p in [*params, None]:
-        if run and (p is None or (p.dtype, p.device) != (run[0].dtype, run[0].device)):
-            flat = torch.cat([t.detach().reshape(-1) for t in run]) if len(run) > 1 else run[0].detach().reshape(-1)
-            h.update(flat.cpu().numpy())
-            run = []
-        if p is not None:
-            run.append(p)
-    return h.hexdigest()
+    """A short hash of the parameters' bytes: equal digests = bitwise-identical replicas (now; the step lines
+    carry a `ParamDigest`, hashed when the line is written)."""
+    return str(ParamDigest(params))
 
 
 class _RankLogHandler(logging.FileHandler):
@@ -425,7 +415,7 @@ def _train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: bo
     def at_log(session: WorkerSession) -> None:
         step = session.ctx.step
         if digest:
-            meters[env.rank].gauge(digest=param_digest(params))
+            meters[env.rank].gauge(digest=ParamDigest(params))  # hashed off the step (trainer/digest.py)
         if evaluation is not None:
             evaluation.offer(performer.now(env.rank), step)
         if every is not None and step != saved_at["step"] and step % every == 0:
