@@ -41,10 +41,10 @@ class StreamBatch:
     @property
     def n(self) -> int:
         """Rows in the batch (own + injected)."""
-        return len(self.labels)
+        return self.labels.shape[0]  # (not len(): torch's Tensor.__len__ is a Python call, per batch)
 
     def __len__(self) -> int:
-        return len(self.labels)
+        return self.labels.shape[0]
 
     @property
     def own(self) -> int:

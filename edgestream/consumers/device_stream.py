@@ -39,9 +39,12 @@ HIGH_WATERMARK_MAX_AGE_S = 0.5
 #: messages or 64 MB queued, fetches of up to max.partition.fetch.bytes = the largest message, 17 MB)
 #: made a trainer behind its stream grow by tens of MB: a message keeps its whole fetch response alive
 #: while a batch (or an ack held back) refers to it. Still thousands of samples ahead; a larger message
-#: than a fetch is still fetched whole (docs/BENCHMARKS.md, "A stream that outruns training")
+#: than a fetch is still fetched whole (docs/BENCHMARKS.md, "A stream that outruns training"). Fetches of
+#: 4 MB, not 1 MB: a reader catching up on a backlog waited for its 1 MB fetches (one in flight at a time)
+#: and read ~0.6x a raw poll's rate; 4 MB costs ~12 MB more RSS behind a stream (docs/BENCHMARKS.md,
+#: "Decode at its floor")
 STREAM_PREFETCH = {"queued.min.messages": 20000, "queued.max.messages.kbytes": 16384,
-                   "max.partition.fetch.bytes": 1024 * 1024}
+                   "max.partition.fetch.bytes": 4 * 1024 * 1024}
 
 #: asynchronous acks are committed within this many seconds (coalesced: at most one request per interval)
 ASYNC_COMMIT_INTERVAL_S = 0.1

@@ -35,6 +35,7 @@ import numpy as np
 import torch
 
 from edgestream.data import wire
+from edgestream.data.buffers import BatchBuffers
 from edgestream.data.validate import DeviceRule, SampleSpec, decode_checked
 from edgestream.data.wire import Affine, SampleEncoder, WireError, decode_sample
 
@@ -92,10 +93,14 @@ class SampleSerde:
         # the device path: the raw batch's torch dtype; the Affine's (C, 1) scale and bias per device
         self._torch_dtype = torch.from_numpy(np.empty(0, spec.dtype.newbyteorder("="))).dtype
         self._on_device: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._pools: dict[tuple[np.dtype, bool], BatchBuffers] = {}
         a = self._affine
         # the Affine fits the samples (else the host path, which dead-letters them as it always did)
         self._device_ok = a is None or a.channels == 1 or (len(spec.shape) > 0 and spec.shape[0] == a.channels)
         self._bias_nonzero = a is not None and bool(a._arrays[1].any())
+        # a scale with its sign bit set can make -0.0 (0 * -s), which the C pass's + 0.0 turns +0.0; with
+        # none, + a zero bias changes no bit of a uint8 batch (the device path then skips it)
+        self._neg_scale = a is not None and bool(np.signbit(a._arrays[0]).any())
 
     @classmethod
     def of(cls, dataset, normalize: Affine | Callable[[np.ndarray], Any] | None = None) -> SampleSerde:
@@ -129,16 +134,21 @@ class SampleSerde:
         if device is not None:
             device = torch.device(device)
             if self._transform is None and self._device_ok:
-                out, bad = decode_checked(messages, self.spec, rule, alloc=self._staging(device))
+                pool = self._pool(self.spec.dtype, device.type == "cuda")
+                out, bad = decode_checked(messages, self.spec, rule, alloc=pool.take_tensor)
                 if out is not None:
-                    out = (self._to_device(out[0], device, owned=True), *out[1:])
+                    out = (self._to_device(out[0], device, owned=True, pool=pool), *out[1:])
             else:
                 out, bad = decode_checked(messages, self.spec, rule, self._affine, self._transform)
                 if out is not None:
                     x = out[0] if isinstance(out[0], torch.Tensor) else torch.from_numpy(np.asarray(out[0]))
                     out = (x.to(device, non_blocking=True), *out[1:])
         else:
-            out, bad = decode_checked(messages, self.spec, rule, self._affine, self._transform)
+            # the C pass writes the batch (normalised, or raw) into a reused host buffer (a batch still
+            # held keeps its own: BatchBuffers); a callable normalisation, or numpy, makes its own
+            alloc = (None if self._transform is not None or getattr(wire._wirefast, "gather", None) is None
+                     else self._pool(np.float32 if self._affine is not None else self.spec.dtype, False).take)
+            out, bad = decode_checked(messages, self.spec, rule, self._affine, self._transform, alloc=alloc)
         if out is None:
             return None, bad
         if bad:
@@ -148,11 +158,14 @@ class SampleSerde:
             accepted = messages if isinstance(messages, list) else list(messages)
         return DecodedBatch(*out, accepted), bad
 
-    def _staging(self, device: torch.device):
-        """alloc(n) for the raw batch on the host: pinned memory when it goes to a CUDA device (the copy
-        is then asynchronous, and torch's pinned-memory cache keeps the block until the copy is done)."""
-        shape, dtype, pin = self.spec.shape, self._torch_dtype, device.type == "cuda"
-        return lambda n: torch.empty((n, *shape), dtype=dtype, pin_memory=pin)
+    def _pool(self, dtype, pin: bool) -> BatchBuffers:
+        """The reused host buffers of batches of `dtype` (pinned: staged for a CUDA device, the copy then
+        asynchronous; a buffer is reused once its copy is done and nothing holds it: BatchBuffers)."""
+        key = (np.dtype(dtype), pin)
+        pool = self._pools.get(key)
+        if pool is None:
+            pool = self._pools[key] = BatchBuffers(self.spec.shape, np.dtype(dtype).newbyteorder("="), pin=pin)
+        return pool
 
     def to_device(self, x: torch.Tensor | np.ndarray, device: torch.device | str) -> torch.Tensor:
         """A raw batch (n, *spec.shape) in the wire's dtype -> `device`, then float32 normalised there by
@@ -160,12 +173,26 @@ class SampleSerde:
         float32(x) * scale, then + bias, as separate operations. `x` is not modified."""
         return self._to_device(x, torch.device(device), owned=False)
 
-    def _to_device(self, x: torch.Tensor | np.ndarray, device: torch.device, owned: bool) -> torch.Tensor:
+    def _to_device(self, x: torch.Tensor | np.ndarray, device: torch.device, owned: bool,
+                   pool: BatchBuffers | None = None) -> torch.Tensor:
         x0 = x if isinstance(x, torch.Tensor) else torch.from_numpy(x)
         xt = x0.to(device, non_blocking=True)  # first: the raw dtype crosses (1 byte a value for uint8)
+        if pool is not None:
+            pool.copied(x0)  # its staging buffer is reused once this copy is done
         a = self._affine
         if a is None:
             return xt
+        if xt.dtype == torch.uint8 and xt.numel():
+            # the conversion and the scale in one kernel (uint8 -> float32 is exact, so float32(x) * scale
+            # as on the host), written to a fresh float32 batch on the device; then + bias
+            a._check(tuple(xt.shape[1:]))
+            scale, bias = self._device_affine(device)
+            y = torch.empty(xt.shape, dtype=torch.float32, device=device)
+            v = y.view(len(y), a.channels, -1)
+            torch.mul(xt.view(len(xt), a.channels, -1), scale, out=v)
+            if self._bias_nonzero or (self._neg_scale and getattr(wire._wirefast, "gather", None)):
+                v.add_(bias)
+            return y
         y = xt.to(torch.float32)  # then the conversion, on the device
         if not owned and y.data_ptr() == x0.data_ptr() and y.device == x0.device:
             y = y.clone()  # float32 samples already there: the caller's x stays as it was

@@ -196,11 +196,13 @@ def _gathered(values: list, spec: SampleSpec, devices: DeviceRule, affine: Affin
     n = len(values)
     fused = _c_affine(spec, affine)
     if fused:
-        x = xa = np.empty((n, *spec.shape), np.float32)
+        # alloc: where the normalised batch goes (a reused buffer), else a fresh float32 array
+        x = alloc(n) if alloc is not None else np.empty((n, *spec.shape), np.float32)
+        xa = np.asarray(x)
         scale, bias = affine._arrays
         plane = math.prod(spec.shape) // affine.channels
     else:
-        x = alloc(n) if alloc is not None else np.empty((n, *spec.shape), spec.dtype)
+        x = alloc(n) if alloc is not None and affine is None else np.empty((n, *spec.shape), spec.dtype)
         xa = np.asarray(x)  # a torch tensor from `alloc`: its memory, written in place
         scale = bias = None
         plane = 0
@@ -282,15 +284,16 @@ def decode_checked(values: list, spec: SampleSpec, devices: DeviceRule, affine: 
     transform is given, else the raw samples. Never raises for a bad message: a value the decoder
     cannot handle is reported as `decode_error`.
 
-    `alloc(n)` (raw samples only: no affine, no transform) returns the array the n raw samples are
-    written to -- a C-contiguous (n, *spec.shape) numpy array or CPU torch tensor of the spec's dtype,
-    e.g. pinned memory for a copy to a GPU -- and x is that object (when some values are rejected
+    `alloc(n)` returns the array the n samples are written to -- a C-contiguous (n, *spec.shape) numpy
+    array or CPU torch tensor: of the spec's dtype for raw samples (no affine), e.g. pinned memory for
+    a copy to a GPU; float32 with an affine, used when the C pass normalises while it copies (uint8
+    samples; otherwise the affine's own result) -- and x is that object (when some values are rejected
     and the rest must be decoded one by one, x is their concatenation instead).
     """
     if not values:
         return None, []
-    if alloc is not None and (affine is not None or transform is not None):
-        raise ValueError("decode_checked: alloc is for raw samples (no affine, no transform)")
+    if alloc is not None and transform is not None:
+        raise ValueError("decode_checked: alloc is for raw or Affine-normalised samples (no transform)")
     try:
         out, mask = _checked(values, spec, devices, affine, alloc)
         if out is not None:
