@@ -8,16 +8,20 @@ import json
 import time
 
 import numpy as np
+import pytest
+import torch
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from edgestream.config import load_dict
 from edgestream.consumers import KafkaStreamDataset
 from edgestream.consumers.device_stream import trainer_group
-from edgestream.data import SampleSerde, SampleSpec
+from edgestream.data import Affine, SampleSerde, SampleSpec
 from edgestream.kafka import consumer_config, device_topic, producer_config
 from edgestream.kafka.run_topics import ensure_run_topics
 from edgestream.metrics import EventLog
 from edgestream.runner.plan import RunPlan
+from edgestream.trainer.digest import ParamDigest
+from edgestream.trainer.main import param_digest
 from edgestream.trainer.prefetch import PrefetchDataset, prefetch_depth
 
 SPEC = SampleSpec(np.uint8, (1, 4, 4), 10)
@@ -112,3 +116,30 @@ def test_live_event_log_buffers_step_lines_and_loses_none(tmp_path):
     events.step(time=52.0, device=0, step=51, batch=8)
     events.close()
     assert [json.loads(x)["step"] for x in path.read_text().splitlines() if '"step"' in x][-1] == 51
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_on_cuda_prefetched_batches_and_digests_are_the_plain_ones(bootstrap, run_prefix):
+    _fill(bootstrap, run_prefix, 48)
+    dev = torch.device("cuda", torch.cuda.current_device())
+
+    def batches(prefetch: bool) -> list:
+        ds = KafkaStreamDataset(bootstrap, run_prefix, 0, num_devices=1, serde=SampleSerde(SPEC, Affine()),
+                                batch={"policy": "fixed", "size": 8}, timeout=2, torch_device=dev)
+        ds = PrefetchDataset(ds, depth=2, device=dev) if prefetch else ds
+        try:  # nothing acknowledged: the second reader starts from the beginning again
+            out = []
+            for _ in range(5):
+                b = ds.next_batch()
+                out.append((b.x.to(dev, non_blocking=True) * 1.0).cpu())  # used on the step's stream, as the step does
+            return out
+        finally:
+            ds.close()
+
+    got, want = batches(True), batches(False)
+    assert all(torch.equal(g, w) for g, w in zip(got, want, strict=True))
+    params = [torch.randn(3, 4, device=dev), torch.randn(5, device=dev), torch.arange(4, device=dev)]
+    digest = ParamDigest(params)
+    expect = param_digest([p.cpu() for p in params])
+    params[0].add_(1.0)  # after the snapshot: not in the digest
+    assert str(digest) == expect
