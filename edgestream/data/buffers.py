@@ -14,7 +14,8 @@ dtype backed by a reused buffer. A buffer is reused only when nothing refers to 
   (and nothing on the host refers to it).
 
 When every buffer is in use a fresh one is allocated (the pool keeps at most `slots`; the others are
-ordinary allocations freed with their batch): taking never waits and never overwrites a batch in use.
+ordinary pageable allocations freed with their batch): taking never overwrites a batch in use, and waits
+only when every pinned buffer's copy is still queued on the GPU (then for one of those copies).
 """
 
 from __future__ import annotations
@@ -29,11 +30,12 @@ SLOTS = 4
 
 
 class _Slot:
-    __slots__ = ("arr", "event", "pinned")
+    __slots__ = ("arr", "event", "pending", "pinned")
 
     def __init__(self, arr: np.ndarray, pinned: torch.Tensor | None) -> None:
-        # pinned: the page-locked tensor that owns arr's memory (kept alive with it)
-        self.arr, self.pinned, self.event = arr, pinned, None
+        # pinned: the page-locked tensor that owns arr's memory (kept alive with it); event: recorded after
+        # its last copy (one per slot, re-recorded), pending until that copy is done
+        self.arr, self.pinned, self.event, self.pending = arr, pinned, None, False
 
 
 def _refs(arr: np.ndarray) -> int:
@@ -73,10 +75,10 @@ class BatchBuffers:
     def _free(self, slot: _Slot) -> bool:
         if self._count(slot) > self._free_refs:
             return False
-        if slot.event is not None:
+        if slot.pending:
             if not slot.event.query():
                 return False
-            slot.event = None
+            slot.pending = False
         return True
 
     def take(self, n: int) -> np.ndarray:
@@ -90,8 +92,17 @@ class BatchBuffers:
             slot = self._alloc(n)
             self.slots.append(slot)
             return slot.arr[:n]
+        if self.pin:  # every staging buffer's copy still queued: wait for the first whose host side is free
+            for slot in self.slots:
+                if self._count(slot) <= self._free_refs and len(slot.arr) >= n:
+                    if slot.pending:
+                        slot.event.synchronize()
+                    slot.pending = False
+                    return slot.arr[:n]
         self.fresh += 1
-        return self._alloc(n).arr
+        # (pageable memory, also for a pinned pool: a copy from it is done with the host side on return,
+        # whereas freed pinned memory could be handed out again while its asynchronous copy still reads it)
+        return np.empty((n, *self.shape), self.dtype)
 
     def take_tensor(self, n: int) -> torch.Tensor:
         """`take(n)` as a torch tensor sharing its memory (page-locked when the pool is: its copy to a GPU
@@ -107,6 +118,8 @@ class BatchBuffers:
         for slot in self.slots:
             start = slot.arr.ctypes.data
             if start <= ptr < start + max(1, slot.arr.nbytes):
-                slot.event = torch.cuda.Event()
+                if slot.event is None:
+                    slot.event = torch.cuda.Event()
                 slot.event.record()
+                slot.pending = True
                 return
