@@ -81,6 +81,15 @@ class BatchBuffers:
             slot.pending = False
         return True
 
+    def __del__(self) -> None:
+        # pinned memory goes back to torch's cache, which knows nothing of the copies queued from it here
+        for slot in self.slots:
+            if slot.pending:
+                try:
+                    slot.event.synchronize()
+                except Exception:  # noqa: BLE001 - a CUDA context already torn down at exit
+                    return
+
     def take(self, n: int) -> np.ndarray:
         """A C-contiguous (n, *shape) array in a buffer nothing else uses (see the module docstring)."""
         for i, slot in enumerate(self.slots):
