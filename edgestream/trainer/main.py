@@ -172,9 +172,10 @@ def _rendezvous(env: DistEnv, placed: Any, requested: str, timeout_s: float, col
                                        timeout_s=timeout_s, gpu=placed.gpu)
         note = describe(announced, backend)
         log.info("%s (%s)", note, announced)
+        # every rank has announced itself (negotiate waited `timeout_s` for them), so the group's own
+        # timeout is the collectives' (dist.set_timeout is not in every torch this supports, e.g. 2.11)
         dist.init_process_group(backend, store=store, rank=env.rank, world_size=env.world,
-                                timeout=timedelta(seconds=timeout_s))
-        dist.set_timeout(timedelta(seconds=collective_s))
+                                timeout=timedelta(seconds=collective_s))
         return backend, note
     except BackendError as exc:
         raise TrainerError(f"device {env.rank}: {exc}") from None

@@ -13,7 +13,7 @@ with the rank's other lines; past the budget the rank ends with `give_up_line`.
 
 `collective_timeout_s`: the process group's timeout. A rank that waits for Kafka keeps its peers waiting
 in the step's collective, so the group's timeout outlasts the whole budget (the rendezvous keeps its own,
-shorter one: `dist.set_timeout` after `init_process_group`).
+shorter one: the backend negotiation's wait for every rank, before `init_process_group`).
 """
 
 from __future__ import annotations
