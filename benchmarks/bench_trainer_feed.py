@@ -44,6 +44,7 @@ from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
+import common  # noqa: E402
 from bench_runtime_cost import _free_port  # noqa: E402
 from common import bench_broker, record  # noqa: E402
 
@@ -68,21 +69,7 @@ def _config(path: Path, model: str, batch: int, steps: int) -> Path:
 
 def produce_ahead(bootstrap: str, cfg_path: Path, need: int) -> str:
     """Produce `need` samples of device 0 before anything starts; the run id."""
-    from edgestream.config import load_config
-    from edgestream.runner.plan import RunPlan
-
-    cfg = load_config(cfg_path)
-    run_id = f"f{int(time.time() * 1000) % 10**10}"
-    done = 0
-    for _ in range(50):  # a producer behind its schedule produces less: a new producer continues each
-        producer = RunPlan.resolve(cfg).producer(bootstrap, f"{cfg.name}-{run_id}", [0])
-        summary = producer.run_for((need - done) / RATE + 0.2, report_every_s=0)
-        if not summary.complete:
-            raise SystemExit(f"producing ahead failed: {summary.to_json()}")
-        done = min(d["start_seq"] + d["delivered"] for d in summary.devices)
-        if done >= need:
-            return run_id
-    raise SystemExit(f"could not produce {need} samples ahead")
+    return common.produce_ahead(bootstrap, cfg_path, [0], need, RATE, "f")
 
 
 def _env(device: str, threads: int) -> dict:

@@ -45,6 +45,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
+import common  # noqa: E402
 from bench_runtime_cost import _free_port  # noqa: E402
 from common import bench_broker, record  # noqa: E402
 
@@ -239,22 +240,7 @@ def start_ddp(cfg_path: Path, world: int, steps: int, threads: int, work: Path, 
 
 def produce_ahead(bootstrap: str, cfg_path: Path, world: int, steps: int) -> str:
     """Produce every sample `steps` steps need on every device, before the trainers start; the run id."""
-    from edgestream.config import load_config
-    from edgestream.runner.plan import RunPlan
-
-    cfg = load_config(cfg_path)
-    run_id = f"v{int(time.time() * 1000) % 10**10}"
-    need = steps * BATCH + 2 * BATCH
-    done = 0
-    for _ in range(50):  # a producer behind its schedule produces less: a new producer continues each
-        producer = RunPlan.resolve(cfg).producer(bootstrap, f"{cfg.name}-{run_id}", list(range(world)))
-        summary = producer.run_for((need - done) / RATE + 0.2, report_every_s=0)  # stream where its topic ends
-        if not summary.complete:
-            raise SystemExit(f"producing ahead failed: {summary.to_json()}")
-        done = min(d["start_seq"] + d["delivered"] for d in summary.devices)
-        if done >= need:
-            return run_id
-    raise SystemExit(f"could not produce {need} samples per device ahead")
+    return common.produce_ahead(bootstrap, cfg_path, list(range(world)), steps * BATCH + 2 * BATCH, RATE, "v")
 
 
 def start_edgestream(bootstrap: str, cfg_path: Path, run_id: str, world: int, threads: int, work: Path,

@@ -28,3 +28,24 @@ def record(name: str, result: dict) -> None:
     result = {"benchmark": name, "when": time.strftime("%Y-%m-%d %H:%M:%S"), **result}
     (OUT / f"{name}.json").write_text(json.dumps(result, indent=2))
     print(json.dumps(result, indent=2))
+
+
+def produce_ahead(bootstrap: str, cfg_path: Path, devices: list[int], need: int, rate: float, prefix: str) -> str:
+    """Produce `need` samples on each of `devices` (the config's producer streaming at `rate` samples/s,
+    as fast as it goes) before anything starts; the run id (`prefix` + a time stamp). A producer behind
+    its schedule produces less: a new one continues where the topics end."""
+    from edgestream.config import load_config
+    from edgestream.runner.plan import RunPlan
+
+    cfg = load_config(cfg_path)
+    run_id = f"{prefix}{int(time.time() * 1000) % 10**10}"
+    done = 0
+    for _ in range(50):
+        producer = RunPlan.resolve(cfg).producer(bootstrap, f"{cfg.name}-{run_id}", list(devices))
+        summary = producer.run_for((need - done) / rate + 0.2, report_every_s=0)
+        if not summary.complete:
+            raise SystemExit(f"producing ahead failed: {summary.to_json()}")
+        done = min(d["start_seq"] + d["delivered"] for d in summary.devices)
+        if done >= need:
+            return run_id
+    raise SystemExit(f"could not produce {need} samples per device ahead")
