@@ -410,7 +410,6 @@ def _train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: bo
             raise TrainerError(str(exc)) from None
         performer.commit_pending()  # acks become durable only with the checkpoint that holds their model
         saved_at["step"] = ctx.step
-        saved_at["flush"] = True  # the step line written next (this step's) goes through with it
         log.info("checkpoint: step %d", ctx.step)
 
     def at_log(session: WorkerSession) -> None:
@@ -420,11 +419,16 @@ def _train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: bo
         if evaluation is not None:
             evaluation.offer(performer.now(env.rank), step)
         if every is not None and step != saved_at["step"] and step % every == 0:
-            checkpoint(session)
+            saved_at["due"] = True  # taken once this step's line is written (after_line)
 
-    def after_line(line: dict) -> None:  # step lines are buffered (EventLog live): through at a checkpoint
-        if saved_at.pop("flush", False):
+    def after_line(line: dict) -> None:
+        # step lines are buffered (EventLog live): every line up to this step's goes through before the
+        # checkpoint that holds their steps is saved and its acks committed, so a kill between the two
+        # never leaves a checkpoint whose steps have no lines (the model, optimizer and ctx are as at the
+        # Log: performing a Log changes none of them)
+        if saved_at.pop("due", False):
             events.flush()
+            checkpoint(session)
 
     session = WorkerSession(plan, env.rank, performer, stop=stop, events=events, meters=meters,
                             param_names=param_names(model), signal=stop_event.is_set, on_log=[at_log],
