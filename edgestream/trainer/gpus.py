@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
-from edgestream.trainer.backend import BackendError, check_requested, ranks_text
+from edgestream.trainer.backend import BackendError, check_requested, ranks_text, shared_gpus
 
 TOLD = ("cpu", "cuda")
 
@@ -136,13 +136,13 @@ def refusal(placements: Sequence[Placement], requested: str) -> str | None:
     if cpu:
         return (f"EDGESTREAM_BACKEND=nccl but {ranks_text(cpu)} would compute on the CPU ({placements[cpu[0]].why}); "
                 "use gloo (it also reduces CUDA tensors) or leave it empty")
-    on: dict[str, list[int]] = {}
-    for r, p in enumerate(placements):
-        on.setdefault(p.device, []).append(r)
-    shared = "; ".join(f"{ranks_text(rs)} share {dev}" for dev, rs in on.items() if len(rs) > 1)
+    # the rendezvous's grouping (backend.shared_gpus), by device: one host, so cuda:i names one GPU
+    shared = shared_gpus([{"cuda": True, "gpu": str(p.device)} for p in placements])
     if shared:
-        return (f"EDGESTREAM_BACKEND=nccl but {len(placements)} ranks on {len(on)} GPU{'s' * (len(on) != 1)}: "
-                f"{shared} (NCCL needs a GPU of its own per rank); use gloo, give each rank its own GPU "
+        n = len({str(p.device) for p in placements})
+        return (f"EDGESTREAM_BACKEND=nccl but {len(placements)} ranks on {n} GPU{'s' * (n != 1)}: "
+                + "; ".join(f"{ranks_text(rs)} share {dev}" for dev, rs in shared)
+                + " (NCCL needs a GPU of its own per rank); use gloo, give each rank its own GPU "
                 "(runtime.gpus, CUDA_VISIBLE_DEVICES) or leave it empty")
     return None
 
