@@ -63,6 +63,9 @@ class AlgorithmSpec:
     #: the engines it runs on: "sim" (the simulator), "local" (real trainers; a PS algorithm on the Kafka
     #: parameter server); None = every engine that performs the requests its workers send
     engines: tuple[str, ...] | None = None
+    #: its workers' takes never depend on what a step did (a fixed batch, asked for the same way each
+    #: step): an engine may take the next batch ahead while the current one computes (trainer/prefetch.py)
+    takes_ahead: bool = False
 
     def batch_for(self, given: Mapping[str, Any] | None) -> dict[str, Any]:
         """The batch policy a run of this algorithm uses: the config's algorithm.batch, or the
@@ -107,7 +110,7 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {
     s.name: s
     for s in (
         AlgorithmSpec("ddl", ddl.worker, ddl.PARAMS, True,
-                      "distributed SGD (BSP): fixed batch, plain average"),
+                      "distributed SGD (BSP): fixed batch, plain average", takes_ahead=True),
         AlgorithmSpec("scadles", scadles.worker, scadles.PARAMS, True,
                       "ScaDLES: rate-proportional batches, weighted aggregation, linear LR scaling",
                       batch_policies=("rate", "available"), default_batch={"policy": "rate", "min": 8, "max": 1024}),

@@ -21,9 +21,9 @@ through a queue of `depth` (1-2) batches. What the trainer sees is what the bare
   stay on the host (the step notes their CRC), pinned, so the step's copy of them is asynchronous.
 
 `prefetch_depth(plan)`: the queue depth a run gets (0: no prefetch). Only where a take ahead is the take the
-algorithm would make: ddl (its batch size never changes), a fixed batch (the policy's or ddl's own
-`batch`), no injection (injected samples depend on the step), no compute emulation. EDGESTREAM_PREFETCH=0
-turns it off, =2 deepens it.
+algorithm would make: an algorithm whose spec says `takes_ahead` (ddl: its batch never changes), a fixed
+batch (the policy's or ddl's own `batch`), no injection (injected samples depend on the step), no compute
+emulation. EDGESTREAM_PREFETCH=0 turns it off, =2 deepens it.
 """
 
 from __future__ import annotations
@@ -38,8 +38,6 @@ import torch
 
 log = logging.getLogger("edgestream.trainer")
 
-#: algorithms whose takes never depend on what happened in the step (the batch size is fixed)
-PREFETCH_ALGORITHMS = frozenset({"ddl"})
 DEFAULT_DEPTH = 1
 ENV = "EDGESTREAM_PREFETCH"
 
@@ -52,7 +50,7 @@ def prefetch_depth(plan: Any, environ: dict | None = None) -> int:
     fixed = plan.params.get("batch") is not None or str(plan.batch.get("policy")) == "fixed"
     emulated = plan.compute.curve is not None or plan.compute.dynamic > 0 or any(
         plan.compute.factor(i) != 1.0 for i in range(plan.world))
-    if plan.algorithm.name not in PREFETCH_ALGORITHMS or not fixed or plan.injection is not None or emulated:
+    if not plan.algorithm.takes_ahead or not fixed or plan.injection is not None or emulated:
         return 0
     return depth
 
