@@ -7,8 +7,12 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
+# one locked set of versions (Python 3.11 and 3.12, every platform): the venvs, the images and CI install from it;
+# tests/test_lock.py fails when they drift. `make lock` regenerates it (LOCK_ARGS=--upgrade to move every pin).
+LOCK   := requirements.lock
+LOCK_ARGS ?=
 
-.PHONY: demo test test-py312 test-testbed bench reproduce lint install jars clean help
+.PHONY: demo test test-py312 test-testbed bench reproduce lint install jars lock clean help
 
 help:
 	@echo "make demo   run the main job (managed Kafka broker + streaming + training demo)"
@@ -17,15 +21,23 @@ help:
 	@echo "make bench  run the benchmarks (figures go to docs/BENCHMARKS.md by hand)"
 	@echo "make reproduce  the papers' claims, quick runs (REPRODUCE_ARGS= for the full ones) -> reproduce/"
 	@echo "make lint   ruff"
+	@echo "make lock   regenerate requirements.lock from pyproject.toml (uv pip compile --universal)"
 
-$(STAMP): pyproject.toml setup.py edgestream/data/_wirefast.c edgestream/sim/_shuffle.c
+# uv (PyPI, pinned by the lock) installs the packages: with its cache warm a fresh venv takes seconds, not minutes
+$(STAMP): pyproject.toml $(LOCK) setup.py edgestream/data/_wirefast.c edgestream/sim/_shuffle.c
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "edgestream needs Python 3.11+ (set PYTHON=...)")'
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e ".[dev]"
+	$(PY) -m pip install -q -c $(LOCK) uv
+	$(VENV)/bin/uv pip install -q --python $(PY) -c $(LOCK) -b $(LOCK) -e ".[dev]"
 	@touch $(STAMP)
 
 install: $(STAMP)
+
+# regenerate the lock: the pins already in it are kept where pyproject.toml still allows them
+lock:
+	@test -x $(VENV)/bin/uv || { test -x $(PY) || $(PYTHON) -m venv $(VENV); $(PY) -m pip install -q -c $(LOCK) uv; }
+	$(VENV)/bin/uv pip compile -q pyproject.toml --extra dev --universal --python-version 3.11 \
+		--custom-compile-command "make lock" -o $(LOCK) $(LOCK_ARGS)
 
 jars: $(STAMP)
 	@command -v java >/dev/null || { echo "java not found: install a JDK 17+ (needed by the Kafka broker)"; exit 1; }
@@ -46,13 +58,13 @@ STAMP312  := $(VENV312)/.installed
 PY312_TESTS ?= tests/test_config.py tests/test_data_wire.py tests/test_data_serde.py tests/test_sync_exchange.py \
 	tests/test_sim_engine.py tests/test_sim_batched.py tests/test_collectives.py tests/test_ps_wire.py \
 	tests/test_consumer_device_decode.py tests/test_cli.py tests/test_backend.py tests/test_tensorboard.py \
-	tests/test_trainer.py::test_ddl_two_ranks_learn_with_identical_replicas
+	tests/test_trainer.py::test_ddl_two_ranks_learn_with_identical_replicas tests/test_lock.py
 
-$(STAMP312): pyproject.toml setup.py edgestream/data/_wirefast.c edgestream/sim/_shuffle.c
+$(STAMP312): pyproject.toml $(LOCK) setup.py edgestream/data/_wirefast.c edgestream/sim/_shuffle.c
 	@test -n "$(PYTHON312)" || { echo "python3.12 not found: install it or set PYTHON312=/path/to/python3.12"; exit 1; }
 	@test -x $(VENV312)/bin/python || $(PYTHON312) -m venv $(VENV312)
-	$(VENV312)/bin/python -m pip install -q --upgrade pip
-	$(VENV312)/bin/python -m pip install -q -e ".[dev]"
+	$(VENV312)/bin/python -m pip install -q -c $(LOCK) uv
+	$(VENV312)/bin/uv pip install -q --python $(VENV312)/bin/python -c $(LOCK) -b $(LOCK) -e ".[dev]"
 	@touch $(STAMP312)
 
 test-py312: jars $(STAMP312)
