@@ -23,12 +23,14 @@ help:
 	@echo "make lint   ruff"
 	@echo "make lock   regenerate requirements.lock from pyproject.toml (uv pip compile --universal)"
 
-# uv (PyPI, pinned by the lock) installs the packages: with its cache warm a fresh venv takes seconds, not minutes
+# uv (PyPI, pinned by the lock) installs the packages: with its cache warm a fresh venv takes seconds, not minutes.
+# uv reads UV_* settings, not pip's: an index set for pip (PIP_INDEX_URL) is passed on.
+LOCK_INDEX := $(if $(PIP_INDEX_URL),--index-url $(PIP_INDEX_URL))
 $(STAMP): pyproject.toml $(LOCK) setup.py edgestream/data/_wirefast.c edgestream/sim/_shuffle.c
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "edgestream needs Python 3.11+ (set PYTHON=...)")'
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q -c $(LOCK) uv
-	$(VENV)/bin/uv pip install -q --python $(PY) -c $(LOCK) -b $(LOCK) -e ".[dev]"
+	$(VENV)/bin/uv pip install -q --python $(PY) $(LOCK_INDEX) -c $(LOCK) -b $(LOCK) -e ".[dev]"
 	@touch $(STAMP)
 
 install: $(STAMP)
@@ -36,7 +38,7 @@ install: $(STAMP)
 # regenerate the lock: the pins already in it are kept where pyproject.toml still allows them
 lock:
 	@test -x $(VENV)/bin/uv || { test -x $(PY) || $(PYTHON) -m venv $(VENV); $(PY) -m pip install -q -c $(LOCK) uv; }
-	$(VENV)/bin/uv pip compile -q pyproject.toml --extra dev --universal --python-version 3.11 \
+	$(VENV)/bin/uv pip compile -q pyproject.toml --extra dev --universal --python-version 3.11 $(LOCK_INDEX) \
 		--custom-compile-command "make lock" -o $(LOCK) $(LOCK_ARGS)
 
 jars: $(STAMP)
@@ -64,7 +66,7 @@ $(STAMP312): pyproject.toml $(LOCK) setup.py edgestream/data/_wirefast.c edgestr
 	@test -n "$(PYTHON312)" || { echo "python3.12 not found: install it or set PYTHON312=/path/to/python3.12"; exit 1; }
 	@test -x $(VENV312)/bin/python || $(PYTHON312) -m venv $(VENV312)
 	$(VENV312)/bin/python -m pip install -q -c $(LOCK) uv
-	$(VENV312)/bin/uv pip install -q --python $(VENV312)/bin/python -c $(LOCK) -b $(LOCK) -e ".[dev]"
+	$(VENV312)/bin/uv pip install -q --python $(VENV312)/bin/python $(LOCK_INDEX) -c $(LOCK) -b $(LOCK) -e ".[dev]"
 	@touch $(STAMP312)
 
 test-py312: jars $(STAMP312)
