@@ -212,7 +212,8 @@ def test_lock_pins_every_pyproject_dependency_inside_its_range():
 
 def test_running_venv_has_the_locked_versions():
     problems = installed_problems(LOCK)
-    assert not problems, ("this venv drifted from requirements.lock (`make install` reinstalls from it):\n"
+    assert not problems, ("this venv drifted from requirements.lock (`rm .venv/.installed; make install` reinstalls "
+                          "from it; .venv312/.installed for the py312 venv):\n"
                           + "\n".join(problems))
 
 
