@@ -40,6 +40,11 @@ lock:
 	@test -x $(VENV)/bin/uv || { test -x $(PY) || $(PYTHON) -m venv $(VENV); $(PY) -m pip install -q -c $(LOCK) uv; }
 	$(VENV)/bin/uv pip compile -q pyproject.toml --extra dev --universal --python-version 3.11 $(LOCK_INDEX) \
 		--custom-compile-command "make lock" -o $(LOCK) $(LOCK_ARGS)
+	@# every pin has a wheel for the venvs and images: x86_64 3.11 and 3.12, the Jetson image's arm64 3.12
+	@for t in x86_64/3.11 x86_64/3.12 aarch64/3.12; do \
+		$(VENV)/bin/uv pip compile -q pyproject.toml --extra dev -c $(LOCK) --only-binary :all: $(LOCK_INDEX) \
+			--python-platform $${t%/*}-manylinux_2_28 --python-version $${t#*/} >/dev/null \
+			|| { echo "$(LOCK): no wheel of some pin for $$t (above)"; exit 1; }; done
 
 jars: $(STAMP)
 	@command -v java >/dev/null || { echo "java not found: install a JDK 17+ (needed by the Kafka broker)"; exit 1; }
