@@ -1,0 +1,295 @@
+"""The compose testbed on a real Docker Engine (issue 34, item 1), brought up by testcontainers' DockerCompose
+from docker-compose.yml itself (plus tests/testbed/compose.testbed.yml: the broker's image as a setting, no
+port published on the host, the project's network internal), on a small config:
+
+- the `cpu` profile (broker, producer, trainer-0, trainer-1) trains ScaDLES to its target accuracy, the producer
+  is stopped (its summary line), `collect` writes the run directory and its summary is read and checked;
+- the `cpu` + `ps` profiles train SSP through the Kafka parameter server, `collect` merges the PS;
+- a copy of the compose file with a wrong argument in the trainers' command fails, and the failure carries
+  the trainer container's own log line;
+- after each, `down -v` leaves no container, network or volume with the project's label.
+
+Not part of `make test` (pyproject's norecursedirs): `make test-testbed` runs scripts/testbed/engine.sh first
+(Docker Engine and the Compose v2 plugin installed and started where missing) and then this folder. Where an
+image registry cannot be reached the images are built from stand-ins: the Python base of
+scripts/testbed/bases.sh (Debian packages) for docker/Dockerfile (`--build-arg BASE=`), and for the broker the
+apache/kafka stand-in of scripts/testbed/kafka-image.sh. Docker's layer cache keeps them for the next run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+from testcontainers.compose import DockerCompose
+
+ROOT = Path(__file__).resolve().parents[2]
+COMPOSE = ROOT / "docker-compose.yml"
+OVERRIDE = Path(__file__).with_name("compose.testbed.yml")
+PYTHON_BASE = "python:3.11.11-slim-bookworm"  # docker/Dockerfile's ARG BASE default
+KAFKA = "apache/kafka:3.9.1"  # docker-compose.yml's broker
+CPU_INDEX = "https://download.pytorch.org/whl/cpu"  # docker/Dockerfile's TORCH_INDEX_URL default
+PYPI = "https://pypi.org/simple"
+IMAGE = "edgestream-testbed/cpu:latest"  # the tag tests/testbed/test_images.py builds too: one layer cache
+LABEL = "com.docker.compose.project"
+
+pytestmark = pytest.mark.timeout(3600)
+
+
+def log(msg: str) -> None:
+    print(f"TESTBED {msg}", file=sys.stderr, flush=True)
+
+
+def sh(*args: str, timeout: float = 3600, check: bool = True) -> subprocess.CompletedProcess:
+    res = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    if check and res.returncode != 0:
+        raise AssertionError(f"`{' '.join(args)}` exit {res.returncode}:\n{tail(res.stdout + res.stderr)}")
+    return res
+
+
+def tail(text: str, n: int = 30) -> str:
+    return "\n".join(text.splitlines()[-n:])
+
+
+def _pullable(image: str) -> bool:
+    """The image is here, or a registry gives it to us."""
+    if sh("docker", "image", "inspect", image, check=False).returncode == 0:
+        return True
+    try:
+        return sh("docker", "pull", "-q", image, timeout=300, check=False).returncode == 0
+    except subprocess.TimeoutExpired:
+        return False
+
+
+def _answers(url: str) -> bool:
+    try:
+        urllib.request.urlopen(url, timeout=10).close()
+        return True
+    except Exception:
+        return False
+
+
+@pytest.fixture(scope="module")
+def images() -> dict[str, str]:
+    """The edgestream CPU image and the broker image the testbed runs: the real bases where a registry gives
+    them, else the stand-ins; built (or found in Docker's cache) once for the module."""
+    t0 = time.monotonic()
+    sh("bash", "scripts/testbed/engine.sh", timeout=1800)
+    base = PYTHON_BASE
+    if not _pullable(PYTHON_BASE):
+        res = sh("bash", "scripts/testbed/bases.sh", "python", timeout=1800)
+        base = dict(x.split("=", 1) for x in res.stdout.split() if "=" in x)["python"]
+    kafka = KAFKA
+    if not _pullable(KAFKA):
+        kafka = sh("bash", "scripts/testbed/kafka-image.sh", base if base != PYTHON_BASE else "debian:bookworm-slim",
+                   timeout=1800).stdout.strip().splitlines()[-1]
+    index = CPU_INDEX if _answers(CPU_INDEX + "/torch/") else PYPI
+    t1 = time.monotonic()
+    sh("docker", "build", "-q", "-f", "docker/Dockerfile", "-t", IMAGE, "--build-arg", f"BASE={base}",
+       "--build-arg", f"TORCH_INDEX_URL={index}", ".", timeout=3000)
+    size = int(sh("docker", "image", "inspect", "-f", "{{.Size}}", IMAGE).stdout)
+    log(f"images: {IMAGE} ({size / 1e9:.2f} GB, BASE={base}, TORCH_INDEX_URL={index}, build {time.monotonic() - t1:.0f} s), "
+        f"broker {kafka}; ready in {time.monotonic() - t0:.0f} s")
+    return {"edgestream": IMAGE, "kafka": kafka}
+
+
+class TestbedFailed(AssertionError):
+    pass
+
+
+class Testbed:
+    """One compose project of the testbed: its own name, run id, config folder and env file."""
+
+    def __init__(self, tmp_path: Path, images: dict[str, str], experiment: str, config: dict, profiles: list[str],
+                 compose_file: Path = COMPOSE):
+        self.project = f"edgestream-test-{os.getpid()}-{int(time.time() * 1000) % 10**7}"
+        self.run_id = f"t{int(time.time() * 1000) % 10**9}"
+        self.experiment = experiment
+        cfg_dir = tmp_path / "config"
+        cfg_dir.mkdir()
+        (cfg_dir / experiment).write_text(yaml.safe_dump(config))
+        cfg_dir.chmod(0o755)  # read by the containers' user (uid 10001)
+        (cfg_dir / experiment).chmod(0o644)
+        self.run_name = f"{config['name']}-{self.run_id}"
+        env = {"COMPOSE_PROJECT_NAME": self.project, "RUN_ID": self.run_id, "EXPERIMENT": experiment,
+               "CONFIG_DIR": str(cfg_dir), "TRAINERS": "2", "TRAINER_THREADS": "1", "PRODUCER_REPORT_S": "5",
+               "EDGESTREAM_IMAGE": images["edgestream"], "TESTBED_KAFKA_IMAGE": images["kafka"]}
+        env_file = tmp_path / "testbed.env"
+        env_file.write_text("".join(f"{k}={v}\n" for k, v in env.items()))
+        self.compose = DockerCompose(context=str(ROOT), compose_file_name=[str(compose_file), str(OVERRIDE)],
+                                     env_file=str(env_file), profiles=profiles, wait=False, pull=False, build=False)
+
+    def cmd(self, *args: str, timeout: float = 600, check: bool = True) -> subprocess.CompletedProcess:
+        return sh(*self.compose.docker_compose_command(), *args, timeout=timeout, check=check)
+
+    def logs(self, service: str, n: int = 25) -> str:
+        return tail(self.cmd("logs", "--no-color", "--no-log-prefix", service, check=False).stdout, n)
+
+    def up(self) -> None:
+        try:
+            self.compose.start()  # `docker compose up --detach`: the broker healthy first, then the others
+        except subprocess.CalledProcessError as e:
+            raise TestbedFailed(f"`docker compose up` exit {e.returncode}: {tail(e.stderr.decode(errors='replace'), 10)}"
+                                f"\nbroker:\n{self.logs('broker')}") from None
+
+    def wait_exit(self, services: list[str], timeout: float) -> dict[str, int]:
+        """Waits for the services' containers to exit; a non-zero exit fails with the container's log lines."""
+        deadline = time.monotonic() + timeout
+        while True:
+            state = {c.Service: c for c in self.compose.get_containers(include_all=True) if c.Service in services}
+            done = {s: c.ExitCode for s, c in state.items() if c.State == "exited"}
+            for s, code in done.items():
+                if code != 0:
+                    raise TestbedFailed(f"{s} exited {code}:\n{self.logs(s)}")
+            if len(done) == len(services):
+                return done
+            if time.monotonic() > deadline:
+                raise TestbedFailed(f"{sorted(set(services) - set(done))} still running after {timeout:.0f} s:\n"
+                                    + "\n".join(f"{s}:\n{self.logs(s)}" for s in services if s not in done))
+            time.sleep(2)
+
+    def stop_producer(self) -> dict:
+        self.cmd("stop", "--timeout", "120", "producer")  # SIGTERM: it flushes, prints its summary and exits
+        summary = json.loads(self.logs("producer", 1))  # the producer's last line: its JSON summary
+        assert summary["delivered"] > 0 and summary["failed"] == 0, summary
+        return summary
+
+    def collect(self) -> None:
+        res = self.cmd("run", "--rm", "collect", check=False)
+        if res.returncode != 0:
+            raise TestbedFailed(f"collect exit {res.returncode}:\n{tail(res.stdout + res.stderr)}")
+
+    def read(self, *paths: str) -> dict[str, str]:
+        """Files of the run directory on the runs volume (read in a container of the image), plus its listing."""
+        script = (f'cd /runs/{self.run_name} && ls -1 && for f in "$@"; do echo "=== $f"; cat "$f"; echo; done')
+        out = self.cmd("run", "--rm", "--no-deps", "--entrypoint", "sh", "collect", "-c", script, "sh", *paths).stdout
+        parts = out.split("\n=== ")
+        files = {"": parts[0]}
+        for p in parts[1:]:
+            name, _, body = p.partition("\n")
+            files[name] = body
+        return files
+
+    def down(self) -> dict[str, list[str]]:
+        """`down -v`, then what is left with the project's label (containers, networks, volumes)."""
+        t0 = time.monotonic()
+        self.compose.stop(down=True)
+        flt = f"label={LABEL}={self.project}"
+        left = {"containers": sh("docker", "ps", "-aq", "--filter", flt).stdout.split(),
+                "networks": sh("docker", "network", "ls", "-q", "--filter", flt).stdout.split(),
+                "volumes": sh("docker", "volume", "ls", "-q", "--filter", flt).stdout.split()}
+        log(f"teardown ({self.project}): down -v in {time.monotonic() - t0:.1f} s, left "
+            + ", ".join(f"{len(v)} {k}" for k, v in left.items()))
+        return left
+
+
+@pytest.fixture
+def testbeds():
+    """Every Testbed a test makes is brought down at the end, also on failure; nothing may be left."""
+    made: list[Testbed] = []
+    yield made
+    leftovers = {tb.project: tb.down() for tb in made}
+    for project, left in leftovers.items():
+        assert not any(left.values()), f"{project}: left behind {left}"
+
+
+def _config(name: str, **changes) -> dict:
+    cfg = yaml.safe_load((ROOT / "examples" / name).read_text())
+    cfg["devices"]["rates"] = {"distribution": "constant", "rate": 200}
+    cfg.update(changes)
+    return cfg
+
+
+def test_cpu_profile_trains_to_target_and_collects(tmp_path, images, testbeds):
+    """The default experiment's algorithm (ScaDLES) on the mlp, to 0.85 accuracy."""
+    cfg = _config("testbed.yaml", model={"name": "mlp"}, stop={"target_accuracy": 0.85, "max_time_s": 240},
+                  eval={"every_s": 2})
+    tb = Testbed(tmp_path, images, "testbed.yaml", cfg, ["cpu"])
+    testbeds.append(tb)
+    t0 = time.monotonic()
+    tb.up()
+    t_up = time.monotonic() - t0
+    tb.wait_exit(["trainer-0", "trainer-1"], timeout=480)
+    t_train = time.monotonic() - t0
+    produced = tb.stop_producer()
+    tb.collect()
+    files = tb.read("summary.json", "ranks/0.log")
+    listing = set(files[""].split())
+    assert {"config.yaml", "events.jsonl", "summary.json", "accuracy.png", "ranks"} <= listing, listing
+    s = json.loads(files["summary.json"])
+    assert s["algorithm"] == "scadles" and s["devices"] == 2, s
+    assert s["stop_reason"] == "target_accuracy" and s["final_accuracy"] >= 0.85, s
+    assert set(s["device_steps"]) == {"0", "1"} and all(v > 0 for v in s["device_steps"].values()), s
+    assert "bootstrap broker:9092" in files["ranks/0.log"]
+    log(f"cpu profile: scadles trained to {s['final_accuracy']:.3f} (target 0.85) in {s['device_steps']} steps; "
+        f"up {t_up:.0f} s, trainers done at {t_train:.0f} s, collected at {time.monotonic() - t0:.0f} s; "
+        f"producer delivered {produced['delivered']}")
+
+
+def test_cpu_ps_profiles_train_ssp_through_the_parameter_server(tmp_path, images, testbeds):
+    cfg = _config("testbed-ssp.yaml", stop={"target_accuracy": 0.8, "max_time_s": 240}, eval={"every_s": 2})
+    assert cfg["algorithm"]["name"] == "ssp"
+    tb = Testbed(tmp_path, images, "testbed-ssp.yaml", cfg, ["cpu", "ps"])
+    testbeds.append(tb)
+    t0 = time.monotonic()
+    tb.up()
+    tb.wait_exit(["trainer-0", "trainer-1", "ps"], timeout=480)
+    t_train = time.monotonic() - t0
+    tb.stop_producer()
+    tb.collect()
+    files = tb.read("summary.json", "ranks/ps.summary.json", "ranks/0.summary.json", "ranks/1.summary.json")
+    s = json.loads(files["summary.json"])
+    ps = json.loads(files["ranks/ps.summary.json"])
+    ranks = [json.loads(files[f"ranks/{r}.summary.json"]) for r in (0, 1)]
+    steps = [r["steps"] for r in ranks]
+    assert all(r["algorithm"] == "ssp" and r["backend"] == "kafka-ps" for r in ranks), ranks
+    assert ps["status"] == "finished" and ps["rejected"] == 0, ps
+    assert ps["pushes_applied"] == sum(steps) and min(steps) > 0, (ps, steps)
+    assert s["algorithm"] == "ssp" and s["ps"]["pushes_applied"] == sum(steps), s
+    assert s["stop_reason"] == "target_accuracy" and s["final_accuracy"] >= 0.8, s
+    log(f"cpu+ps profiles: ssp trained to {s['final_accuracy']:.3f} (target 0.8) through the PS "
+        f"({ps['pushes_applied']} pushes, steps {steps}); trainers and PS done at {t_train:.0f} s, "
+        f"collected at {time.monotonic() - t0:.0f} s")
+
+
+def test_a_broken_compose_file_fails_with_the_containers_log_line(tmp_path, images, testbeds):
+    """A copy of the compose file whose trainers get a wrong argument: the test's failure names the trainer
+    and carries the line the container wrote (typer's refusal), not just an exit code."""
+    text = COMPOSE.read_text()
+    train = 'command: ["train", "/config/${EXPERIMENT:-testbed.yaml}", "--run-id",'
+    assert text.count(train) == 1, "the trainers' command (x-trainer) moved: update this test"
+    broken = tmp_path / "broken" / "docker-compose.yml"
+    broken.parent.mkdir()
+    broken.write_text(text.replace(train, train.replace('"--run-id"', '"--run-ident"')))
+    cfg = _config("testbed.yaml", model={"name": "mlp"}, stop={"target_accuracy": 0.85, "max_time_s": 60})
+    tb = Testbed(tmp_path, images, "testbed.yaml", cfg, ["cpu"], compose_file=broken)
+    testbeds.append(tb)
+    tb.up()
+    with pytest.raises(TestbedFailed) as err:
+        tb.wait_exit(["trainer-0", "trainer-1"], timeout=240)
+    msg = str(err.value)
+    assert msg.startswith(("trainer-0 exited 2", "trainer-1 exited 2")), msg
+    assert "No such option: --run-ident" in msg, msg
+    log(f"broken compose file: the failure reads {msg.splitlines()[0]!r} ... "
+        f"{next(x for x in msg.splitlines() if 'No such option' in x).strip()!r}")
+
+
+def test_engine_script_is_idempotent():
+    """A second run of scripts/testbed/engine.sh with the engine up changes nothing and is fast; the daemon's
+    bridge and address pools are inside the testbed's range."""
+    t0 = time.monotonic()
+    res = sh("bash", "scripts/testbed/engine.sh", timeout=120)
+    assert time.monotonic() - t0 < 30, res.stderr
+    assert "ready" in res.stderr and "installing" not in res.stderr and "building" not in res.stderr, res.stderr
+    daemon = json.loads(Path("/etc/docker/daemon.json").read_text())
+    assert daemon["bip"].startswith("10.214.") and all(p["base"].startswith("10.214.")
+                                                        for p in daemon["default-address-pools"]), daemon
+    assert shutil.which("docker") and "v2." in sh("docker", "compose", "version").stdout
