@@ -8,7 +8,9 @@
 #   cuda    edgestream-base/cuda:torch<V>-bookworm          for docker/Dockerfile.cuda (pytorch/pytorch:*-runtime):
 #           the python stand-in + torch <V> from PyPI (PyPI's Linux torch is the CUDA build: CUDA, cuDNN, NCCL wheels)
 #   jetson  edgestream-base/jetson:torch<V>-bookworm-arm64  for docker/Dockerfile.jetson (nvcr.io/nvidia/pytorch:*-igpu):
-#           the same for arm64 (debootstrap runs arm64 binaries through qemu-user binfmt) + gcc, as NGC's base has
+#           the same for arm64 (debootstrap runs arm64 binaries through qemu-user binfmt) + gcc, as NGC's base has.
+#           Its metadata says amd64 on Debian's docker.io 20.10 (the engine ignores `docker import --platform`; fixed
+#           in Engine 23): build and run it without --platform, its binaries run through binfmt all the same.
 # torch <V>: requirements.lock's pin when the lock exists (torch and its dependencies are installed with the lock
 # as constraints), else TORCH_VERSION (default 2.15.0). It is installed by this machine's pip into the root
 # filesystem (`pip install --target --platform ...`): no emulated pip for arm64.
@@ -58,11 +60,13 @@ torch_pins() {  # the lock's lines for torch and what it pulls in (the rest of t
     [ -f "$LOCK" ] || return 0
     grep -E '^(torch|triton|nvidia-[a-z0-9-]+|cuda-[a-z-]+|filelock|typing-extensions|setuptools|sympy|mpmath|networkx|jinja2|markupsafe|fsspec)==' "$LOCK" || true
 }
-recipe() {  # recipe NAME ARCH: the hash the image is labelled with
+body() { sed -n "/^$1() {/,/^}/p" "${BASH_SOURCE[0]}"; }
+recipe() {  # recipe NAME ARCH: the hash the image is labelled with (what makes the image, not this whole script)
     {
-        cat "${BASH_SOURCE[0]}"
-        echo "$1 $2 $SUITE $MIRROR $PKGS torch=$TORCH_VERSION"
-        [ "$1" = python ] || torch_pins
+        body rootfs; body import_image
+        echo "$1 $2 $SUITE $MIRROR $PKGS $IMAGE_PATH"
+        [ "$1" = python ] || { body platforms; body add_torch; echo "torch=$TORCH_VERSION"; torch_pins; }
+        [ "$1" = jetson ] && echo "gcc,libc6-dev"
         cat /usr/local/share/ca-certificates/*.crt 2>/dev/null || true
     } | sha256sum | cut -c1-16
 }
@@ -156,6 +160,9 @@ build() {  # build NAME
 }
 
 docker info >/dev/null 2>&1 || { say "no Docker daemon answers (scripts/testbed/engine.sh starts one)"; exit 1; }
+# one build at a time (two test runs may ask for the same base at once)
+mkdir -p "$WORK"; exec 9>"$WORK/.lock"; flock 9
+if [ "${1:-}" = --recipe ]; then recipe "$2" "$3"; exit; fi  # --recipe NAME ARCH: print the hash only
 names=("$@"); [ ${#names[@]} -eq 0 ] && names=(all)
 for n in "${names[@]}"; do
     if [ "$n" = all ]; then for m in python cuda jetson; do build "$m"; done; else build "$n"; fi
