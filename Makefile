@@ -53,8 +53,13 @@ jars: $(STAMP)
 demo: jars
 	$(VENV)/bin/edgestream demo
 
+# The suite runs on TEST_WORKERS pytest-xdist workers (most tests wait on Kafka, subprocesses and timers, not on
+# the cores, so more workers than cores pays); one managed broker serves them all (tests/conftest.py), and the
+# tests that must not meet (the shared 3-node cluster, network-namespace hosts, per-file fixtures) keep to one
+# worker each. TEST_WORKERS=0 runs it in this process, in file order.
+TEST_WORKERS ?= 4
 test: jars
-	$(VENV)/bin/pytest $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 # Python 3.12 (the Jetson image's Python): a second venv runs the tests that cover every package under
 # 3.12 -- config, wire, serde, sync, simulator, collectives, PS wire, decode, CLI, backend agreement,

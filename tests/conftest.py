@@ -32,9 +32,66 @@ def _docker_answers() -> bool:
     return subprocess.run(["docker", "info"], capture_output=True).returncode == 0
 
 
+# Parallel runs (pytest-xdist, `make test`): the controller starts ONE managed broker before the workers
+# start and hands its address to them in this variable, so N workers share a broker instead of starting N.
+SHARED_BOOTSTRAP = "EDGESTREAM_TEST_SHARED_BOOTSTRAP"
+
+
+def _xdist_controller(config) -> bool:
+    workers = getattr(config.option, "numprocesses", None)
+    return bool(workers) and workers != 0 and not hasattr(config, "workerinput")
+
+
+def pytest_configure(config):
+    if not _xdist_controller(config) or os.environ.get("EDGESTREAM_BOOTSTRAP") or SHARED_BOOTSTRAP in os.environ:
+        return
+    if os.environ.get("EDGESTREAM_TEST_BROKER") == "docker":
+        return
+    from edgestream.kafka import LocalBroker
+
+    broker = LocalBroker()
+    broker.start()
+    config._edgestream_shared_broker = broker
+    os.environ[SHARED_BOOTSTRAP] = broker.bootstrap
+
+
+def pytest_unconfigure(config):
+    broker = getattr(config, "_edgestream_shared_broker", None)
+    if broker is not None:
+        broker.stop()
+        os.environ.pop(SHARED_BOOTSTRAP, None)
+
+
+# Tests that must not run beside each other on different workers share an xdist group (`--dist loadgroup`
+# keeps a group on one worker, in order): the session's 3-node cluster (tests kill and restart its nodes),
+# the network-namespace hosts (one address plan), and each file with a module-scoped fixture (a broker or
+# trainers set up once per file, not once per worker). Every other test is scheduled on its own.
+SERIAL_FILES = ("test_kafka_cluster_netns.py", "test_testbed.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        name = item.path.name
+        if {"cluster", "cluster_session"} & fixtures:
+            group = "cluster"
+        elif name in SERIAL_FILES:
+            group = "netns"
+        elif any(_module_scoped(item, f) for f in fixtures):
+            group = name
+        else:
+            continue
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
+def _module_scoped(item, fixture: str) -> bool:
+    defs = item._fixtureinfo.name2fixturedefs.get(fixture) if hasattr(item, "_fixtureinfo") else None
+    return bool(defs) and defs[-1].scope == "module"
+
+
 @pytest.fixture(scope="session")
 def bootstrap() -> str:
-    env = os.environ.get("EDGESTREAM_BOOTSTRAP")
+    env = os.environ.get("EDGESTREAM_BOOTSTRAP") or os.environ.get(SHARED_BOOTSTRAP)
     if env:
         yield env
         return
