@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -77,12 +78,40 @@ def _answers(url: str) -> bool:
         return False
 
 
+def _sweep() -> None:
+    """Removes what a killed earlier run of this module left (SIGKILL runs no teardown): the containers,
+    networks and volumes of projects named edgestream-test-<pid>-... whose pid is gone."""
+    projects: set[str] = set()
+    fmt = f'{{{{.Label "{LABEL}"}}}}'
+    for kind in ("container", "network", "volume"):
+        args = ["docker", kind, "ls", *(["-a"] if kind == "container" else []), "--format", fmt,
+                "--filter", f"label={LABEL}"]
+        projects |= {x for x in sh(*args).stdout.split() if x.startswith("edgestream-test-")}
+    for project in sorted(projects):
+        pid = int(project.split("-")[2])
+        if pid != os.getpid() and Path(f"/proc/{pid}").exists():
+            continue  # a run in progress
+        flt = f"label={LABEL}={project}"
+        for kind, rm in (("container", ["rm", "-f"]), ("network", ["rm"]), ("volume", ["rm", "-f"])):
+            ids = sh("docker", kind, "ls", *(["-a"] if kind == "container" else []), "-q", "--filter", flt).stdout.split()
+            if ids:
+                sh("docker", kind, *rm, *ids, check=False)
+        log(f"removed what a killed run left of {project}")
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")  # pytest then tears the fixtures down: `down -v` runs
+
+
 @pytest.fixture(scope="module")
-def images() -> dict[str, str]:
+def images():
     """The edgestream CPU image and the broker image the testbed runs: the real bases where a registry gives
-    them, else the stand-ins; built (or found in Docker's cache) once for the module."""
+    them, else the stand-ins; built (or found in Docker's cache) once for the module. While the module runs,
+    SIGTERM (CI's or a timeout's) interrupts it like Ctrl-C, so every testbed is still brought down."""
     t0 = time.monotonic()
+    previous = signal.signal(signal.SIGTERM, _interrupt)
     sh("bash", "scripts/testbed/engine.sh", timeout=1800)
+    _sweep()
     base = PYTHON_BASE
     if not _pullable(PYTHON_BASE):
         res = sh("bash", "scripts/testbed/bases.sh", "python", timeout=1800)
@@ -98,14 +127,15 @@ def images() -> dict[str, str]:
     size = int(sh("docker", "image", "inspect", "-f", "{{.Size}}", IMAGE).stdout)
     log(f"images: {IMAGE} ({size / 1e9:.2f} GB, BASE={base}, TORCH_INDEX_URL={index}, build {time.monotonic() - t1:.0f} s), "
         f"broker {kafka}; ready in {time.monotonic() - t0:.0f} s")
-    return {"edgestream": IMAGE, "kafka": kafka}
+    yield {"edgestream": IMAGE, "kafka": kafka}
+    signal.signal(signal.SIGTERM, previous)
 
 
-class TestbedFailed(AssertionError):
+class ComposeFailed(AssertionError):
     pass
 
 
-class Testbed:
+class ComposeRun:
     """One compose project of the testbed: its own name, run id, config folder and env file."""
 
     def __init__(self, tmp_path: Path, images: dict[str, str], experiment: str, config: dict, profiles: list[str],
@@ -137,7 +167,7 @@ class Testbed:
         try:
             self.compose.start()  # `docker compose up --detach`: the broker healthy first, then the others
         except subprocess.CalledProcessError as e:
-            raise TestbedFailed(f"`docker compose up` exit {e.returncode}: {tail(e.stderr.decode(errors='replace'), 10)}"
+            raise ComposeFailed(f"`docker compose up` exit {e.returncode}: {tail(e.stderr.decode(errors='replace'), 10)}"
                                 f"\nbroker:\n{self.logs('broker')}") from None
 
     def wait_exit(self, services: list[str], timeout: float) -> dict[str, int]:
@@ -148,11 +178,11 @@ class Testbed:
             done = {s: c.ExitCode for s, c in state.items() if c.State == "exited"}
             for s, code in done.items():
                 if code != 0:
-                    raise TestbedFailed(f"{s} exited {code}:\n{self.logs(s)}")
+                    raise ComposeFailed(f"{s} exited {code}:\n{self.logs(s)}")
             if len(done) == len(services):
                 return done
             if time.monotonic() > deadline:
-                raise TestbedFailed(f"{sorted(set(services) - set(done))} still running after {timeout:.0f} s:\n"
+                raise ComposeFailed(f"{sorted(set(services) - set(done))} still running after {timeout:.0f} s:\n"
                                     + "\n".join(f"{s}:\n{self.logs(s)}" for s in services if s not in done))
             time.sleep(2)
 
@@ -165,7 +195,7 @@ class Testbed:
     def collect(self) -> None:
         res = self.cmd("run", "--rm", "collect", check=False)
         if res.returncode != 0:
-            raise TestbedFailed(f"collect exit {res.returncode}:\n{tail(res.stdout + res.stderr)}")
+            raise ComposeFailed(f"collect exit {res.returncode}:\n{tail(res.stdout + res.stderr)}")
 
     def read(self, *paths: str) -> dict[str, str]:
         """Files of the run directory on the runs volume (read in a container of the image), plus its listing."""
@@ -193,8 +223,8 @@ class Testbed:
 
 @pytest.fixture
 def testbeds():
-    """Every Testbed a test makes is brought down at the end, also on failure; nothing may be left."""
-    made: list[Testbed] = []
+    """Every ComposeRun a test makes is brought down at the end, also on failure; nothing may be left."""
+    made: list[ComposeRun] = []
     yield made
     leftovers = {tb.project: tb.down() for tb in made}
     for project, left in leftovers.items():
@@ -212,7 +242,7 @@ def test_cpu_profile_trains_to_target_and_collects(tmp_path, images, testbeds):
     """The default experiment's algorithm (ScaDLES) on the mlp, to 0.85 accuracy."""
     cfg = _config("testbed.yaml", model={"name": "mlp"}, stop={"target_accuracy": 0.85, "max_time_s": 240},
                   eval={"every_s": 2})
-    tb = Testbed(tmp_path, images, "testbed.yaml", cfg, ["cpu"])
+    tb = ComposeRun(tmp_path, images, "testbed.yaml", cfg, ["cpu"])
     testbeds.append(tb)
     t0 = time.monotonic()
     tb.up()
@@ -237,7 +267,7 @@ def test_cpu_profile_trains_to_target_and_collects(tmp_path, images, testbeds):
 def test_cpu_ps_profiles_train_ssp_through_the_parameter_server(tmp_path, images, testbeds):
     cfg = _config("testbed-ssp.yaml", stop={"target_accuracy": 0.8, "max_time_s": 240}, eval={"every_s": 2})
     assert cfg["algorithm"]["name"] == "ssp"
-    tb = Testbed(tmp_path, images, "testbed-ssp.yaml", cfg, ["cpu", "ps"])
+    tb = ComposeRun(tmp_path, images, "testbed-ssp.yaml", cfg, ["cpu", "ps"])
     testbeds.append(tb)
     t0 = time.monotonic()
     tb.up()
@@ -270,10 +300,10 @@ def test_a_broken_compose_file_fails_with_the_containers_log_line(tmp_path, imag
     broken.parent.mkdir()
     broken.write_text(text.replace(train, train.replace('"--run-id"', '"--run-ident"')))
     cfg = _config("testbed.yaml", model={"name": "mlp"}, stop={"target_accuracy": 0.85, "max_time_s": 60})
-    tb = Testbed(tmp_path, images, "testbed.yaml", cfg, ["cpu"], compose_file=broken)
+    tb = ComposeRun(tmp_path, images, "testbed.yaml", cfg, ["cpu"], compose_file=broken)
     testbeds.append(tb)
     tb.up()
-    with pytest.raises(TestbedFailed) as err:
+    with pytest.raises(ComposeFailed) as err:
         tb.wait_exit(["trainer-0", "trainer-1"], timeout=240)
     msg = str(err.value)
     assert msg.startswith(("trainer-0 exited 2", "trainer-1 exited 2")), msg
