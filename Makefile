@@ -25,12 +25,13 @@ help:
 
 # uv (PyPI, pinned by the lock) installs the packages: with its cache warm a fresh venv takes seconds, not minutes.
 # uv reads UV_* settings, not pip's: an index set for pip (PIP_INDEX_URL) is passed on.
+# --compile-bytecode, as pip does: without it the suite's first parallel processes each compile torch's modules.
 LOCK_INDEX := $(if $(PIP_INDEX_URL),--index-url $(PIP_INDEX_URL))
 $(STAMP): pyproject.toml $(LOCK) setup.py edgestream/data/_wirefast.c edgestream/sim/_shuffle.c
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "edgestream needs Python 3.11+ (set PYTHON=...)")'
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q -c $(LOCK) uv
-	$(VENV)/bin/uv pip install -q --python $(PY) $(LOCK_INDEX) -c $(LOCK) -b $(LOCK) -e ".[dev]"
+	$(VENV)/bin/uv pip install -q --compile-bytecode --python $(PY) $(LOCK_INDEX) -c $(LOCK) -b $(LOCK) -e ".[dev]"
 	@touch $(STAMP)
 
 install: $(STAMP)
@@ -76,7 +77,7 @@ $(STAMP312): pyproject.toml $(LOCK) setup.py edgestream/data/_wirefast.c edgestr
 	@test -n "$(PYTHON312)" || { echo "python3.12 not found: install it or set PYTHON312=/path/to/python3.12"; exit 1; }
 	@test -x $(VENV312)/bin/python || $(PYTHON312) -m venv $(VENV312)
 	$(VENV312)/bin/python -m pip install -q -c $(LOCK) uv
-	$(VENV312)/bin/uv pip install -q --python $(VENV312)/bin/python $(LOCK_INDEX) -c $(LOCK) -b $(LOCK) -e ".[dev]"
+	$(VENV312)/bin/uv pip install -q --compile-bytecode --python $(VENV312)/bin/python $(LOCK_INDEX) -c $(LOCK) -b $(LOCK) -e ".[dev]"
 	@touch $(STAMP312)
 
 test-py312: jars $(STAMP312)
