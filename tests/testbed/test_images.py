@@ -99,7 +99,8 @@ def image_size(tag: str) -> int:
 
 def build(name: str, dockerfile: str, base: str, *, platform: str | None = None, args: dict | None = None) -> str:
     tag = f"{PREFIX}/{name}:latest"
-    cmd = ["docker", "build", "-f", dockerfile, "-t", tag, "--build-arg", f"BASE={base}"]
+    # --force-rm: a failed step's container is removed too (the legacy builder keeps it otherwise)
+    cmd = ["docker", "build", "--force-rm", "-f", dockerfile, "-t", tag, "--build-arg", f"BASE={base}"]
     for k, v in (args or {}).items():
         cmd += ["--build-arg", f"{k}={v}"]
     if platform:
