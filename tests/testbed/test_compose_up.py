@@ -256,10 +256,11 @@ def test_cpu_profile_trains_to_target_and_collects(tmp_path, images, testbeds):
     assert {"config.yaml", "events.jsonl", "summary.json", "accuracy.png", "ranks"} <= listing, listing
     s = json.loads(files["summary.json"])
     assert s["algorithm"] == "scadles" and s["devices"] == 2, s
-    assert s["stop_reason"] == "target_accuracy" and s["final_accuracy"] >= 0.85, s
+    assert s["stop_reason"] == "target_accuracy" and s["best_accuracy"] >= 0.85 and s["time_to_target_s"], s
     assert set(s["device_steps"]) == {"0", "1"} and all(v > 0 for v in s["device_steps"].values()), s
     assert "bootstrap broker:9092" in files["ranks/0.log"]
-    log(f"cpu profile: scadles trained to {s['final_accuracy']:.3f} (target 0.85) in {s['device_steps']} steps; "
+    log(f"cpu profile: scadles trained to {s['best_accuracy']:.3f} (target 0.85; final {s['final_accuracy']:.3f}) "
+        f"in {s['time_to_target_s']:.1f} s, {s['device_steps']} steps; "
         f"up {t_up:.0f} s, trainers done at {t_train:.0f} s, collected at {time.monotonic() - t0:.0f} s; "
         f"producer delivered {produced['delivered']}")
 
@@ -284,8 +285,10 @@ def test_cpu_ps_profiles_train_ssp_through_the_parameter_server(tmp_path, images
     assert ps["status"] == "finished" and ps["rejected"] == 0, ps
     assert ps["pushes_applied"] == sum(steps) and min(steps) > 0, (ps, steps)
     assert s["algorithm"] == "ssp" and s["ps"]["pushes_applied"] == sum(steps), s
-    assert s["stop_reason"] == "target_accuracy" and s["final_accuracy"] >= 0.8, s
-    log(f"cpu+ps profiles: ssp trained to {s['final_accuracy']:.3f} (target 0.8) through the PS "
+    # the PS scores its model and stops every worker at the target; pushes still in flight move the final model
+    assert s["stop_reason"] == "target_accuracy" and s["best_accuracy"] >= 0.8 and s["time_to_target_s"], s
+    log(f"cpu+ps profiles: ssp trained to {s['best_accuracy']:.3f} (target 0.8; final {s['final_accuracy']:.3f}) "
+        f"in {s['time_to_target_s']:.1f} s through the PS "
         f"({ps['pushes_applied']} pushes, steps {steps}); trainers and PS done at {t_train:.0f} s, "
         f"collected at {time.monotonic() - t0:.0f} s")
 
