@@ -36,10 +36,12 @@ class Hosts:
         self.ip = {n: f"10.213.{self.k}.{i + 2}" for i, n in enumerate(names)}
         self.veth = {n: f"esv{tag}{i}" for i, n in enumerate(names)}
         self.procs: list[subprocess.Popen] = []
+        self.forward_rule: list[str] | None = None
 
     def up(self) -> None:
         sh("ip", "link", "add", self.bridge, "type", "bridge")
         sh("ip", "link", "set", self.bridge, "up")
+        self._let_the_bridge_forward()
         if self.gateway:
             sh("ip", "addr", "add", f"{self.gateway}/24", "dev", self.bridge)
         for n, ns in self.ns.items():
@@ -52,6 +54,17 @@ class Hosts:
             sh("ip", "netns", "exec", ns, "ip", "addr", "add", f"{self.ip[n]}/24", "dev", "eth0")
             sh("ip", "netns", "exec", ns, "ip", "link", "set", "eth0", "up")
             sh("ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up")
+
+    def _let_the_bridge_forward(self) -> None:
+        """Where bridged frames go through iptables (br_netfilter loaded, bridge-nf-call-iptables = 1) and the
+        FORWARD policy drops -- a running Docker Engine sets both -- the hosts could not reach one another: a rule
+        accepts what goes from this bridge to this bridge, and nothing else; `down` removes it."""
+        flag = Path("/proc/sys/net/bridge/bridge-nf-call-iptables")
+        if not flag.exists() or flag.read_text().strip() != "1" or shutil.which("iptables") is None:
+            return
+        rule = ["FORWARD", "-i", self.bridge, "-o", self.bridge, "-j", "ACCEPT"]
+        sh("iptables", "-I", *rule[:1], "1", *rule[1:])
+        self.forward_rule = rule
 
     def link(self, host: str, up: bool) -> None:
         """Set `host`'s link (its veth on the bridge) down or up: down, nothing reaches it and it reaches nothing."""
@@ -110,6 +123,10 @@ class Hosts:
                         and "not exist" not in r.stderr:
                     problems.append(f"{' '.join(cmd)}: {r.stderr.strip()}")
         sh("ip", "link", "del", self.bridge, check=False)
+        if self.forward_rule:
+            r = sh("iptables", "-D", *self.forward_rule, check=False)
+            if r.returncode != 0:
+                problems.append(f"iptables -D {' '.join(self.forward_rule)}: {r.stderr.strip()}")
         return problems
 
 
