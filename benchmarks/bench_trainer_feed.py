@@ -54,7 +54,7 @@ RATE = 20000  # samples/s the producer streams ahead at (as fast as it goes)
 def _config(path: Path, model: str, batch: int, steps: int) -> Path:
     import yaml
 
-    data = ({"dataset": "digits"} if model == "cnn-small" else
+    data = ({"dataset": "digits"} if model in ("cnn-small", "mlp") else
             {"dataset": "synthetic", "shape": [3, 32, 32], "num_classes": 10, "n_train": 4096, "n_test": 64})
     path.write_text(yaml.safe_dump({
         "name": path.stem, "seed": 0, "data": data,
@@ -164,7 +164,10 @@ def trainer_child(cfg_path: str, run_id: str, bootstrap: str, out: str, warmup: 
     KafkaStreamDataset.next_batch = timed(
         lambda a: "dataset.next_batch (in TakeBatch)" if threading.get_ident() == main_thread
         else "dataset.next_batch (prefetch thread)", next_batch)
-    if hasattr(trainer_main, "ParamDigest"):  # taken at the Log, hashed by the event log's flusher
+    if hasattr(trainer_main, "DigestTaker"):  # runs found once; taken at the Log, hashed by the flusher
+        from edgestream.trainer.digest import DigestTaker
+        DigestTaker.__call__ = timed("parameter digest (at Log)", DigestTaker.__call__)
+    elif hasattr(trainer_main, "ParamDigest"):  # taken at the Log, hashed by the event log's flusher
         trainer_main.ParamDigest = timed("parameter digest (at Log)", trainer_main.ParamDigest)
     else:  # before: hashed at the Log
         trainer_main.param_digest = timed("parameter digest (at Log)", trainer_main.param_digest)

@@ -109,6 +109,13 @@ def _meta(weight: float, flag: float, dtype: torch.dtype, device: Any) -> Tensor
     return torch.tensor([weight, flag], dtype=dtype, device=device)
 
 
+def _divide(sums: Sequence[Tensor], total: float) -> list[Tensor]:
+    """s / total for every tensor, in one call (a foreach op: one Python call, not one per tensor; on the
+    CPU the same division per tensor as `s / total`)."""
+    sums = list(sums)
+    return list(torch._foreach_div(sums, total)) if sums else []
+
+
 def _compression_loss(compressor: Compressor, memory: Memory | None, grads: Sequence[Tensor],
                       names: Sequence[str]) -> float:
     """This worker's compression loss c (by the compressor's statistic when it defines one)."""
@@ -183,9 +190,11 @@ def exchange(
             # the simulator's all-reduce result (edgestream.sim.collectives.ReduceResult): every worker
             # would divide the same sum by the same W, so the first does it and the others share the
             # (read-only) tensors; the real runtime returns a plain list and divides here
-            update = list(derive(("mean", n, total), lambda: [s / total for s in reduced[:n]]))
+            update = list(derive(("mean", n, total), lambda: _divide(reduced[:n], total)))
+        elif total == 1.0:  # one worker of weight 1: s / 1.0 == s bit for bit, no kernel per tensor
+            update = list(reduced[:n])
         else:
-            update = [s / total for s in reduced[:n]]
+            update = _divide(reduced[:n], total)
         return ExchangeResult(update, total, False, wire_floats(sent), sent, any_stop, votes)
 
     assert compressor is not None

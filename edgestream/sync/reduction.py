@@ -14,7 +14,8 @@ from edgestream.sync.requests import AllReduce
 
 
 def reduce_all(requests: list[AllReduce]) -> list[Tensor]:
-    """sum_i t_i (op "sum") or sum_i w_i t_i / sum_i w_i (op "weighted_mean"), per tensor, rank order."""
+    """sum_i t_i (op "sum") or sum_i w_i t_i / sum_i w_i (op "weighted_mean"), per tensor, rank order. The
+    sum of one request is its own tensors (detached, not copied); every other result is fresh tensors."""
     first = requests[0]
     ops = {r.op for r in requests}
     if len(ops) != 1:
@@ -26,6 +27,10 @@ def reduce_all(requests: list[AllReduce]) -> list[Tensor]:
                                f"({[tuple(s) for s in shapes]} vs {[tuple(t.shape) for t in r.tensors]})")
     # under no_grad the inputs are only read (no detach needed: nothing is recorded)
     with torch.no_grad():
+        if first.op == "sum" and len(requests) == 1:
+            # the sum of one: its own tensors, no copy (no engine or algorithm writes into an all-reduce's
+            # inputs or results); on a GPU a copy per tensor is a kernel launch per tensor per step
+            return [t.detach() for t in first.tensors]
         if first.op == "sum":
             acc = [t.detach().clone() for t in first.tensors]
             for r in requests[1:]:

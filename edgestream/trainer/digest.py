@@ -12,30 +12,50 @@ from __future__ import annotations
 import hashlib
 
 import torch
+from torch._utils import _flatten_dense_tensors
+
+
+def runs_of(params: list[torch.Tensor]) -> list[list[torch.Tensor]]:
+    """`params` (detached) in runs of consecutive tensors of one dtype and device, in order."""
+    runs: list[list[torch.Tensor]] = []
+    for p in params:
+        if not runs or (p.dtype, p.device) != (runs[-1][0].dtype, runs[-1][0].device):
+            runs.append([])
+        runs[-1].append(p.detach())
+    return runs
+
+
+class DigestTaker:
+    """Takes `ParamDigest`s of the same parameters step after step: their runs are found once, so a digest
+    costs one flattening call per run (not a Python call per tensor) plus, on a GPU, the copy's launch."""
+
+    __slots__ = ("runs",)
+
+    def __init__(self, params: list[torch.Tensor]) -> None:
+        self.runs = runs_of(params)
+
+    def __call__(self) -> ParamDigest:
+        return ParamDigest(runs=self.runs)
 
 
 class ParamDigest:
-    """The digest of `params` as they are now; str() is the hex digest (computed once)."""
+    """The digest of `params` (or of ready `runs`, see `runs_of`) as they are now; str() is the hex digest
+    (computed once)."""
 
     __slots__ = ("_parts", "_event", "_value")
 
-    def __init__(self, params: list[torch.Tensor]) -> None:
-        self._parts: list[torch.Tensor] = []
+    def __init__(self, params: list[torch.Tensor] | None = None, *,
+                 runs: list[list[torch.Tensor]] | None = None) -> None:
         self._event = None
         self._value: str | None = None
-        run: list[torch.Tensor] = []
         with torch.no_grad():
-            for p in [*params, None]:
-                if run and (p is None or (p.dtype, p.device) != (run[0].dtype, run[0].device)):
-                    self._parts.append(self._snapshot(run))
-                    run = []
-                if p is not None:
-                    run.append(p.detach())
+            self._parts = [self._snapshot(run) for run in (runs if runs is not None else runs_of(params or []))]
         if self._event is not None:
             self._event.record()
 
     def _snapshot(self, run: list[torch.Tensor]) -> torch.Tensor:
-        flat = torch.cat([t.reshape(-1) for t in run]) if len(run) > 1 else run[0].reshape(-1).clone()
+        # one C++ call flattens and joins the run (a copy: the parameters change after the step)
+        flat = _flatten_dense_tensors(run) if len(run) > 1 else run[0].reshape(-1).clone()
         if flat.device.type != "cuda":
             return flat
         host = torch.empty(flat.shape, dtype=flat.dtype, pin_memory=True)

@@ -40,7 +40,7 @@ import torch.distributed as dist
 
 from edgestream.kafka.admin import KafkaUnavailable
 from edgestream.runner.driver import StepMeter
-from edgestream.trainer.digest import ParamDigest
+from edgestream.trainer.digest import DigestTaker, ParamDigest
 
 log = logging.getLogger("edgestream.trainer")
 
@@ -268,9 +268,10 @@ def _train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: bo
     )
     from edgestream.trainer.collectives import DistCollectives
     from edgestream.trainer.gpus import GpuError, device_for
+    from edgestream.trainer.graphs import GraphedForward, graphs_wanted
     from edgestream.trainer.outage import OutageRecords, collective_timeout_s, give_up_line
     from edgestream.trainer.performer import ACK_INTERVAL_S, Diverged, Stopped, TrainerPerformer
-    from edgestream.trainer.prefetch import PrefetchDataset, prefetch_depth
+    from edgestream.trainer.prefetch import PrefetchDataset, prefetch_depth, takes_fixed_batches
 
     try:
         plan = RunPlan.resolve(cfg)
@@ -375,7 +376,9 @@ def _train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: bo
                                  seed=plan.seed, defer_acks=every is not None,
                                  ack_interval_s=ACK_INTERVAL_S if every is None else 0.0,
                                  time_offset=ckpt["elapsed_s"] if ckpt else 0.0, stop_event=stop_event,
-                                 due_time=None if ckpt else plan.due_time(env.rank), ps=ps_client, task=plan.task)
+                                 due_time=None if ckpt else plan.due_time(env.rank), ps=ps_client, task=plan.task,
+                                 forward=GraphedForward(model, env.rank)
+                                 if graphs_wanted(takes_fixed_batches(plan), device) else None)
     if ckpt is not None:
         performer.samples = int(ckpt.get("samples", 0))
     stop = plan.stop_rule()
@@ -395,6 +398,7 @@ def _train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: bo
                                           on_eval=lambda now, step, value: log.info("eval t=%.1fs step %d %s %.4f",
                                                                                     now, step, task.primary, value))
     params = performer.params
+    take_digest = DigestTaker(params)
     saved_at = {"step": ckpt["step"] if ckpt else 0}
 
     def checkpoint(session: WorkerSession) -> None:
@@ -415,7 +419,7 @@ def _train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: bo
     def at_log(session: WorkerSession) -> None:
         step = session.ctx.step
         if digest:
-            meters[env.rank].gauge(digest=ParamDigest(params))  # hashed off the step (trainer/digest.py)
+            meters[env.rank].gauge(digest=take_digest())  # hashed off the step (trainer/digest.py)
         if evaluation is not None:
             evaluation.offer(performer.now(env.rank), step)
         if every is not None and step != saved_at["step"] and step % every == 0:

@@ -70,6 +70,7 @@ from edgestream.sync.requests import (
 )
 from edgestream.tasks import CLASSIFICATION, Task
 from edgestream.trainer.collectives import DistCollectives, Pending
+from edgestream.trainer.graphs import GraphedForward
 
 _TAG_SLOWDOWN = 0x51_0e
 #: without checkpoints, the newest ack is committed at most this often (seconds; the host's default)
@@ -125,8 +126,11 @@ class TrainerPerformer:
                  ack_interval_s: float = 0.0, curve: Any = None,
                  time_offset: float = 0.0, stop_event: threading.Event | None = None,
                  take_timeout_s: float = 1.0, due_time: Callable[[int], float] | None = None,
-                 ps: Any = None, push_id: Callable[[], int] | None = None, task: Task = CLASSIFICATION) -> None:
+                 ps: Any = None, push_id: Callable[[], int] | None = None, task: Task = CLASSIFICATION,
+                 forward: GraphedForward | None = None) -> None:
         self.rank, self.model, self.optimizer, self.dataset = rank, model, optimizer, dataset
+        # the training forward: the model, or its CUDA-graph replay (edgestream.trainer.graphs)
+        self.graphed = forward
         self.task = task
         self.collectives, self.meters, self.device = collectives, meters, device
         self.params = [p for p in model.parameters() if p.requires_grad]
@@ -252,9 +256,12 @@ class TrainerPerformer:
         with self.model_lock:
             for p in self.params:
                 p.grad = None
-            loss = self.task.loss(self.model(batch.x), batch.y)
+            graphed = self.graphed
+            loss = self.task.loss((self.model if graphed is None else graphed)(batch.x), batch.y)
             loss.backward()
             grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
+            if graphed is not None and graphed.active:
+                grads = graphed.fresh(grads)  # out of the graph's static buffers
             loss_value = float(loss.detach())  # synchronises with the device: the step's compute is done
         check_loss(self.rank, loss_value, self.step())  # Diverged: one line naming the device and the step
         dt = time.perf_counter() - t0
@@ -269,10 +276,10 @@ class TrainerPerformer:
             raise ValueError(f"Apply: {len(req.update)} update tensors for {len(self.params)} parameters")
         with self.model_lock:
             for p, u in zip(self.params, req.update, strict=True):
-                u = u.detach()
-                if u.shape != p.shape or u.dtype != p.dtype or u.device != p.device:
-                    u = u.reshape(p.shape).to(device=p.device, dtype=p.dtype)
-                p.grad = u
+                try:  # torch checks the shape, dtype and device of an assigned grad
+                    p.grad = u.detach() if u.requires_grad else u
+                except RuntimeError:  # another shape (a flat update), dtype or device: converted
+                    p.grad = u.detach().reshape(p.shape).to(device=p.device, dtype=p.dtype)
             set_lr(self.optimizer, req.lr)
             self.optimizer.step()
             self._check_params("after the update of step")

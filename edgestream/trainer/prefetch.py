@@ -47,12 +47,18 @@ def prefetch_depth(plan: Any, environ: dict | None = None) -> int:
     algorithm makes (module doc); EDGESTREAM_PREFETCH (0, 1, 2) sets it where it applies."""
     raw = (os.environ if environ is None else environ).get(ENV, "").strip()
     depth = DEFAULT_DEPTH if raw == "" else max(0, min(2, int(raw))) if raw.isdigit() else DEFAULT_DEPTH
+    return depth if takes_fixed_batches(plan) else 0
+
+
+def takes_fixed_batches(plan: Any) -> bool:
+    """Whether every take of `plan`'s trainers is known ahead and of one size: an algorithm whose spec says
+    `takes_ahead`, a fixed batch, no injection (injected samples depend on the step), no compute emulation.
+    Then batches can be taken ahead (`PrefetchDataset`) and the step replayed from CUDA graphs
+    (edgestream.trainer.graphs)."""
     fixed = plan.params.get("batch") is not None or str(plan.batch.get("policy")) == "fixed"
     emulated = plan.compute.curve is not None or plan.compute.dynamic > 0 or any(
         plan.compute.factor(i) != 1.0 for i in range(plan.world))
-    if not plan.algorithm.takes_ahead or not fixed or plan.injection is not None or emulated:
-        return 0
-    return depth
+    return bool(plan.algorithm.takes_ahead and fixed and plan.injection is None and not emulated)
 
 
 class _Item:
@@ -83,6 +89,7 @@ class PrefetchDataset:
         self._failed = False
         cuda = device is not None and torch.device(device).type == "cuda"
         self._stream = torch.cuda.Stream(device=device) if cuda else None
+        self._current: Any = None  # the trainer's stream, which waits for each batch's copy
 
     # ------------------------------------------------------------------ the thread
     def _run(self) -> None:
@@ -158,7 +165,9 @@ class PrefetchDataset:
             self._failed = True
             raise item.error
         if item.event is not None:
-            current = torch.cuda.current_stream(self.device)
+            current = self._current
+            if current is None:  # the trainer's stream (asked once: a Python call that costs ~10 us a step)
+                current = self._current = torch.cuda.current_stream(self.device)
             current.wait_event(item.event)
             if item.batch.x.device.type == "cuda":
                 item.batch.x.record_stream(current)  # made on the side stream, used on this one
