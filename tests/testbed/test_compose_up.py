@@ -25,20 +25,17 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 import yaml
+from docker_helpers import CPU_INDEX, PYPI, ROOT, answers, pullable, sh, tail
 from testcontainers.compose import DockerCompose
 
-ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"
 OVERRIDE = Path(__file__).with_name("compose.testbed.yml")
 PYTHON_BASE = "python:3.11.11-slim-bookworm"  # docker/Dockerfile's ARG BASE default
 KAFKA = "apache/kafka:3.9.1"  # docker-compose.yml's broker
-CPU_INDEX = "https://download.pytorch.org/whl/cpu"  # docker/Dockerfile's TORCH_INDEX_URL default
-PYPI = "https://pypi.org/simple"
 IMAGE = "edgestream-testbed/cpu:latest"  # the tag tests/testbed/test_images.py builds too: one layer cache
 LABEL = "com.docker.compose.project"
 
@@ -47,35 +44,6 @@ pytestmark = pytest.mark.timeout(3600)
 
 def log(msg: str) -> None:
     print(f"TESTBED {msg}", file=sys.stderr, flush=True)
-
-
-def sh(*args: str, timeout: float = 3600, check: bool = True) -> subprocess.CompletedProcess:
-    res = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
-    if check and res.returncode != 0:
-        raise AssertionError(f"`{' '.join(args)}` exit {res.returncode}:\n{tail(res.stdout + res.stderr)}")
-    return res
-
-
-def tail(text: str, n: int = 30) -> str:
-    return "\n".join(text.splitlines()[-n:])
-
-
-def _pullable(image: str) -> bool:
-    """The image is here, or a registry gives it to us."""
-    if sh("docker", "image", "inspect", image, check=False).returncode == 0:
-        return True
-    try:
-        return sh("docker", "pull", "-q", image, timeout=300, check=False).returncode == 0
-    except subprocess.TimeoutExpired:
-        return False
-
-
-def _answers(url: str) -> bool:
-    try:
-        urllib.request.urlopen(url, timeout=10).close()
-        return True
-    except Exception:
-        return False
 
 
 def _sweep() -> None:
@@ -113,14 +81,14 @@ def images():
     sh("bash", "scripts/testbed/engine.sh", timeout=1800)
     _sweep()
     base = PYTHON_BASE
-    if not _pullable(PYTHON_BASE):
+    if not pullable(PYTHON_BASE):
         res = sh("bash", "scripts/testbed/bases.sh", "python", timeout=1800)
         base = dict(x.split("=", 1) for x in res.stdout.split() if "=" in x)["python"]
     kafka = KAFKA
-    if not _pullable(KAFKA):
+    if not pullable(KAFKA):
         kafka = sh("bash", "scripts/testbed/kafka-image.sh", base if base != PYTHON_BASE else "debian:bookworm-slim",
                    timeout=1800).stdout.strip().splitlines()[-1]
-    index = CPU_INDEX if _answers(CPU_INDEX + "/torch/") else PYPI
+    index = CPU_INDEX if answers(CPU_INDEX + "/torch/") else PYPI
     t1 = time.monotonic()
     sh("docker", "build", "-q", "-f", "docker/Dockerfile", "-t", IMAGE, "--build-arg", f"BASE={base}",
        "--build-arg", f"TORCH_INDEX_URL={index}", ".", timeout=3000)

@@ -15,17 +15,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import textwrap
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
+from docker_helpers import CPU_INDEX, PYPI, answers, pullable, sh, tail
 
-ROOT = Path(__file__).resolve().parents[2]
-CPU_INDEX = "https://download.pytorch.org/whl/cpu"
-PYPI = "https://pypi.org/simple"
 PREFIX = "edgestream-testbed"  # tags of the images this test builds (kept: they are the layer cache of the next run)
 PYTHON_BASE = "python:3.11.11-slim-bookworm"  # docker/Dockerfile's ARG BASE default
 TINY = textwrap.dedent("""\
@@ -52,19 +48,11 @@ pytestmark = pytest.mark.timeout(5400)
 REPORT: dict[str, dict] = {}
 
 
-def sh(*args: str, timeout: float = 3600) -> subprocess.CompletedProcess:
-    return subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
-
-
-def tail(text: str, n: int = 40) -> str:
-    return "\n".join(text.splitlines()[-n:])
-
-
 @pytest.fixture(scope="module")
 def bases() -> dict[str, str]:
     """The stand-in bases' tags, built (or found up to date) by scripts/testbed/bases.sh."""
     t0 = time.monotonic()
-    res = sh("bash", "scripts/testbed/bases.sh", "all")
+    res = sh("bash", "scripts/testbed/bases.sh", "all", check=False)
     assert res.returncode == 0, f"bases.sh failed:\n{tail(res.stderr)}"
     tags = dict(line.split("=", 1) for line in res.stdout.split() if "=" in line)
     assert set(tags) == {"python", "cuda", "jetson"}, res.stdout
@@ -92,7 +80,7 @@ def config_dir(tmp_path_factory) -> Path:
 
 
 def image_size(tag: str) -> int:
-    res = sh("docker", "image", "inspect", "-f", "{{.Size}}", tag)
+    res = sh("docker", "image", "inspect", "-f", "{{.Size}}", tag, check=False)
     assert res.returncode == 0, res.stderr
     return int(res.stdout.strip())
 
@@ -106,7 +94,7 @@ def build(name: str, dockerfile: str, base: str, *, platform: str | None = None,
     if platform:
         cmd += ["--platform", platform]
     t0 = time.monotonic()
-    res = sh(*cmd, ".")
+    res = sh(*cmd, ".", check=False)
     seconds = round(time.monotonic() - t0, 1)
     assert res.returncode == 0, f"{' '.join(cmd)} failed:\n{tail(res.stdout + res.stderr)}"
     REPORT[name] = {"tag": tag, "build_s": seconds, "bytes": image_size(tag), "base": base, **(args or {})}
@@ -119,7 +107,7 @@ def probe(tag: str, config_dir: Path, *, platform: str | None = None) -> tuple[s
            "-v", f"{config_dir}:/config:ro"]
     if platform:
         cmd += ["--platform", platform]
-    res = sh(*cmd, tag, "-c", PROBE, timeout=1800)
+    res = sh(*cmd, tag, "-c", PROBE, timeout=1800, check=False)
     assert res.returncode == 0, f"{tag}: probe failed:\n{tail(res.stdout + res.stderr)}"
     line = next(x for x in res.stdout.splitlines() if x.startswith("PROBE"))
     summary = json.loads(res.stdout[res.stdout.index("{"):])
@@ -129,29 +117,15 @@ def probe(tag: str, config_dir: Path, *, platform: str | None = None) -> tuple[s
 
 
 def pip_list(tag: str) -> list[str]:
-    res = sh("docker", "run", "--rm", "--network", "none", "--entrypoint", "pip", tag, "list", "--format=freeze")
+    res = sh("docker", "run", "--rm", "--network", "none", "--entrypoint", "pip", tag, "list", "--format=freeze", check=False)
     assert res.returncode == 0, res.stderr
     return res.stdout.split()
-
-
-def pullable(image: str) -> bool:
-    """The image is here, or a registry gives it (test_compose_up.py builds the same CPU image by the same rule)."""
-    if sh("docker", "image", "inspect", image).returncode == 0:
-        return True
-    try:
-        return sh("docker", "pull", "-q", image, timeout=300).returncode == 0
-    except subprocess.TimeoutExpired:
-        return False
 
 
 def torch_index() -> str:
     if os.environ.get("TORCH_INDEX_URL"):
         return os.environ["TORCH_INDEX_URL"]
-    try:
-        urllib.request.urlopen(CPU_INDEX + "/torch/", timeout=10).close()
-        return CPU_INDEX
-    except OSError:
-        return PYPI
+    return CPU_INDEX if answers(CPU_INDEX + "/torch/") else PYPI
 
 
 def test_cpu_image(bases, config_dir):
