@@ -2,7 +2,8 @@
 PyTorch loop with the same model, batch and optimizer on device-resident data, side by side in one run,
 plus where the trainer's remaining per-step time goes.
 
-For each model (cnn-small on digits, resnet20 on synthetic 3x32x32) and batch size, the benchmark
+For each model (cnn-small on digits, resnet20 on synthetic 3x32x32; also mlp on digits, where the step is
+almost all overhead) and batch size, the benchmark
 produces every sample the run needs to Kafka first (so data is always there), then runs, alternating
 which goes first, --rounds times each:
 
