@@ -12,7 +12,7 @@ from edgestream.config import load_dict
 from edgestream.models.registry import build_model
 from edgestream.runner.plan import RunPlan
 from edgestream.tasks import CLASSIFICATION
-from edgestream.trainer.graphs import GraphedForward, graphs_wanted
+from edgestream.trainer.graphs import GraphedForward, graphs_wanted, hooks_in
 from edgestream.trainer.prefetch import takes_fixed_batches
 
 
@@ -33,6 +33,23 @@ def test_which_runs_replay_cuda_graphs():
     assert not graphs_wanted(True, cuda, {"EDGESTREAM_CUDA_GRAPHS": "0"})
     assert not graphs_wanted(False, cuda, {})
     assert not graphs_wanted(True, cpu, {})
+
+
+def test_a_model_with_hooks_is_not_replayed():
+    model = build_model("mlp", (1, 8, 8), 10)
+    assert hooks_in(model) == []
+    seen = []
+    handle = model[1].register_forward_hook(lambda m, i, o: seen.append(o.shape))  # runs every call, eagerly
+    assert hooks_in(model) == ["1: forward_hooks"]
+    graphed = GraphedForward(model)
+    assert graphed(torch.rand(4, 1, 8, 8)).shape == (4, 10) and not graphed.active and len(seen) == 1  # CPU: eager
+    handle.remove()
+    assert hooks_in(model) == []
+    glob = torch.nn.modules.module.register_module_forward_hook(lambda m, i, o: None)
+    try:
+        assert hooks_in(model) == ["global forward_hooks"]
+    finally:
+        glob.remove()
 
 
 def _steps(model: torch.nn.Module, forward, xs: list[torch.Tensor], ys: list[torch.Tensor]) -> list[float]:

@@ -9,7 +9,8 @@ input copy instead of a launch per kernel. Same kernels, same inputs: the same v
 Where: a CUDA trainer whose batches all have one shape -- the runs that prefetch (a fixed batch, an
 algorithm that `takes_ahead`, no injection, no compute emulation: `takes_fixed_batches`). A batch of
 another shape (none should come) runs eagerly. EDGESTREAM_CUDA_GRAPHS=0 turns it off; a model that cannot
-be captured (an op that syncs with the host, a hook) is said in one log line and runs eagerly.
+be captured (an op that syncs with the host), or that has hooks (a replay would not run them: `hooks_in`), is
+said in one log line and runs eagerly.
 
 What the capture leaves as it was: the model's parameters (the warm-up passes compute gradients with
 `torch.autograd.grad`, never into `.grad`) and its buffers (BatchNorm's running statistics, updated by the
@@ -26,6 +27,7 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
+from torch.nn.modules import module as module_mod
 
 log = logging.getLogger("edgestream.trainer")
 
@@ -39,6 +41,19 @@ def graphs_wanted(fixed_batches: bool, device: torch.device, environ: dict | Non
     shape (`fixed_batches`), unless EDGESTREAM_CUDA_GRAPHS=0."""
     raw = (os.environ if environ is None else environ).get(ENV, "").strip()
     return raw != "0" and fixed_batches and torch.device(device).type == "cuda"
+
+
+_HOOKS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
+
+
+def hooks_in(model: nn.Module) -> list[str]:
+    """The modules of `model` with forward or backward hooks ("name: kind"), and global module hooks: code
+    that runs when a module is called, which a graph replay would not call again."""
+    found = [f"{name or type(model).__name__}: {kind.strip('_')}" for name, m in model.named_modules()
+             for kind in _HOOKS if getattr(m, kind, None)]
+    found += [f"global {kind}" for kind in [k.strip("_") for k in _HOOKS]
+              if getattr(module_mod, f"_global_{kind}", None)]
+    return found
 
 
 class _Forward(nn.Module):
@@ -68,6 +83,12 @@ class GraphedForward:
 
     def _capture(self, x: Tensor) -> None:
         model = self.model
+        hooked = hooks_in(model)
+        if hooked:  # a replay would skip them (they run at the capture only): the model's own steps
+            self.failed = True
+            log.info("rank %d: CUDA graphs not used: the model has hooks (%s), which a replay would not run; "
+                     "eager steps", self.rank, ", ".join(hooked[:3]))
+            return
         saved = [b.detach().clone() for b in model.buffers()]
         wrapper = _Forward(model)
         try:
