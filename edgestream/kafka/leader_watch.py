@@ -14,7 +14,7 @@ other brokers answer. A `LeaderWatch` makes that wait visible and bounded:
   process's `Outage` ("waiting for a new leader of TOPIC": announced, recorded and bounded by
   runtime.kafka_outage_s like any outage: KafkaUnavailable past the budget). Another broker leading it ends
   the wait with a line naming it and how long it took; so does `answered()` (a message came, a send was
-  acknowledged).
+  acknowledged: the line names the new leader when metadata says who it is, else "it answers again").
 
 An unreplicated topic (replication factor 1) has no replica to elect: the wait lasts until the broker
 comes back, or the budget ends it.
@@ -65,9 +65,25 @@ class LeaderWatch:
                 self._failed = [*self._failed[-19:], (time.monotonic(), err.str())]
 
     def answered(self) -> None:
-        """The partition answered (a message came, a send was acknowledged): a wait for its leader is over."""
-        if self.lost is not None:
-            self._end(None, "")
+        """The partition answered (a message came, a send was acknowledged): a wait for its leader is over. The
+        new leader is named when metadata says who it is (one request, at the end of a wait only): messages
+        can come from it before the next `check` would have seen it."""
+        lost = self.lost
+        if lost is None:
+            return
+        leader, address = self._leader(lost["topic"])
+        new = leader is not None and leader >= 0 and leader != lost["node"]
+        self._end(leader if new else None, address if new else "")
+
+    def _leader(self, topic: str) -> tuple[int | None, str]:
+        """(the broker leading `topic`'s partition, its HOST:PORT) by metadata; (None, "") without an answer."""
+        try:
+            md = self.metadata(topic, METADATA_TIMEOUT_S)
+            leader = md.topics[topic].partitions[self.partition].leader
+        except (KafkaException, KeyError, AttributeError):
+            return None, ""
+        broker = md.brokers.get(leader) if leader >= 0 else None
+        return leader, (f"{broker.host}:{broker.port}" if broker is not None else "")
 
     def check(self, topic: str) -> None:
         """While a broker failure is pending or a leader awaited: ask who leads `topic` (module doc);
