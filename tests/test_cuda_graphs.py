@@ -11,7 +11,7 @@ import torch
 from edgestream.config import load_dict
 from edgestream.models.registry import build_model
 from edgestream.runner.plan import RunPlan
-from edgestream.tasks import CLASSIFICATION
+from edgestream.tasks import CLASSIFICATION, REGRESSION
 from edgestream.trainer.graphs import GraphedForward, graphs_wanted, hooks_in
 from edgestream.trainer.prefetch import takes_fixed_batches
 
@@ -52,35 +52,42 @@ def test_a_model_with_hooks_is_not_replayed():
         glob.remove()
 
 
-def _steps(model: torch.nn.Module, forward, xs: list[torch.Tensor], ys: list[torch.Tensor]) -> list[float]:
+def _steps(model: torch.nn.Module, forward, xs: list[torch.Tensor], ys: list[torch.Tensor], task=CLASSIFICATION
+           ) -> list[float]:
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     losses = []
     for x, y in zip(xs, ys, strict=True):
         for p in model.parameters():
             p.grad = None
-        loss = CLASSIFICATION.loss(forward(x), y)
+        loss = task.loss(forward(x), y)
         loss.backward()
         opt.step()
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
     return losses
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-@pytest.mark.parametrize("name, shape", [("cnn-small", (1, 8, 8)), ("resnet20", (3, 32, 32))])
-def test_replayed_steps_equal_eager_steps_on_cuda(name, shape):
+@pytest.mark.parametrize("name, shape, outputs, batch, task", [
+    ("cnn-small", (1, 8, 8), 10, 16, CLASSIFICATION),
+    ("resnet20", (3, 32, 32), 10, 16, CLASSIFICATION),  # BatchNorm: running statistics in the graph
+    ("mlp", (2, 4, 4), 3, 7, CLASSIFICATION),            # 3 classes, an odd batch
+    ("mlp", (1, 8, 8), 2, 12, REGRESSION),               # float targets (n, 2), MSE
+])
+def test_replayed_steps_equal_eager_steps_on_cuda(name, shape, outputs, batch, task):
     dev = torch.device("cuda", torch.cuda.current_device())
     torch.manual_seed(0)
-    eager = build_model(name, shape, 10).to(dev).train()
+    eager = build_model(name, shape, outputs).to(dev).train()
     replayed = copy.deepcopy(eager)
     g = torch.Generator().manual_seed(1)
-    xs = [torch.rand((16, *shape), generator=g).to(dev) for _ in range(4)]
-    ys = [torch.randint(0, 10, (16,), generator=g).to(dev) for _ in range(4)]
+    xs = [torch.rand((batch, *shape), generator=g).to(dev) for _ in range(4)]
+    ys = [(torch.randint(0, outputs, (batch,), generator=g) if task.labels
+           else torch.rand((batch, outputs), generator=g)).to(dev) for _ in range(4)]
     graphed = GraphedForward(replayed)
     deterministic = torch.backends.cudnn.deterministic
     torch.backends.cudnn.deterministic = True  # cuDNN's atomics-based backward differs run to run otherwise
     try:
-        want = _steps(eager, eager, xs, ys)
-        got = _steps(replayed, graphed, xs, ys)
+        want = _steps(eager, eager, xs, ys, task)
+        got = _steps(replayed, graphed, xs, ys, task)
     finally:
         torch.backends.cudnn.deterministic = deterministic
     assert graphed.active and not graphed.failed
@@ -88,6 +95,6 @@ def test_replayed_steps_equal_eager_steps_on_cuda(name, shape):
     for a, b in zip(eager.state_dict().values(), replayed.state_dict().values(), strict=True):  # buffers too
         assert torch.allclose(a.float(), b.float(), rtol=1e-4, atol=1e-5)
     other = torch.rand((5, *shape), device=dev)  # another shape: the model's own forward
-    assert graphed(other).shape == (5, 10)
+    assert graphed(other).shape == (5, outputs)
     replayed.eval()
     assert torch.equal(graphed(xs[0]), replayed(xs[0]))  # eval mode: eager

@@ -71,19 +71,20 @@ class LeaderWatch:
         lost = self.lost
         if lost is None:
             return
-        leader, address = self._leader(lost["topic"])
-        new = leader is not None and leader >= 0 and leader != lost["node"]
-        self._end(leader if new else None, address if new else "")
+        found = self._lookup(lost["topic"])
+        leader = found[0].leader if found is not None else -1
+        new = leader >= 0 and leader != lost["node"]
+        self._end(leader if new else None, found[1] if new else "")
 
-    def _leader(self, topic: str) -> tuple[int | None, str]:
-        """(the broker leading `topic`'s partition, its HOST:PORT) by metadata; (None, "") without an answer."""
+    def _lookup(self, topic: str) -> tuple[Any, str] | None:
+        """(`topic`'s partition by metadata, the HOST:PORT of its leader or ""); None when no broker answers."""
         try:
             md = self.metadata(topic, METADATA_TIMEOUT_S)
-            leader = md.topics[topic].partitions[self.partition].leader
+            part = md.topics[topic].partitions[self.partition]
         except (KafkaException, KeyError, AttributeError):
-            return None, ""
-        broker = md.brokers.get(leader) if leader >= 0 else None
-        return leader, (f"{broker.host}:{broker.port}" if broker is not None else "")
+            return None
+        broker = md.brokers.get(part.leader) if part.leader >= 0 else None
+        return part, (f"{broker.host}:{broker.port}" if broker is not None else "")
 
     def check(self, topic: str) -> None:
         """While a broker failure is pending or a leader awaited: ask who leads `topic` (module doc);
@@ -98,16 +99,13 @@ class LeaderWatch:
         self._next = now + CHECK_S
         with self._lock:
             failed, self._failed = self._failed, []
-        try:
-            md = self.metadata(topic, METADATA_TIMEOUT_S)
-            part = md.topics[topic].partitions[self.partition]
-        except (KafkaException, KeyError, AttributeError):  # no answer at all: the outage's own checks say so
+        found = self._lookup(topic)
+        if found is None:  # no answer at all: the outage's own checks say so
             if self.lost is not None:
                 self.outage.down(self._what(), since=self.lost["since"])
             return
+        part, address = found
         leader = part.leader
-        broker = md.brokers.get(leader) if leader >= 0 else None
-        address = f"{broker.host}:{broker.port}" if broker is not None else ""
         hit = [(t, text) for t, text in failed if address and address in text]
         if self.lost is None:
             if len(getattr(part, "replicas", None) or []) <= 1:

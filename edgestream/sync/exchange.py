@@ -111,9 +111,9 @@ def _meta(weight: float, flag: float, dtype: torch.dtype, device: Any) -> Tensor
 
 def _divide(sums: Sequence[Tensor], total: float) -> list[Tensor]:
     """s / total for every tensor, in one call (a foreach op: one Python call, not one per tensor; on the
-    CPU the same division per tensor as `s / total`)."""
+    CPU the same division per tensor as `s / total`). A total of 1 divides nothing: s / 1.0 == s bit for bit."""
     sums = list(sums)
-    return list(torch._foreach_div(sums, total)) if sums else []
+    return list(torch._foreach_div(sums, total)) if sums and total != 1.0 else sums
 
 
 def _compression_loss(compressor: Compressor, memory: Memory | None, grads: Sequence[Tensor],
@@ -191,8 +191,6 @@ def exchange(
             # would divide the same sum by the same W, so the first does it and the others share the
             # (read-only) tensors; the real runtime returns a plain list and divides here
             update = list(derive(("mean", n, total), lambda: _divide(reduced[:n], total)))
-        elif total == 1.0:  # one worker of weight 1: s / 1.0 == s bit for bit, no kernel per tensor
-            update = list(reduced[:n])
         else:
             update = _divide(reduced[:n], total)
         return ExchangeResult(update, total, False, wire_floats(sent), sent, any_stop, votes)

@@ -44,12 +44,11 @@ class ParamDigest:
 
     __slots__ = ("_parts", "_event", "_value")
 
-    def __init__(self, params: list[torch.Tensor] | None = None, *,
-                 runs: list[list[torch.Tensor]] | None = None) -> None:
+    def __init__(self, params: list[torch.Tensor] = (), *, runs: list[list[torch.Tensor]] | None = None) -> None:
         self._event = None
         self._value: str | None = None
         with torch.no_grad():
-            self._parts = [self._snapshot(run) for run in (runs if runs is not None else runs_of(params or []))]
+            self._parts = [self._snapshot(run) for run in (runs_of(params) if runs is None else runs)]
         if self._event is not None:
             self._event.record()
 

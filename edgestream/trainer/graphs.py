@@ -105,8 +105,6 @@ class GraphedForward:
             with torch.no_grad():
                 for b, s in zip(model.buffers(), saved, strict=True):
                     b.copy_(s)  # the warm-up passes' BatchNorm updates undone
-            for p in model.parameters():
-                p.grad = None
 
     def __call__(self, x: Tensor) -> Tensor:
         if self._graphed is None and not self.failed and self.model.training and x.is_cuda:

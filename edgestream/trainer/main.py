@@ -377,7 +377,7 @@ def _train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: bo
                                  ack_interval_s=ACK_INTERVAL_S if every is None else 0.0,
                                  time_offset=ckpt["elapsed_s"] if ckpt else 0.0, stop_event=stop_event,
                                  due_time=None if ckpt else plan.due_time(env.rank), ps=ps_client, task=plan.task,
-                                 forward=GraphedForward(model, env.rank)
+                                 graphed=GraphedForward(model, env.rank)
                                  if graphs_wanted(takes_fixed_batches(plan), device) else None)
     if ckpt is not None:
         performer.samples = int(ckpt.get("samples", 0))

@@ -127,10 +127,9 @@ class TrainerPerformer:
                  time_offset: float = 0.0, stop_event: threading.Event | None = None,
                  take_timeout_s: float = 1.0, due_time: Callable[[int], float] | None = None,
                  ps: Any = None, push_id: Callable[[], int] | None = None, task: Task = CLASSIFICATION,
-                 forward: GraphedForward | None = None) -> None:
+                 graphed: GraphedForward | None = None) -> None:
         self.rank, self.model, self.optimizer, self.dataset = rank, model, optimizer, dataset
-        # the training forward: the model, or its CUDA-graph replay (edgestream.trainer.graphs)
-        self.graphed = forward
+        self.graphed = graphed  # the model's CUDA-graph replay, or None: the model (edgestream.trainer.graphs)
         self.task = task
         self.collectives, self.meters, self.device = collectives, meters, device
         self.params = [p for p in model.parameters() if p.requires_grad]
