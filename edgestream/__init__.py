@@ -17,6 +17,8 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from edgestream.lazy import lazy_exports
+
 __version__ = "0.1.0"
 
 #: public name -> the module that defines it
@@ -32,14 +34,13 @@ _EXPORTS = {
 __all__ = [*_EXPORTS, "plugins", "__version__"]
 
 
+_getattr = lazy_exports("edgestream", globals(), _EXPORTS)[0]
+
+
 def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        value = getattr(importlib.import_module(_EXPORTS[name]), name)
-        globals()[name] = value
-        return value
     if name == "plugins":  # the registries (edgestream.plugins.MODELS, DATASETS, ALGORITHMS, COMPRESSORS)
         return importlib.import_module("edgestream.plugins")
-    raise AttributeError(f"module 'edgestream' has no attribute {name!r}")
+    return _getattr(name)
 
 
 def __dir__() -> list[str]:

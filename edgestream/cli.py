@@ -254,6 +254,9 @@ def produce(config: Path = typer.Argument(..., help="experiment YAML file"),
             status_file: Path = typer.Option(None, "--status-file", help="also write the running counts (produced, "
                                              "delivered, failed, unacknowledged, queued) as JSON to this file at "
                                              "every report"),
+            start_after: Path = typer.Option(None, "--start-after", help="connect and load the data, then wait "
+                                             "until this file exists before streaming (a local run's orchestrator "
+                                             "creates it once every trainer is ready)"),
             set_: list[str] = typer.Option(None, "--set", help="override KEY.PATH=VALUE (repeatable)")) -> None:
     """Stream every device's shard into Kafka at its rate S_i(t); print a JSON summary at exit.
 
@@ -265,6 +268,7 @@ def produce(config: Path = typer.Argument(..., help="experiment YAML file"),
     import logging
     import os
     import signal
+    import time
 
     from confluent_kafka import KafkaException
 
@@ -326,6 +330,8 @@ def produce(config: Path = typer.Argument(..., help="experiment YAML file"),
                 typer.echo("    " + "  ".join(f"{d}:{rate:.0f}/{target:.0f}" for d, target, rate in r["devices"]),
                            err=True)
 
+        while start_after is not None and not stop["flag"] and not start_after.exists():
+            time.sleep(0.01)  # ready meanwhile: the streams begin the moment the trainers can train
         if status_file is not None:  # streaming begins: a status file says so (edgestream.producers.status)
             write_status(status_file, {"t": 0.0, "produced": 0, "delivered": 0, "failed": 0, "unacknowledged": 0,
                                        "queued": 0})

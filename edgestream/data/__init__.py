@@ -6,30 +6,35 @@ headers with it; both sides load the same `Dataset` via `load_dataset`. Dataset 
 `edgestream.plugins.DATASETS` (built-ins: edgestream.data.formats).
 """
 
-from edgestream.data.cifar import RestrictedUnpickler, RestrictedUnpicklingError, restricted_load
-from edgestream.data.datasets import Dataset, channel_stats, load_dataset
-from edgestream.data.partition import SCHEMES, partition_indices
-from edgestream.data.serde import DecodedBatch, SampleHeader, SampleSerde
-from edgestream.data.validate import DeviceRule, SampleSpec
-from edgestream.data.wire import (
-    DTYPE_CODES,
-    HEADER,
-    HEADER_SIZE,
-    REASONS,
-    Affine,
-    Sample,
-    SampleEncoder,
-    WireError,
-    decode_batch,
-    decode_sample,
-    encode_sample,
-    split_valid,
-)
+from edgestream.lazy import lazy_exports
 
-__all__ = [
-    "DTYPE_CODES", "HEADER", "HEADER_SIZE", "REASONS", "SCHEMES", "Affine", "Dataset", "DecodedBatch",
-    "DeviceRule", "RestrictedUnpickler", "RestrictedUnpicklingError", "Sample", "SampleEncoder", "SampleHeader",
-    "SampleSerde", "SampleSpec", "WireError",
-    "channel_stats", "decode_batch", "decode_sample", "encode_sample", "load_dataset", "partition_indices",
-    "restricted_load", "split_valid",
-]
+#: public name -> the module that defines it (loaded on first use: a producer reads datasets without torch)
+_EXPORTS = {
+    "RestrictedUnpickler": "edgestream.data.cifar",
+    "RestrictedUnpicklingError": "edgestream.data.cifar",
+    "restricted_load": "edgestream.data.cifar",
+    "Dataset": "edgestream.data.datasets",
+    "channel_stats": "edgestream.data.datasets",
+    "load_dataset": "edgestream.data.datasets",
+    "SCHEMES": "edgestream.data.partition",
+    "partition_indices": "edgestream.data.partition",
+    "DecodedBatch": "edgestream.data.serde",
+    "SampleHeader": "edgestream.data.serde",
+    "SampleSerde": "edgestream.data.serde",
+    "DeviceRule": "edgestream.data.validate",
+    "SampleSpec": "edgestream.data.validate",
+    "DTYPE_CODES": "edgestream.data.wire",
+    "HEADER": "edgestream.data.wire",
+    "HEADER_SIZE": "edgestream.data.wire",
+    "REASONS": "edgestream.data.wire",
+    "Affine": "edgestream.data.wire",
+    "Sample": "edgestream.data.wire",
+    "SampleEncoder": "edgestream.data.wire",
+    "WireError": "edgestream.data.wire",
+    "decode_batch": "edgestream.data.wire",
+    "decode_sample": "edgestream.data.wire",
+    "encode_sample": "edgestream.data.wire",
+    "split_valid": "edgestream.data.wire",
+}
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)

@@ -20,12 +20,14 @@ from __future__ import annotations
 
 import weakref
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
 from edgestream.data.wire import DTYPE_CODES, Affine
+
+if TYPE_CHECKING:  # torch loads where a tensor is made (normalize): producers and `config validate` need none
+    import torch
 
 #: the synthetic dataset's sizes when the config leaves them out
 SYNTHETIC_DEFAULTS = {"shape": (3, 32, 32), "num_classes": 10, "n_train": 8000, "n_test": 2000}
@@ -76,6 +78,8 @@ class Dataset:
         return got
 
     def _scale_bias(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        import torch
+
         got = self._affine.get(device)
         if got is None:
             view = (-1, *[1] * (len(self.shape) - 1))
@@ -95,6 +99,8 @@ class Dataset:
 
         A tensor stays on its device; the input is never modified.
         """
+        import torch
+
         rank = len(self.shape)
         self._check_input(tuple(x.shape))
         if isinstance(x, np.ndarray):

@@ -62,6 +62,8 @@ PRODUCER_STOP_S = 40.0
 #: the producer's own flush timeout at a stop (--flush-timeout): shorter than the time it gets, so it always
 #: prints its summary (what the broker did not acknowledge by then is counted as unacknowledged)
 PRODUCER_FLUSH_S = max(1.0, min(15.0, GRACE_S - 5.0))
+#: made in ranks/ once every trainer is ready: the producer, started with them, streams from then on
+GO_FILE = "streams.go"
 #: the producer's running counts (edgestream.producers.status): summary.json's fallback if it is killed
 PRODUCER_STATUS = "producer.status.json"
 #: broker reachability attempts (wait_for_broker backoff 0.5, 1 s: about 8 s before giving up)
@@ -223,6 +225,8 @@ class LocalRun:
         self._console = None
         self.children = ChildSet()
         self.producer: Child | None = None
+        self._released = False  # the producer may stream: _go_file made
+        self._go_file = self.path / "ranks" / GO_FILE
         self._producer_out_at = 0             # where this session's producer began writing producer.out
         self.trainers: dict[int, Child] = {}
         self.ps: Child | None = None          # the parameter server of a PS-family run
@@ -522,6 +526,7 @@ class LocalRun:
                           *(["--resume"] if self.resumed else []))
             self.trainers[rank] = self.children.start(f"trainer {rank}", cmd, self.path / "ranks" / f"{rank}.out",
                                                       env=tenv, device=rank)
+        self._start_producer()
         self._write_pids()
 
     def _start_ps(self) -> None:
@@ -548,25 +553,31 @@ class LocalRun:
         self._write_pids()
         return None
 
-    def _start_producer_when_ready(self) -> None:
-        """Start the producer once every trainer is ready (rendezvous done, consumers open: it wrote
-        ranks/<rank>.ready), so the streams begin when training can: the simulator's t = 0. A
-        producer started with the trainers would stream for their start-up time (seconds of torch
-        imports) into a backlog the simulated run never has."""
-        if self.producer is not None or not all((self.path / "ranks" / f"{r}.ready").exists()
-                                                for r in range(self.world)):
-            return
+    def _start_producer(self) -> None:
+        """Start the producer with the trainers: it imports, loads its data and connects meanwhile, then waits
+        for ranks/GO_FILE (`_release_producer`) before its first sample."""
         config_file, common, env = self._producer_args
         status = self.path / PRODUCER_STATUS
-        with contextlib.suppress(OSError):  # an earlier session's: this producer writes its own
-            status.unlink()
+        for stale in (status, self._go_file):  # an earlier session's: this producer writes its own
+            with contextlib.suppress(OSError):
+                stale.unlink()
         out = self.path / "producer.out"
         self._producer_out_at = out.stat().st_size if out.exists() else 0  # this session's lines start here
         self.producer = self.children.start("producer", cli_cmd("produce", str(config_file), *common,
                                                                 "--flush-timeout", f"{PRODUCER_FLUSH_S:g}",
-                                                                "--status-file", str(status)),
+                                                                "--status-file", str(status),
+                                                                "--start-after", str(self._go_file)),
                                             out, env=env)
-        self._write_pids()
+
+    def _release_producer(self) -> None:
+        """Let the producer stream once every trainer is ready (rendezvous done, consumers open: it wrote
+        ranks/<rank>.ready), so the streams begin when training can: the simulator's t = 0. A producer
+        streaming from its own start would stream for the trainers' start-up time (seconds of torch
+        imports) into a backlog the simulated run never has."""
+        if self._released or not all((self.path / "ranks" / f"{r}.ready").exists() for r in range(self.world)):
+            return
+        self._go_file.touch()
+        self._released = True
 
     # ------------------------------------------------------------ the children's phase
     def _poll_trainers(self, died: dict[int, float]) -> dict[int, int | None]:
@@ -583,7 +594,7 @@ class LocalRun:
         died: dict[int, float] = {}
         ps_tail = JsonlTail(self.path / "ranks" / PS_FILE) if self.ps_family else None
         while True:
-            self._start_producer_when_ready()
+            self._release_producer()
             state.add(tail.read())
             if ps_tail is not None:
                 state.add_ps(ps_tail.read())
@@ -644,6 +655,8 @@ class LocalRun:
         if self.producer is None:
             return None, []
         killed = self.children.stop([self.producer], grace_s=grace_s, hurry=hurry)
+        if not self._released:  # it never streamed: account() says why
+            return None, killed
         return printed_summary(self.producer.out_path, self._producer_out_at), killed
 
     # ------------------------------------------------------------ the run
@@ -744,7 +757,7 @@ class LocalRun:
                  "session_wall_s": round(wall, 3),
                  "children_stop_s": round(outcome.stop_s, 3) if outcome.stop_s is not None else None,
                  "children_killed": outcome.killed,
-                 "producer": account(producer_summary, self.path / PRODUCER_STATUS, started=self.producer is not None)}
+                 "producer": account(producer_summary, self.path / PRODUCER_STATUS, started=self._released)}
         if self.ps_family:
             extra["ps"] = {**(ps_summary or {"status": "no summary (the parameter server did not finish)"}),
                            "restarts": self.ps_restarts}

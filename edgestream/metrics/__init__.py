@@ -1,7 +1,14 @@
-"""Metrics: the event log, run summaries, plots and comparison tables."""
+"""Metrics: the event log, run summaries, plots and comparison tables (matplotlib loads with the plots)."""
 
-from edgestream.metrics.compare import markdown_table
-from edgestream.metrics.events import EventLog, read_events
-from edgestream.metrics.plots import accuracy_plot, buffer_plot
+from edgestream.lazy import lazy_exports
 
-__all__ = ["EventLog", "accuracy_plot", "buffer_plot", "markdown_table", "read_events"]
+#: public name -> the module that defines it (loaded on first use)
+_EXPORTS = {
+    "markdown_table": "edgestream.metrics.compare",
+    "EventLog": "edgestream.metrics.events",
+    "read_events": "edgestream.metrics.events",
+    "accuracy_plot": "edgestream.metrics.plots",
+    "buffer_plot": "edgestream.metrics.plots",
+}
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)

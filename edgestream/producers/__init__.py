@@ -1,9 +1,16 @@
 """Paced per-device Kafka producers and their effective-rate statistics. A run's producer is built by
 its plan (`edgestream.runner.plan.RunPlan.producer`)."""
 
-from edgestream.producers.restart import ResumeError, RunConfigConflict
-from edgestream.producers.schedule import due_count
-from edgestream.producers.stream_producer import ProducerSummary, StreamProducer, parse_device_range
+from edgestream.lazy import lazy_exports
 
-__all__ = ["ProducerSummary", "ResumeError", "RunConfigConflict", "StreamProducer", "due_count",
-           "parse_device_range"]
+#: public name -> the module that defines it (loaded on first use)
+_EXPORTS = {
+    "ResumeError": "edgestream.producers.restart",
+    "RunConfigConflict": "edgestream.producers.restart",
+    "due_count": "edgestream.producers.schedule",
+    "ProducerSummary": "edgestream.producers.stream_producer",
+    "StreamProducer": "edgestream.producers.stream_producer",
+    "parse_device_range": "edgestream.producers.stream_producer",
+}
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)

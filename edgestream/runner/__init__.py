@@ -5,24 +5,34 @@ lockstep engine for tests (`edgestream.runner.lockstep`). Engines (sim/, trainer
 requests and nothing else; they register by name (`register_engine`), so this package imports none
 of them."""
 
-from edgestream.runner.driver import LINE_ORDER, Performer, StepMeter, drive, run_blocking, step_line
-from edgestream.runner.engines import (
-    EngineError,
-    EngineUnavailable,
-    check_runs,
-    engine_names,
-    get_engine,
-    register_engine,
-)
-from edgestream.runner.evaluate import BackgroundEvaluation, Evaluation, evaluate
-from edgestream.runner.group import WorkerGroup
-from edgestream.runner.plan import PlanError, RunPlan
-from edgestream.runner.run import run_config
-from edgestream.runner.rundir import RunDir, buffer_series, write_run
-from edgestream.runner.session import WorkerSession
-from edgestream.runner.stop import StopRule
+from edgestream.lazy import lazy_exports
 
-__all__ = ["LINE_ORDER", "BackgroundEvaluation", "EngineError", "EngineUnavailable", "Evaluation", "Performer",
-           "PlanError", "RunDir", "RunPlan", "StepMeter", "StopRule", "WorkerGroup", "WorkerSession", "buffer_series",
-           "check_runs", "drive", "engine_names", "evaluate", "get_engine", "register_engine", "run_blocking",
-           "run_config", "step_line", "write_run"]
+#: public name -> the module that defines it (loaded on first use: the run directory's readers need no torch)
+_EXPORTS = {
+    "LINE_ORDER": "edgestream.runner.driver",
+    "Performer": "edgestream.runner.driver",
+    "StepMeter": "edgestream.runner.driver",
+    "drive": "edgestream.runner.driver",
+    "run_blocking": "edgestream.runner.driver",
+    "step_line": "edgestream.runner.driver",
+    "EngineError": "edgestream.runner.engines",
+    "EngineUnavailable": "edgestream.runner.engines",
+    "check_runs": "edgestream.runner.engines",
+    "engine_names": "edgestream.runner.engines",
+    "get_engine": "edgestream.runner.engines",
+    "register_engine": "edgestream.runner.engines",
+    "BackgroundEvaluation": "edgestream.runner.evaluate",
+    "Evaluation": "edgestream.runner.evaluate",
+    "evaluate": "edgestream.runner.evaluate",
+    "WorkerGroup": "edgestream.runner.group",
+    "PlanError": "edgestream.runner.plan",
+    "RunPlan": "edgestream.runner.plan",
+    "run_config": "edgestream.runner.run",
+    "RunDir": "edgestream.runner.rundir",
+    "buffer_series": "edgestream.runner.rundir",
+    "write_run": "edgestream.runner.rundir",
+    "WorkerSession": "edgestream.runner.session",
+    "StopRule": "edgestream.runner.stop",
+}
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)

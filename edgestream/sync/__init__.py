@@ -6,46 +6,48 @@ and performs them. `ALGORITHMS` maps names to specs. Algorithm state is explicit
 see edgestream.sync.context), so engines can checkpoint and restore it.
 """
 
-from edgestream.sync.abs_sgd import delay_compensate
-from edgestream.sync.context import WorkerContext
-from edgestream.sync.coordinator import Coordinator, ServerContext
-from edgestream.sync.dbs_sgd import reassign_batches
-from edgestream.sync.exchange import Codec, ExchangeResult, exchange
-from edgestream.sync.local_sgd import adacomm_tau
-from edgestream.sync.params import Param
-from edgestream.sync.ps_worker import gradient_worker
-from edgestream.sync.registry import ALGORITHMS, AlgorithmSpec, get_algorithm
-from edgestream.sync.requests import (
-    Ack,
-    AllGather,
-    AllReduce,
-    Apply,
-    Batch,
-    Compute,
-    ComputeResult,
-    GetParams,
-    Handle,
-    Inject,
-    Log,
-    Now,
-    Poll,
-    Pull,
-    Pulled,
-    Push,
-    Request,
-    SetParams,
-    Sleep,
-    Start,
-    TakeBatch,
-    Wait,
-)
-from edgestream.sync.scadles import scaled_lr
-from edgestream.sync.ssp import SSPCoordinator
+from edgestream.lazy import lazy_exports
 
-__all__ = [
-    "ALGORITHMS", "Ack", "AlgorithmSpec", "AllGather", "AllReduce", "Apply", "Batch", "Codec", "Compute",
-    "ComputeResult", "Coordinator", "ExchangeResult", "GetParams", "Handle", "Inject", "Log", "Now", "Param",
-    "Poll", "Pull", "Pulled", "Push", "Request", "SSPCoordinator", "ServerContext", "SetParams", "Sleep", "Start",
-    "TakeBatch", "Wait", "WorkerContext", "adacomm_tau", "delay_compensate", "exchange", "get_algorithm",
-    "gradient_worker", "reassign_batches", "scaled_lr",
-]
+#: public name -> the module that defines it (loaded on first use: reading a config's algorithm needs no torch)
+_EXPORTS = {
+    "delay_compensate": "edgestream.sync.abs_sgd",
+    "WorkerContext": "edgestream.sync.context",
+    "Coordinator": "edgestream.sync.coordinator",
+    "ServerContext": "edgestream.sync.coordinator",
+    "reassign_batches": "edgestream.sync.dbs_sgd",
+    "Codec": "edgestream.sync.exchange",
+    "ExchangeResult": "edgestream.sync.exchange",
+    "exchange": "edgestream.sync.exchange",
+    "adacomm_tau": "edgestream.sync.local_sgd",
+    "Param": "edgestream.sync.params",
+    "gradient_worker": "edgestream.sync.ps_worker",
+    "ALGORITHMS": "edgestream.sync.registry",
+    "AlgorithmSpec": "edgestream.sync.registry",
+    "get_algorithm": "edgestream.sync.registry",
+    "Ack": "edgestream.sync.requests",
+    "AllGather": "edgestream.sync.requests",
+    "AllReduce": "edgestream.sync.requests",
+    "Apply": "edgestream.sync.requests",
+    "Batch": "edgestream.sync.requests",
+    "Compute": "edgestream.sync.requests",
+    "ComputeResult": "edgestream.sync.requests",
+    "GetParams": "edgestream.sync.requests",
+    "Handle": "edgestream.sync.requests",
+    "Inject": "edgestream.sync.requests",
+    "Log": "edgestream.sync.requests",
+    "Now": "edgestream.sync.requests",
+    "Poll": "edgestream.sync.requests",
+    "Pull": "edgestream.sync.requests",
+    "Pulled": "edgestream.sync.requests",
+    "Push": "edgestream.sync.requests",
+    "Request": "edgestream.sync.requests",
+    "SetParams": "edgestream.sync.requests",
+    "Sleep": "edgestream.sync.requests",
+    "Start": "edgestream.sync.requests",
+    "TakeBatch": "edgestream.sync.requests",
+    "Wait": "edgestream.sync.requests",
+    "scaled_lr": "edgestream.sync.scadles",
+    "SSPCoordinator": "edgestream.sync.ssp",
+}
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)
