@@ -130,7 +130,7 @@ def test_engine_capabilities_decide_what_runs_where() -> None:
         check_runs("sim", spec)  # the simulator performs every request kind
         check_runs("local", spec)  # trainers perform collectives, and Push/Pull through the Kafka PS
     from edgestream.sync.requests import COLLECTIVE_REQUESTS, PS_REQUESTS
-    from edgestream.trainer.performer import PERFORMS
+    from edgestream.trainer.handlers import PERFORMS
 
     engines.register_engine("collectives-only", lambda cfg, **kw: (Path("."), {}),
                             performs=PERFORMS - PS_REQUESTS)

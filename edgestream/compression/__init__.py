@@ -3,59 +3,36 @@
 See DESIGN.md and ALGORITHMS.md ("Compression", ScaDLES "Adaptive Top-k compression").
 """
 
-from edgestream.compression.adaptive import (
-    AdaptiveTopKCompressor,
-    AdaptiveTopKState,
-    cnc_ratio,
-    compression_loss,
-    compression_loss_reference,
-    group_compress,
-)
-from edgestream.compression.base import (
-    COMPRESSOR_NAMES,
-    MEMORY_NAMES,
-    Compressed,
-    Compressor,
-    Memory,
-    build_compressor,
-    build_memory,
-    k_of,
-    payload_nbytes,
-    scatter_add_sparse,
-    wire_floats,
-)
-from edgestream.compression.fp16 import FP16Compressor
-from edgestream.compression.identity import NoneCompressor
-from edgestream.compression.memory import DGCMemory, NoneMemory, ResidualMemory
-from edgestream.compression.qsgd import QSGDCompressor
-from edgestream.compression.randomk import RandomKCompressor
-from edgestream.compression.topk import TopKCompressor, topk_tensor
+from edgestream.lazy import lazy_exports
 
-__all__ = [
-    "COMPRESSOR_NAMES",
-    "MEMORY_NAMES",
-    "AdaptiveTopKCompressor",
-    "AdaptiveTopKState",
-    "Compressed",
-    "Compressor",
-    "DGCMemory",
-    "FP16Compressor",
-    "Memory",
-    "NoneCompressor",
-    "NoneMemory",
-    "QSGDCompressor",
-    "RandomKCompressor",
-    "ResidualMemory",
-    "TopKCompressor",
-    "build_compressor",
-    "build_memory",
-    "cnc_ratio",
-    "compression_loss",
-    "compression_loss_reference",
-    "group_compress",
-    "k_of",
-    "payload_nbytes",
-    "scatter_add_sparse",
-    "topk_tensor",
-    "wire_floats",
-]
+#: public name -> the module that defines it (loaded on first use: a config's names need no torch)
+_EXPORTS = {
+    "AdaptiveTopKCompressor": "edgestream.compression.adaptive",
+    "AdaptiveTopKState": "edgestream.compression.adaptive",
+    "cnc_ratio": "edgestream.compression.adaptive",
+    "compression_loss": "edgestream.compression.adaptive",
+    "compression_loss_reference": "edgestream.compression.adaptive",
+    "group_compress": "edgestream.compression.adaptive",
+    "COMPRESSOR_NAMES": "edgestream.compression.base",
+    "MEMORY_NAMES": "edgestream.compression.base",
+    "Compressed": "edgestream.compression.base",
+    "Compressor": "edgestream.compression.base",
+    "Memory": "edgestream.compression.base",
+    "build_compressor": "edgestream.compression.base",
+    "build_memory": "edgestream.compression.base",
+    "k_of": "edgestream.compression.base",
+    "payload_nbytes": "edgestream.compression.base",
+    "scatter_add_sparse": "edgestream.compression.base",
+    "wire_floats": "edgestream.compression.base",
+    "FP16Compressor": "edgestream.compression.fp16",
+    "NoneCompressor": "edgestream.compression.identity",
+    "DGCMemory": "edgestream.compression.memory",
+    "NoneMemory": "edgestream.compression.memory",
+    "ResidualMemory": "edgestream.compression.memory",
+    "QSGDCompressor": "edgestream.compression.qsgd",
+    "RandomKCompressor": "edgestream.compression.randomk",
+    "TopKCompressor": "edgestream.compression.topk",
+    "topk_tensor": "edgestream.compression.topk",
+}
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Literal
-
-import torch
+from typing import TYPE_CHECKING, Literal
 
 from edgestream.compression.topk import TopKCompressor, topk_tensor
+
+if TYPE_CHECKING:  # torch loads where a tensor is made: reading a config imports no torch
+    import torch
 
 Statistic = Literal["ewma", "reference"]
 
@@ -26,6 +27,8 @@ def compression_loss(grads: Sequence[torch.Tensor], ratio: float) -> float:
     Top-k is taken per layer, squared L2 norms are summed over layers. In [0, 1]: 0 when the Top-k
     entries hold all of the gradient's energy, 1 - ratio for a flat gradient. 0.0 for a zero gradient.
     """
+    import torch
+
     total = 0.0
     kept = 0.0
     for g in grads:
@@ -45,6 +48,8 @@ def compression_loss_reference(
     Non-squared per-layer norms, and Top-k of the error-compensated gradient g + e (e: the residual
     of each layer, None or a missing list meaning zero). 0.0 for a zero gradient.
     """
+    import torch
+
     n_g = 0.0
     n_top = 0.0
     for i, g in enumerate(grads):

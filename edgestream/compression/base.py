@@ -11,11 +11,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
-
-import torch
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from edgestream import plugins as _plugins
+
+if TYPE_CHECKING:  # torch loads where a tensor is made: reading a config imports no torch
+    import torch
 
 COMPRESSOR_NAMES = _plugins.COMPRESSORS.builtins  # the built-ins (edgestream.compression.builtins)
 MEMORY_NAMES = ("none", "residual", "dgc")
@@ -171,6 +172,8 @@ def scatter_add_sparse(
     (None = all 1.0) are the aggregation weights, e.g. b_i / sum b for ScaDLES. Repeated indices,
     within or across parts, add up. The result is flat with `numel` elements: reshape with ctx.
     """
+    import torch
+
     if weights is not None and len(weights) != len(parts):
         raise ValueError(f"{len(weights)} weights for {len(parts)} parts")
     if device is None:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
 
 from edgestream.compression.base import Compressed, tensor_ctx, wire_counts
+
+if TYPE_CHECKING:  # torch loads where a tensor is made: reading a config imports no torch
+    import torch
 
 
 class NoneCompressor:

@@ -2,18 +2,25 @@
 
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
 
 from edgestream.compression.base import Compressed, k_of, tensor_ctx, wire_counts
+
+if TYPE_CHECKING:  # torch loads where a tensor is made: reading a config imports no torch
+    import torch
 
 
 def index_dtype(numel: int) -> torch.dtype:
     """int32 indices on the wire while they fit, int64 beyond 2^31 - 1 elements."""
+    import torch
+
     return torch.int32 if numel <= torch.iinfo(torch.int32).max else torch.int64
 
 
 def topk_indices(flat: torch.Tensor, k: int) -> torch.Tensor:
     """Indices (int64) of the k entries of a flat tensor with the largest |value| (ties: any)."""
+    import torch
+
     if k >= flat.numel():
         return torch.arange(flat.numel(), device=flat.device)
     return torch.topk(flat.abs(), k, sorted=False).indices
@@ -21,6 +28,8 @@ def topk_indices(flat: torch.Tensor, k: int) -> torch.Tensor:
 
 def topk_tensor(tensor: torch.Tensor, ratio: float) -> torch.Tensor:
     """Dense Top-k of a tensor: the k largest magnitudes kept in place, zeros elsewhere."""
+    import torch
+
     flat = tensor.reshape(-1)
     idx = topk_indices(flat, k_of(ratio, flat.numel()))
     out = torch.zeros_like(flat)
@@ -30,6 +39,8 @@ def topk_tensor(tensor: torch.Tensor, ratio: float) -> torch.Tensor:
 
 def sparse_decompress(c: Compressed) -> torch.Tensor:
     """Dense tensor of the ctx shape/dtype from a (values, indices) payload."""
+    import torch
+
     shape, numel, dtype = c.ctx
     values, indices = c.payload
     out = torch.zeros(numel, dtype=dtype, device=values.device)

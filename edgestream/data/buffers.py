@@ -21,9 +21,12 @@ only when every pinned buffer's copy is still queued on the GPU (then for one of
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
+
+if TYPE_CHECKING:  # torch loads where a tensor is made: reading a config imports no torch
+    import torch
 
 #: buffers kept per pool: the batch being built, the one the trainer holds, and a prefetch queue's 1-2
 SLOTS = 4
@@ -46,6 +49,8 @@ class BatchBuffers:
     """A pool of (capacity, *shape) host buffers of `dtype` (numpy); `pin`: page-locked (CUDA) memory."""
 
     def __init__(self, shape: tuple[int, ...], dtype, pin: bool = False, slots: int = SLOTS) -> None:
+        import torch
+
         self.shape, self.dtype = tuple(shape), np.dtype(dtype)
         self.pin = bool(pin) and torch.cuda.is_available()
         self.slots: list[_Slot] = []
@@ -54,6 +59,8 @@ class BatchBuffers:
         self._free_refs = self._baseline()
 
     def _alloc(self, n: int) -> _Slot:
+        import torch
+
         if self.pin:
             t = torch.empty((n, *self.shape), dtype=torch.from_numpy(np.empty(0, self.dtype)).dtype, pin_memory=True)
             return _Slot(t.numpy(), t)
@@ -116,11 +123,15 @@ class BatchBuffers:
     def take_tensor(self, n: int) -> torch.Tensor:
         """`take(n)` as a torch tensor sharing its memory (page-locked when the pool is: its copy to a GPU
         is asynchronous; call `copied` after queuing it)."""
+        import torch
+
         return torch.from_numpy(self.take(n))
 
     def copied(self, x: torch.Tensor) -> None:
         """`x` (from `take_tensor`) was queued for an asynchronous copy on the current CUDA stream: its
         buffer is not reused before that copy is done (a CUDA event recorded now)."""
+        import torch
+
         if not self.pin:
             return
         ptr = x.data_ptr()

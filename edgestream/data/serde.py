@@ -29,15 +29,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
-import torch
 
 from edgestream.data import wire
 from edgestream.data.buffers import BatchBuffers
 from edgestream.data.validate import DeviceRule, SampleSpec, decode_checked
 from edgestream.data.wire import Affine, SampleEncoder, WireError, decode_sample
+
+if TYPE_CHECKING:  # torch loads where a tensor is made: reading a config imports no torch
+    import torch
 
 
 class SampleHeader(NamedTuple):
@@ -90,8 +92,7 @@ class SampleSerde:
         self._transform = None if self._affine is not None else normalize
         #: one sample's size on the wire, header included (bytes)
         self.message_bytes: int = spec.length
-        # the device path: the raw batch's torch dtype; the Affine's (C, 1) scale and bias per device
-        self._torch_dtype = torch.from_numpy(np.empty(0, spec.dtype.newbyteorder("="))).dtype
+        # the device path: the Affine's (C, 1) scale and bias per device
         self._on_device: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
         self._pools: dict[tuple[np.dtype, bool], BatchBuffers] = {}
         a = self._affine
@@ -131,6 +132,8 @@ class SampleSerde:
         Returns (the decoded valid messages, or None when none is valid; [(index, reason)] of the
         others, for the DLQ). Never raises for a bad message (validate.decode_checked's reasons).
         """
+        import torch
+
         if device is not None:
             device = torch.device(device)
             if self._transform is None and self._device_ok:
@@ -171,10 +174,14 @@ class SampleSerde:
         """A raw batch (n, *spec.shape) in the wire's dtype -> `device`, then float32 normalised there by
         the serde's Affine (None: the raw batch on the device). The values equal the host path's:
         float32(x) * scale, then + bias, as separate operations. `x` is not modified."""
+        import torch
+
         return self._to_device(x, torch.device(device), owned=False)
 
     def _to_device(self, x: torch.Tensor | np.ndarray, device: torch.device, owned: bool,
                    pool: BatchBuffers | None = None) -> torch.Tensor:
+        import torch
+
         x0 = x if isinstance(x, torch.Tensor) else torch.from_numpy(x)
         xt = x0.to(device, non_blocking=True)  # first: the raw dtype crosses (1 byte a value for uint8)
         if pool is not None:
@@ -207,6 +214,8 @@ class SampleSerde:
         return y
 
     def _device_affine(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        import torch
+
         got = self._on_device.get(device)
         if got is None:
             scale, bias = self._affine._arrays

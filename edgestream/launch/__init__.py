@@ -6,7 +6,7 @@ Importing it registers the engine "local" with the runner's engine registry (run
 
 from edgestream.launch.orchestrator import LaunchError, LocalRun, run_local
 from edgestream.runner.engines import register_engine
-from edgestream.trainer.performer import PERFORMS
+from edgestream.trainer.handlers import PERFORMS
 
 register_engine("local", run_local, host="processes", performs=PERFORMS)
 

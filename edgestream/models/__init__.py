@@ -1,20 +1,21 @@
 """edgestream.models — the model zoo (mlp, cnn-small, resnet18/20, vgg-small), optimizer, LR schedule
 and flat parameter/gradient helpers. See DESIGN.md."""
 
-from edgestream.models.optim import build_optimizer, build_scheduler, lr_at, set_lr
-from edgestream.models.params import flat_params, grads_of, param_names, set_flat_params, set_grads
-from edgestream.models.registry import MODELS, build_model
+from edgestream.lazy import lazy_exports
 
-__all__ = [
-    "MODELS",
-    "build_model",
-    "build_optimizer",
-    "build_scheduler",
-    "flat_params",
-    "grads_of",
-    "lr_at",
-    "param_names",
-    "set_flat_params",
-    "set_grads",
-    "set_lr",
-]
+#: public name -> the module that defines it (loaded on first use: lr_at needs no torch)
+_EXPORTS = {
+    "build_optimizer": "edgestream.models.optim",
+    "build_scheduler": "edgestream.models.optim",
+    "lr_at": "edgestream.models.optim",
+    "set_lr": "edgestream.models.optim",
+    "flat_params": "edgestream.models.params",
+    "grads_of": "edgestream.models.params",
+    "param_names": "edgestream.models.params",
+    "set_flat_params": "edgestream.models.params",
+    "set_grads": "edgestream.models.params",
+    "MODELS": "edgestream.models.registry",
+    "build_model": "edgestream.models.registry",
+}
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-import torch
-from torch import nn
+if TYPE_CHECKING:  # torch loads where a tensor is made: reading a config imports no torch
+    import torch
+    from torch import nn
 
 
 def build_optimizer(
@@ -14,6 +16,8 @@ def build_optimizer(
 ) -> torch.optim.SGD:
     """SGD with momentum and weight decay on all parameters (the papers' setting); multi-tensor
     (foreach) kernels on every device: the same update with far less Python per step."""
+    import torch
+
     return torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum, weight_decay=weight_decay, foreach=True)
 
 
@@ -36,4 +40,6 @@ def build_scheduler(
     optimizer: torch.optim.Optimizer, milestones: Sequence[float], gamma: float
 ) -> torch.optim.lr_scheduler.MultiStepLR:
     """MultiStepLR over integer milestones (rounded), stepped once per epoch by the caller."""
+    import torch
+
     return torch.optim.lr_scheduler.MultiStepLR(optimizer, [round(m) for m in milestones], gamma=gamma)

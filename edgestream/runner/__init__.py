@@ -6,6 +6,7 @@ requests and nothing else; they register by name (`register_engine`), so this pa
 of them."""
 
 from edgestream.lazy import lazy_exports
+from edgestream.runner.evaluate import evaluate  # noqa: F401 - also its module's name: bound here, not lazily
 
 #: public name -> the module that defines it (loaded on first use: the run directory's readers need no torch)
 _EXPORTS = {

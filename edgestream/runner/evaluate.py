@@ -16,19 +16,21 @@ from __future__ import annotations
 import copy
 import threading
 from collections.abc import Callable, Generator
-from typing import Any
-
-import torch
-from torch import Tensor, nn
+from typing import TYPE_CHECKING, Any
 
 from edgestream.runner.stop import StopRule
 from edgestream.tasks import CLASSIFICATION, REGRESSION, Task
+
+if TYPE_CHECKING:  # torch loads where a tensor is made: reading a config imports no torch
+    from torch import Tensor, nn
 
 EVAL_CHUNK = 2048
 
 
 def task_of(y: Tensor) -> Task:
     """The task whose targets look like `y`: float targets are regression, class indices classification."""
+    import torch
+
     return REGRESSION if torch.is_floating_point(y) else CLASSIFICATION
 
 
@@ -36,6 +38,8 @@ def evaluate(model: nn.Module, x: Tensor, y: Tensor, chunk: int = EVAL_CHUNK, *,
              task: Task | None = None) -> dict[str, float]:
     """The metrics of `task` (default: from the targets' dtype, `task_of`) of `model` on (x, y), in eval
     mode, without gradients, in chunks of `chunk` samples; the model's train/eval mode is restored."""
+    import torch
+
     task = task or task_of(y)
     was_training = model.training
     model.eval()

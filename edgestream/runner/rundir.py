@@ -23,8 +23,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Protocol
 
-from edgestream.metrics import EventLog, accuracy_plot, buffer_plot, read_events
-from edgestream.metrics.tensorboard import log_mlflow, write_tensorboard
+from edgestream.metrics.events import EventLog, read_events
 from edgestream.runid import check_run_id, new_run_id
 
 
@@ -69,6 +68,9 @@ def buffer_series(events: Iterable[dict]) -> list[tuple[int, float]]:
 def finish(path: Path, plan: Any, log: EventLog, records: Iterable[dict], *, engine: str, run: str, wall_s: float,
            xlabel: str = "time (s)", **extra: Any) -> dict:
     """Write summary.json (the EventLog's aggregates + `extra`) and the two plots; returns the summary."""
+    from edgestream.metrics.plots import accuracy_plot, buffer_plot  # matplotlib: at the end of a run only
+    from edgestream.metrics.tensorboard import log_mlflow, write_tensorboard
+
     task = plan.task
     summary = log.summary(target=plan.target, wall_s=wall_s, engine=engine, run=run, task=task.name, **extra)
     RunDir(path.parent, path.name).write_summary(summary)

@@ -7,6 +7,7 @@ see edgestream.sync.context), so engines can checkpoint and restore it.
 """
 
 from edgestream.lazy import lazy_exports
+from edgestream.sync.exchange import exchange  # noqa: F401 - also its module's name: bound here, not lazily
 
 #: public name -> the module that defines it (loaded on first use: reading a config's algorithm needs no torch)
 _EXPORTS = {

@@ -20,10 +20,7 @@ w_{t-1} of the next), "G" and "n" (the gradient sum and sample count the next al
 from __future__ import annotations
 
 from collections.abc import Generator, Sequence
-from typing import Any
-
-import torch
-from torch import Tensor
+from typing import TYPE_CHECKING, Any
 
 from edgestream.compression import payload_nbytes, wire_floats
 from edgestream.sync.context import WorkerContext
@@ -41,6 +38,9 @@ from edgestream.sync.requests import (
     TakeBatch,
 )
 
+if TYPE_CHECKING:  # torch loads where a tensor is made: reading a config imports no torch
+    from torch import Tensor
+
 PARAMS = (
     Param("ref_batch", 32, "int", ge=1, doc="reference batch size"),
     Param("lambda", 0.5, "float", ge=0, doc="delay-compensation coefficient"),
@@ -55,6 +55,8 @@ def delay_compensate(g: Sequence[Tensor], w_t: Sequence[Tensor], w_prev: Sequenc
 
 def worker(ctx: WorkerContext) -> Generator[Any, Any, None]:
     """One ABS-SGD worker (see module doc)."""
+    import torch
+
     p = coerce(PARAMS, ctx.params)
     ref, lam = p["ref_batch"], p["lambda"]
     st = ctx.state

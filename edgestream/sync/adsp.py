@@ -87,10 +87,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Generator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from torch import Tensor
 
 from edgestream.compression import wire_floats
 from edgestream.sync.context import WorkerContext
@@ -112,6 +111,9 @@ from edgestream.sync.requests import (
     SetParams,
     TakeBatch,
 )
+
+if TYPE_CHECKING:  # torch loads where a tensor is made: reading a config imports no torch
+    from torch import Tensor
 
 PARAMS = (
     Param("gamma_s", None, "float", gt=0, optional=True,

@@ -19,13 +19,14 @@ receives the dense update `ps_worker.encode` reconstructs).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from edgestream.sync.coordinator import Coordinator
 from edgestream.sync.ps_worker import BATCH, gradient_worker
 from edgestream.sync.requests import Push
+
+if TYPE_CHECKING:  # torch loads where a tensor is made: reading a config imports no torch
+    import torch
 
 PARAMS = (BATCH,)
 worker = gradient_worker
@@ -46,6 +47,8 @@ class BSPCoordinator(Coordinator):
     def on_push(self, worker: int, push: Push, now: float) -> dict[str, Any] | None:
         # a worker pushes round k only after its pull of round k - 1 returned, i.e. after round k - 1 was
         # applied: the buffer only ever holds the current round (this worker's k-th push is round k)
+        import torch
+
         upd = [t.detach().reshape(w.shape).to(w.dtype) for t, w in zip(push.update, self.w, strict=True)]
         if self.sum is None:
             self.sum = [t.clone() for t in upd]

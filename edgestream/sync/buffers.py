@@ -25,10 +25,10 @@ and the mean is taken at most once per change, whatever M.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-from torch import Tensor, nn
+if TYPE_CHECKING:  # torch loads where a tensor is made: reading a config imports no torch
+    from torch import Tensor, nn
 
 
 def floating_buffers(model: nn.Module) -> list[Tensor]:
@@ -41,19 +41,21 @@ def floating_buffer_names(model: nn.Module) -> list[str]:
     return [n for n, b in model.named_buffers() if b.is_floating_point()]
 
 
-@torch.no_grad()
 def load_buffers(dst: Sequence[Tensor], src: Sequence[Tensor]) -> None:
     """Copy `src` into the tensors `dst` (a model's floating buffers), in place; ValueError when they
     do not match in number or sizes."""
-    dst, src = list(dst), list(src)
-    if len(dst) != len(src):
-        raise ValueError(f"buffers: {len(src)} tensors for the model's {len(dst)} floating buffers")
-    for i, (d, s) in enumerate(zip(dst, src, strict=True)):
-        if d.numel() != s.numel():
-            raise ValueError(f"buffers: tensor {i} has {s.numel()} elements, the model's buffer {tuple(d.shape)}")
-    if dst:
-        torch._foreach_copy_(dst, [s.detach().reshape(d.shape).to(device=d.device, dtype=d.dtype)
-                                   for d, s in zip(dst, src, strict=True)])
+    import torch
+
+    with torch.no_grad():
+        dst, src = list(dst), list(src)
+        if len(dst) != len(src):
+            raise ValueError(f"buffers: {len(src)} tensors for the model's {len(dst)} floating buffers")
+        for i, (d, s) in enumerate(zip(dst, src, strict=True)):
+            if d.numel() != s.numel():
+                raise ValueError(f"buffers: tensor {i} has {s.numel()} elements, the model's buffer {tuple(d.shape)}")
+        if dst:
+            torch._foreach_copy_(dst, [s.detach().reshape(d.shape).to(device=d.device, dtype=d.dtype)
+                                       for d, s in zip(dst, src, strict=True)])
 
 
 class BufferMean:
@@ -61,6 +63,8 @@ class BufferMean:
     tensors)` stores worker w's latest, `value()` is the mean over the workers that pushed."""
 
     def __init__(self, initial: Sequence[Tensor], world: int) -> None:
+        import torch
+
         initial = [t.detach() for t in initial]
         self.shapes = [tuple(t.shape) for t in initial]
         self.dtypes = [t.dtype for t in initial]
@@ -81,6 +85,8 @@ class BufferMean:
         return len(self.shapes)
 
     def _flat(self, tensors: Sequence[Tensor]) -> Tensor:
+        import torch
+
         tensors = list(tensors)
         if len(tensors) != len(self.shapes):
             raise ValueError(f"buffers: {len(tensors)} tensors for the model's {len(self.shapes)} floating buffers")
@@ -90,18 +96,20 @@ class BufferMean:
                                  f"{list(self.shapes[i])}")
         return torch.cat([t.detach().reshape(-1).to(device="cpu", dtype=self.latest.dtype) for t in tensors])
 
-    @torch.no_grad()
     def update(self, worker: int, tensors: Sequence[Tensor]) -> None:
         """Worker `worker`'s current buffers arrived (they replace its previous ones)."""
-        if not self.shapes:
-            return
-        flat = self._flat(tensors)
-        if bool(self.has[worker]):
-            self.sum -= self.latest[worker].double()
-        self.latest[worker] = flat
-        self.has[worker] = True
-        self.sum += flat.double()
-        self._value = None
+        import torch
+
+        with torch.no_grad():
+            if not self.shapes:
+                return
+            flat = self._flat(tensors)
+            if bool(self.has[worker]):
+                self.sum -= self.latest[worker].double()
+            self.latest[worker] = flat
+            self.has[worker] = True
+            self.sum += flat.double()
+            self._value = None
 
     def value(self) -> list[Tensor]:
         """The global buffers: fresh tensors, never changed afterwards (a later update makes new ones)."""
@@ -118,13 +126,15 @@ class BufferMean:
     def state_dict(self) -> dict[str, Any]:
         return {"latest": self.latest.clone(), "has": self.has.clone()}
 
-    @torch.no_grad()
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        latest, has = state["latest"], state["has"]
-        if tuple(latest.shape) != tuple(self.latest.shape):
-            raise ValueError(f"buffers: the checkpoint holds {list(latest.shape)} (workers x buffer elements), "
-                             f"this run {list(self.latest.shape)}")
-        self.latest.copy_(latest)
-        self.has.copy_(has)
-        self.sum = self.latest[self.has].double().sum(0) if bool(self.has.any()) else torch.zeros_like(self.sum)
-        self._value = None if bool(self.has.any()) else self.initial
+        import torch
+
+        with torch.no_grad():
+            latest, has = state["latest"], state["has"]
+            if tuple(latest.shape) != tuple(self.latest.shape):
+                raise ValueError(f"buffers: the checkpoint holds {list(latest.shape)} (workers x buffer elements), "
+                                 f"this run {list(self.latest.shape)}")
+            self.latest.copy_(latest)
+            self.has.copy_(has)
+            self.sum = self.latest[self.has].double().sum(0) if bool(self.has.any()) else torch.zeros_like(self.sum)
+            self._value = None if bool(self.has.any()) else self.initial

@@ -32,14 +32,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
-
-import torch
-from torch import Tensor
+from typing import TYPE_CHECKING, Any
 
 from edgestream.models.optim import lr_at
 from edgestream.sync.buffers import BufferMean
 from edgestream.sync.requests import Pulled, Push
+
+if TYPE_CHECKING:  # torch loads where a tensor is made: reading a config imports no torch
+    from torch import Tensor
 
 
 @dataclass
@@ -79,19 +79,21 @@ class ServerSGD:
         self.weight_decay = float(weight_decay)
         self.buf: list[Tensor] | None = None
 
-    @torch.no_grad()
     def step(self, direction: Sequence[Tensor], lr: float) -> None:
-        d = [t.detach().reshape(p.shape).to(p.dtype) for t, p in zip(direction, self.params, strict=True)]
-        if self.weight_decay:
-            d = torch._foreach_add(d, self.params, alpha=self.weight_decay)
-        if self.momentum:
-            if self.buf is None:
-                self.buf = [t.clone() for t in d]
-            else:
-                torch._foreach_mul_(self.buf, self.momentum)
-                torch._foreach_add_(self.buf, d)
-            d = self.buf
-        torch._foreach_add_(self.params, d, alpha=-float(lr))
+        import torch
+
+        with torch.no_grad():
+            d = [t.detach().reshape(p.shape).to(p.dtype) for t, p in zip(direction, self.params, strict=True)]
+            if self.weight_decay:
+                d = torch._foreach_add(d, self.params, alpha=self.weight_decay)
+            if self.momentum:
+                if self.buf is None:
+                    self.buf = [t.clone() for t in d]
+                else:
+                    torch._foreach_mul_(self.buf, self.momentum)
+                    torch._foreach_add_(self.buf, d)
+                d = self.buf
+            torch._foreach_add_(self.params, d, alpha=-float(lr))
 
     def state_dict(self) -> dict[str, Any]:
         return {"buf": None if self.buf is None else [t.clone() for t in self.buf]}
@@ -236,6 +238,8 @@ class Coordinator:
         return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        import torch
+
         with torch.no_grad():
             torch._foreach_copy_(self.w, list(state["w"]))
         self.opt.load_state_dict(state["opt"])
@@ -256,4 +260,4 @@ class Coordinator:
 
 
 #: coordinator factory registered beside an algorithm's worker: (server context, initial model) -> coordinator
-CoordinatorFactory = Callable[[ServerContext, Sequence[Tensor]], Coordinator]
+CoordinatorFactory = Callable[[ServerContext, Sequence["Tensor"]], Coordinator]

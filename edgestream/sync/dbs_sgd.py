@@ -14,14 +14,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Generator, Sequence
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from edgestream.sync.context import WorkerContext
 from edgestream.sync.exchange import Codec, synchronous_step
 from edgestream.sync.params import Param, coerce
 from edgestream.sync.requests import AllReduce, Compute, ComputeResult, GetParams, Log, Now, TakeBatch
+
+if TYPE_CHECKING:  # torch loads where a tensor is made: reading a config imports no torch
+    pass
 
 PARAMS = (
     Param("base_batch", 64, "int", ge=1, doc="per-worker base batch; global batch B = base_batch * M"),
@@ -61,6 +62,8 @@ def reassign_batches(speeds: Sequence[float], total: int, min_batch: int = 1) ->
 
 def worker(ctx: WorkerContext) -> Generator[Any, Any, None]:
     """One dbs-sgd worker (see module doc)."""
+    import torch
+
     p = coerce(PARAMS, ctx.params)
     m = ctx.world_size
     total = p["base_batch"] * m

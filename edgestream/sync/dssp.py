@@ -36,15 +36,16 @@ The rule, and choices where ALGORITHMS.md is silent:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
-
-from torch import Tensor
+from typing import TYPE_CHECKING, Any
 
 from edgestream.sync.coordinator import ServerContext
 from edgestream.sync.params import Param
 from edgestream.sync.ps_worker import BATCH, gradient_worker
 from edgestream.sync.requests import Pulled, Push
 from edgestream.sync.ssp import SSPCoordinator
+
+if TYPE_CHECKING:  # torch loads where a tensor is made: reading a config imports no torch
+    from torch import Tensor
 
 S_LOW = Param("s_low", 3, "int", ge=0, doc="lower staleness threshold (plain SSP bound before a prediction)")
 R = Param("r", 12, "int", ge=0, doc="range: the threshold varies in [s_low, s_low + r]")

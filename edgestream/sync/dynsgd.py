@@ -31,15 +31,15 @@ Choices where ALGORITHMS.md is silent (following the paper):
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
-
-import torch
-from torch import Tensor
+from typing import TYPE_CHECKING, Any
 
 from edgestream.sync.coordinator import ServerContext
 from edgestream.sync.ps_worker import BATCH, gradient_worker
 from edgestream.sync.requests import Push
 from edgestream.sync.ssp import S, SSPCoordinator
+
+if TYPE_CHECKING:  # torch loads where a tensor is made: reading a config imports no torch
+    from torch import Tensor
 
 PARAMS = (S, BATCH)
 worker = gradient_worker
@@ -57,6 +57,8 @@ class DynSGDCoordinator(SSPCoordinator):
         self.U: dict[int, list[Tensor]] = {}        # u(PS, v) in gradient units (absent: 0)
 
     def on_push(self, worker: int, push: Push, now: float) -> dict[str, Any] | None:
+        import torch
+
         v = self.V[worker]
         d = self.S.get(v, 1)
         g = [t.detach().reshape(p.shape).to(p.dtype) for t, p in zip(push.update, self.w, strict=True)]

@@ -49,16 +49,18 @@ overrides it.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from torch import Tensor
 
 from edgestream.sync.coordinator import Coordinator, ServerContext
 from edgestream.sync.params import Param
 from edgestream.sync.ps_worker import BATCH, gradient_worker
 from edgestream.sync.requests import Push
 from edgestream.sync.zipline import ZipLineResult, full_grid_scan, grid_scan, zipline, zipline_opt, zipline_opt_bs
+
+if TYPE_CHECKING:  # torch loads where a tensor is made: reading a config imports no torch
+    from torch import Tensor
 
 R = Param("R", 15, "int", ge=1, doc="lookahead: predicted future pushes per worker that ZipLine chooses from")
 worker = gradient_worker

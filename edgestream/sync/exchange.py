@@ -23,10 +23,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
-
-import torch
-from torch import Tensor
+from typing import TYPE_CHECKING, Any
 
 from edgestream.compression import (
     AdaptiveTopKState,
@@ -42,6 +39,10 @@ from edgestream.compression import (
     wire_floats,
 )
 from edgestream.sync.requests import Ack, AllGather, AllReduce, Apply
+
+if TYPE_CHECKING:  # torch loads where a tensor is made: reading a config imports no torch
+    import torch
+    from torch import Tensor
 
 _IDENTITY = NoneCompressor()
 
@@ -106,12 +107,16 @@ def _meta(weight: float, flag: float, dtype: torch.dtype, device: Any) -> Tensor
     per step and there are few distinct values (building a tensor costs more than the step's other
     bookkeeping); safe to share because no engine's collective modifies its inputs (all-gathers
     copy them: the simulator snapshots, the real runtime packs into its own buffers)."""
+    import torch
+
     return torch.tensor([weight, flag], dtype=dtype, device=device)
 
 
 def _divide(sums: Sequence[Tensor], total: float) -> list[Tensor]:
     """s / total for every tensor, in one call (a foreach op: one Python call, not one per tensor; on the
     CPU the same division per tensor as `s / total`). A total of 1 divides nothing: s / 1.0 == s bit for bit."""
+    import torch
+
     sums = list(sums)
     return list(torch._foreach_div(sums, total)) if sums and total != 1.0 else sums
 
@@ -142,6 +147,8 @@ def exchange(
     compressor/memory: None for dense; names: per-tensor keys for the memory (default "0", "1", ...);
     adaptive: this worker's adaptive Top-k statistic (then `compressor` must be Top-k-like).
     """
+    import torch
+
     if weight < 0:
         raise ValueError(f"exchange weight must be >= 0, got {weight}")
     grads = list(grads)

@@ -22,9 +22,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Generator
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from edgestream.compression import payload_nbytes, wire_floats
 from edgestream.sync.context import WorkerContext
@@ -40,6 +38,9 @@ from edgestream.sync.requests import (
     SetParams,
     TakeBatch,
 )
+
+if TYPE_CHECKING:  # torch loads where a tensor is made: reading a config imports no torch
+    pass
 
 _BATCH = Param("batch", None, "int", ge=1, optional=True, doc="batch size; null = the run's batch policy")
 LOCAL_SGD_PARAMS = (Param("tau", 8, "int", ge=1, doc="local steps between averagings"), _BATCH)
@@ -86,6 +87,8 @@ def _periodic_averaging(
     ctx: WorkerContext, params: dict[str, Any], adaptive: bool
 ) -> Generator[Any, Any, None]:
     """tau local steps, then one averaging all-reduce; adacomm re-picks tau (see module doc)."""
+    import torch
+
     st = ctx.state
     tau_0 = params["tau"]
     tau = int(st.get("tau", tau_0))

@@ -36,10 +36,7 @@ worker restored from a Log in mid-period finishes that period.
 from __future__ import annotations
 
 from collections.abc import Generator, Mapping, Sequence
-from typing import Any
-
-import torch
-from torch import Tensor
+from typing import TYPE_CHECKING, Any
 
 from edgestream.compression import wire_floats
 from edgestream.models.optim import lr_at
@@ -59,12 +56,17 @@ from edgestream.sync.requests import (
     SetParams,
 )
 
+if TYPE_CHECKING:  # torch loads where a tensor is made: reading a config imports no torch
+    from torch import Tensor
+
 FIXED_PARAMS = FIXED_ADACOMM_PARAMS
 ADAPTIVE_PARAMS = ADACOMM_PARAMS
 
 
 def _commit_worker(ctx: WorkerContext, params: dict[str, Any]) -> Generator[Any, Any, None]:
     """tau local steps, commit the displacement, pull the average; tau comes back with the pull."""
+    import torch
+
     st = ctx.state
     codec = Codec.from_spec(ctx.compression)
     codec.load_state_dict(st.get("codec", {}))

@@ -24,15 +24,16 @@ State (`ctx.state`, complete at each Log): "version" (of the model last pulled) 
 from __future__ import annotations
 
 from collections.abc import Generator, Sequence
-from typing import Any
-
-from torch import Tensor
+from typing import TYPE_CHECKING, Any
 
 from edgestream.compression import NoneCompressor, payload_nbytes, wire_floats
 from edgestream.sync.context import WorkerContext
 from edgestream.sync.exchange import Codec, _compression_loss
 from edgestream.sync.params import Param, coerce
 from edgestream.sync.requests import Ack, Compute, ComputeResult, Log, Pull, Pulled, Push, SetParams, TakeBatch
+
+if TYPE_CHECKING:  # torch loads where a tensor is made: reading a config imports no torch
+    from torch import Tensor
 
 #: the batch parameter every PS worker takes
 BATCH = Param("batch", None, "int", ge=1, optional=True,

@@ -7,15 +7,19 @@ rank order, so the floating-point result does not depend on arrival order.
 
 from __future__ import annotations
 
-import torch
-from torch import Tensor
+from typing import TYPE_CHECKING
 
 from edgestream.sync.requests import AllReduce
+
+if TYPE_CHECKING:  # torch loads where a tensor is made: reading a config imports no torch
+    from torch import Tensor
 
 
 def reduce_all(requests: list[AllReduce]) -> list[Tensor]:
     """sum_i t_i (op "sum") or sum_i w_i t_i / sum_i w_i (op "weighted_mean"), per tensor, rank order. The
     sum of one request is its own tensors (detached, not copied); every other result is fresh tensors."""
+    import torch
+
     first = requests[0]
     ops = {r.op for r in requests}
     if len(ops) != 1:

@@ -30,11 +30,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
-
-from torch import Tensor
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from edgestream.compression.base import payload_nbytes
+
+if TYPE_CHECKING:  # torch loads where a tensor is made: reading a config imports no torch
+    from torch import Tensor
 
 ReduceOp = Literal["weighted_mean", "sum"]
 

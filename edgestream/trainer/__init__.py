@@ -1,6 +1,13 @@
 """edgestream.trainer — the real performer: Kafka batches, torch forward/backward, torch.distributed
 collectives, offset acks and checkpoints; `edgestream train` (see main.py)."""
 
-from edgestream.trainer.main import DistEnv, TrainerError, train
+from edgestream.lazy import lazy_exports
 
-__all__ = ["DistEnv", "TrainerError", "train"]
+#: public name -> the module that defines it (loaded on first use: the orchestrator needs no torch)
+_EXPORTS = {
+    "DistEnv": "edgestream.trainer.main",
+    "TrainerError": "edgestream.trainer.main",
+    "train": "edgestream.trainer.main",
+}
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)

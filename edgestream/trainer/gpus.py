@@ -22,10 +22,12 @@ import os
 import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-
-import torch
+from typing import TYPE_CHECKING
 
 from edgestream.trainer.backend import BackendError, check_requested, ranks_text, shared_gpus
+
+if TYPE_CHECKING:  # torch loads where a tensor is made: reading a config imports no torch
+    pass
 
 TOLD = ("cpu", "cuda")
 
@@ -99,6 +101,8 @@ def gpu_identity(index: int) -> tuple[str, str]:
     """(UUID, model name) of visible GPU `index`: the UUID tells ranks that share one GPU apart from ranks
     on GPUs of their own, also across containers that each see it as cuda:0. Without a UUID (an old
     torch or driver): the host name and PCI bus, then the host and index."""
+    import torch
+
     props = torch.cuda.get_device_properties(index)
     raw = getattr(props, "uuid", None)
     uuid = str(raw or "")
@@ -116,6 +120,8 @@ def device_for(local_rank: int, gpus: Sequence[int] | None = None,
                environ: Mapping[str, str] | None = None) -> Placement:
     """This process's Placement by `place`, from EDGESTREAM_DEVICE, CUDA_VISIBLE_DEVICES, runtime.gpus
     and what torch sees, with the GPU's identity; GpuError as `place`."""
+    import torch
+
     env = os.environ if environ is None else environ
     told = check_told(env.get("EDGESTREAM_DEVICE"))
     count = torch.cuda.device_count() if told != "cpu" and torch.cuda.is_available() else 0
@@ -157,6 +163,8 @@ def check_local(world: int, gpus: Sequence[int] | None = None, environ: Mapping[
     env = os.environ if environ is None else environ
     if not (env.get("EDGESTREAM_BACKEND") or env.get("EDGESTREAM_DEVICE") or gpus):
         return None
+    import torch
+
     try:
         requested = check_requested(env.get("EDGESTREAM_BACKEND"))
         told = check_told(env.get("EDGESTREAM_DEVICE"))

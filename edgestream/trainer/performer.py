@@ -71,6 +71,7 @@ from edgestream.sync.requests import (
 from edgestream.tasks import CLASSIFICATION, Task
 from edgestream.trainer.collectives import DistCollectives, Pending
 from edgestream.trainer.graphs import GraphedForward
+from edgestream.trainer.handlers import HANDLERS
 
 _TAG_SLOWDOWN = 0x51_0e
 #: without checkpoints, the newest ack is committed at most this often (seconds; the host's default)
@@ -373,13 +374,3 @@ class TrainerPerformer:
 
     def _sleep(self, req: Sleep) -> None:
         self.stop_event.wait(req.seconds)
-
-
-#: request kind -> the TrainerPerformer method that performs it. Its keys are the "local" engine's
-#: capabilities (runner/engines.py): the collective family and, through the Kafka PS, the parameter-server one
-HANDLERS: dict[type, str] = {
-    TakeBatch: "_take", Compute: "_compute", AllReduce: "_collective", AllGather: "_collective", Start: "_start",
-    Poll: "_poll", Wait: "_wait", Apply: "_apply", GetParams: "_get_params", SetParams: "_set_params", Ack: "_ack",
-    Inject: "_inject", Now: "_now", Sleep: "_sleep", Log: "_log", Push: "_push", Pull: "_pull",
-}
-PERFORMS: frozenset[type] = frozenset(HANDLERS)

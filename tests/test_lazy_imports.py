@@ -1,0 +1,64 @@
+"""What a process imports to start: the orchestrator, the producer and `config`'s schema need no torch,
+matplotlib or scipy (each costs every process seconds of CPU); the packages' names load on first use
+(edgestream/lazy.py) and each still names what it always named."""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import subprocess
+import sys
+import textwrap
+import types
+
+import pytest
+
+import edgestream
+
+LAZY = ["edgestream", "edgestream.runner", "edgestream.metrics", "edgestream.data", "edgestream.producers",
+        "edgestream.sync", "edgestream.models", "edgestream.compression", "edgestream.trainer"]
+
+_BLOCKED = textwrap.dedent("""
+    import sys
+    class Block:
+        def find_spec(self, name, path=None, target=None):
+            if name.split(".")[0] in ("torch", "matplotlib", "scipy") or name.startswith("sklearn."):
+                raise ImportError(f"{name} imported")
+    sys.meta_path.insert(0, Block())
+""")
+
+
+@pytest.mark.parametrize("algorithm", ["ddl", "scadles", "ssp", "adsp", "elastic-bsp"])
+def test_the_orchestrator_and_the_producer_start_without_torch(tmp_path, algorithm):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"name: c\ndata: {{dataset: digits}}\ndevices: {{count: 3}}\nalgorithm: {{name: {algorithm}}}\n")
+    code = _BLOCKED + textwrap.dedent(f"""
+        import edgestream.launch, edgestream.launch.command, edgestream.producers.stream_producer
+        from edgestream.config import load_config
+        from edgestream.runner.plan import RunPlan
+        from edgestream.runner.engines import check_runs
+        plan = RunPlan.resolve(load_config({str(cfg)!r}))
+        check_runs("local", plan.algorithm)
+        serde = plan.serde
+        x = plan.dataset.x_train[0]
+        value = serde.encode(x, int(plan.dataset.y_train[0]), 0, 0, 0.0)
+        assert len(value) == serde.message_bytes
+        print("ok", plan.algorithm.family)
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.startswith("ok"), done.stderr[-2000:]
+
+
+def test_every_lazy_name_is_what_its_module_defines():
+    for info in pkgutil.walk_packages(edgestream.__path__, "edgestream."):
+        importlib.import_module(info.name)  # a submodule imported binds its name in the package...
+    for name in LAZY:
+        pkg = importlib.import_module(name)
+        exports = pkg._EXPORTS
+        assert sorted(exports) == sorted(set(dir(pkg)) & set(exports))
+        for attr, module in exports.items():  # ...yet each exported name is still the object it names
+            value = getattr(pkg, attr)
+            assert not isinstance(value, types.ModuleType), f"{name}.{attr} is a module"
+            assert value is getattr(importlib.import_module(module), attr)
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        edgestream.sync.nope  # noqa: B018
