@@ -50,7 +50,7 @@ from edgestream.producers.status import account, printed_summary
 from edgestream.runid import check_run_id, new_run_id
 from edgestream.runner.engines import check_runs
 from edgestream.runner.plan import RunPlan
-from edgestream.runner.rundir import PS_FILE, record_session, write_local_rundir
+from edgestream.runner.rundir import PS_FILE, record_session, starting_phase, write_local_rundir
 from edgestream.trainer.gpus import check_local
 
 #: seconds the other trainers get to finish after the first one stopped at the agreed stop condition
@@ -510,8 +510,9 @@ class LocalRun:
         env[TOPIC_SETTINGS_ENV] = self.topic_settings.to_json()  # every child creates topics with the run's
         self.children.handover = (SECRET_FD_ENV, self._secrets) if self._secrets else None
         self._producer_args = (config_file, common, env)
-        for stale in (self.path / "ranks").glob("*.ready"):  # a resumed run's previous session
-            stale.unlink()
+        for pattern in ("*.ready", "*.phase"):  # a resumed run's previous session
+            for stale in (self.path / "ranks").glob(pattern):
+                stale.unlink()
         port = free_port({int(self.bootstrap.rsplit(":", 1)[-1])} if self.bootstrap.rsplit(":", 1)[-1].isdigit()
                          else None)
         threads = str(max(1, (os.cpu_count() or 1) // self.world))
@@ -637,6 +638,8 @@ class LocalRun:
                                 f"of the others", child=self.trainers[late])
             if state.status == "starting" and any(d.step is not None for d in state.devices.values()):
                 state.status = "training"
+            elif state.status == "starting":  # what the trainers are doing meanwhile (ranks/<rank>.phase)
+                state.phase = starting_phase(self.path / "ranks", self.world)
             time.sleep(0.1)
 
     def _name_kafka_outage(self, outcome: _Outcome) -> None:

@@ -69,6 +69,7 @@ class LiveState:
         self.metric = "accuracy"
         self.eval_step: int | None = None
         self.status = "starting"
+        self.phase: str | None = None      # while starting: what the trainers are doing (runner.rundir.starting_phase)
         self.ps: PSState | None = None     # a parameter-server run's PS figures
         self.kafka = KafkaWaits()          # the devices waiting for Kafka (their "wait" records)
         self.warnings: list[str] = []      # the trainers' warning lines (lag_warning) not yet shown
@@ -122,13 +123,19 @@ class LiveState:
         return out
 
     @property
+    def shown_status(self) -> str:
+        """The status, with what the trainers are doing while it is "starting"."""
+        return f"{self.status} ({self.phase})" if self.status == "starting" and self.phase else self.status
+
+    @property
     def elapsed(self) -> float:
         return time.monotonic() - self.t0
 
     def headline(self) -> str:
         acc = f"{self.accuracy:.3f} (step {self.eval_step})" if self.accuracy is not None else "-"
         wait = self.kafka.text()  # a device waiting for Kafka
-        return f"{self.run} | {self.elapsed:6.1f} s | {self.metric} {acc} | {self.status}" + (f" | {wait}" * bool(wait))
+        head = f"{self.run} | {self.elapsed:6.1f} s | {self.metric} {acc} | {self.shown_status}"
+        return head + (f" | {wait}" * bool(wait))
 
     def table(self) -> Any:
         from rich.table import Table
@@ -155,7 +162,7 @@ class LiveState:
         buf = [s.buffer for s in self.devices.values() if s.buffer is not None]
         shares = [s.shares() for s in self.devices.values()]
         shares = [x for x in shares if x is not None]
-        part = [f"[{self.elapsed:7.1f}s] {self.status}",
+        part = [f"[{self.elapsed:7.1f}s] {self.shown_status}",
                 f"steps {min(steps)}-{max(steps)}" if steps else "steps -",
                 f"{self.metric} {self.accuracy:.3f}" if self.accuracy is not None else f"{self.metric} -",
                 f"trained/s {sum(tps):.0f}" if tps else "trained/s -",

@@ -138,6 +138,38 @@ def rank_files(ranks_dir: Path) -> dict[int, Path]:
     return dict(sorted(out.items()))
 
 
+def write_phase(ranks_dir: Path, rank: int, phase: str | None) -> None:
+    """ranks/<rank>.phase: what a starting trainer is doing ("opening the device stream"), read by the
+    orchestrator's status line (`starting_phase`); `None` (the trainer is ready) removes it. Best effort: a
+    run never fails for its status line."""
+    path = ranks_dir / f"{rank}.phase"
+    try:
+        if phase is None:
+            path.unlink(missing_ok=True)
+        else:
+            tmp = path.with_name(path.name + ".tmp")
+            tmp.write_text(phase)
+            tmp.replace(path)
+    except OSError:
+        pass
+
+
+def starting_phase(ranks_dir: Path, world: int) -> str:
+    """What the trainers of a starting run are doing, grouped: "rendezvous x2" or "importing x1, opening
+    the device stream x1" (no phase file and not ready yet: its Python is still importing); "waiting for
+    the first batch" once every trainer is ready."""
+    count: dict[str, int] = {}
+    for rank in range(world):
+        if (ranks_dir / f"{rank}.ready").exists():
+            continue
+        try:
+            phase = (ranks_dir / f"{rank}.phase").read_text().strip() or "importing"
+        except OSError:
+            phase = "importing"
+        count[phase] = count.get(phase, 0) + 1
+    return ", ".join(f"{p} x{n}" for p, n in count.items()) if count else "waiting for the first batch"
+
+
 def parse_line(line: bytes) -> dict | None:
     try:
         rec = json.loads(line)

@@ -256,6 +256,7 @@ def _train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: bo
     from edgestream.runner.engines import EngineError, check_runs
     from edgestream.runner.evaluate import BackgroundEvaluation
     from edgestream.runner.plan import RunPlan
+    from edgestream.runner.rundir import write_phase
     from edgestream.runner.session import WorkerSession
     from edgestream.trainer.backend import BackendError, check_requested
     from edgestream.trainer.checkpoint import (
@@ -296,10 +297,12 @@ def _train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: bo
     log.info("rank %d/%d run %s device %s backend %s reduction %s bootstrap %s", env.rank, env.world, run,
              placed.text(), requested or "automatic", cfg.runtime.reduction, bootstrap)
 
+    write_phase(ranks, env.rank, "building the model")
     try:  # every rank (and every engine) starts from the same model
         model = plan.build_model().to(device).train()
     except EngineError as exc:
         raise TrainerError(f"device {env.rank}: " + "; ".join(exc.problems)) from None
+    write_phase(ranks, env.rank, "building the optimizer")  # torch's first optimizer imports its compiler: ~2 s
     optimizer = plan.build_optimizer(model)
     ckpt_file = checkpoint_path(run_dir, env.rank)
     ckpt_ident = identity(run, env.rank, config_pin(cfg))  # checked on load, written into every checkpoint
@@ -329,6 +332,7 @@ def _train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: bo
     commit = "sync" if plan.checkpoint_every is not None else "async"
     waits = OutageRecords(env.rank)  # every Kafka client of this rank waits through one outage
     outage = Outage(bootstrap, cfg.runtime.kafka_outage_s, listener=waits)
+    write_phase(ranks, env.rank, "opening the device stream")
     try:
         # on a GPU the batch crosses as uint8 and is normalised there (consumers/dataset.py)
         dataset = plan.kafka_dataset(bootstrap, run, env.rank, timeout=1.0, commit=commit, torch_device=device,
@@ -343,6 +347,7 @@ def _train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: bo
     ps_client = None
     if ps_run:  # the workers meet only at the parameter server, through Kafka: no rendezvous
         backend = "kafka-ps"
+        write_phase(ranks, env.rank, "joining the parameter server")
         try:
             ps_client = _join_ps(plan, bootstrap, run, env, model, device, stop_event, fresh=ckpt is None,
                                  outage=outage)
@@ -351,6 +356,7 @@ def _train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: bo
             raise
     else:
         timeout_s = float(os.environ.get("EDGESTREAM_RENDEZVOUS_TIMEOUT_S", RENDEZVOUS_TIMEOUT_S))
+        write_phase(ranks, env.rank, f"rendezvous of {env.world}")
         try:
             backend, note = _rendezvous(env, placed, requested, timeout_s,
                                         collective_timeout_s(cfg.runtime.kafka_outage_s, timeout_s))
@@ -362,6 +368,7 @@ def _train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: bo
             raise
 
     (ranks / f"{env.rank}.ready").touch()  # rendezvous done, consumers open (the orchestrator waits for it)
+    write_phase(ranks, env.rank, None)
     meters: dict[int, StepMeter] = {}
     every = plan.checkpoint_every
     compute = plan.compute
