@@ -226,13 +226,18 @@ class LocalCluster(StateFile):
         return self.node_for_broker_id(self.partition(topic, partition, timeout).leader)
 
     def wait_brokers(self, count: int | None = None, timeout: float = 60.0) -> list[int]:
-        """Wait until the metadata lists `count` brokers (default every node); BrokerError after timeout."""
+        """Wait until the metadata lists `count` brokers (default every node) as every running node tells it: each
+        broker's metadata cache catches up with the controller on its own, so one node listing them all does not
+        mean the next client, answered by another node, sees them; BrokerError after timeout."""
         count = len(self.nodes) if count is None else count
         deadline = time.monotonic() + timeout
         ids: list[int] = []
         while time.monotonic() < deadline:
-            ids = self.broker_ids(timeout=min(5.0, max(0.5, deadline - time.monotonic())))
-            if len(ids) >= count:
+            wait = min(5.0, max(0.5, deadline - time.monotonic()))
+            told = [sorted(self._broker_ids(f"{n.advertised_host}:{n.port}", wait))
+                    for n in self.nodes if n.running_pid() is not None]
+            ids = min(told, key=len) if told else []
+            if told and len(ids) >= count:
                 return ids
             time.sleep(0.3)
         raise BrokerError(f"the cluster metadata lists brokers {ids}, not {count}, after {timeout:.0f} s")
