@@ -50,7 +50,7 @@ from edgestream.producers.status import account, printed_summary
 from edgestream.runid import check_run_id, new_run_id
 from edgestream.runner.engines import check_runs
 from edgestream.runner.plan import RunPlan
-from edgestream.runner.rundir import PS_FILE, record_session, starting_phase, write_local_rundir
+from edgestream.runner.rundir import PS_FILE, is_ready, record_session, starting_phase, write_local_rundir
 from edgestream.trainer.gpus import check_local
 
 #: seconds the other trainers get to finish after the first one stopped at the agreed stop condition
@@ -575,7 +575,7 @@ class LocalRun:
         ranks/<rank>.ready), so the streams begin when training can: the simulator's t = 0. A producer
         streaming from its own start would stream for the trainers' start-up time (seconds of torch
         imports) into a backlog the simulated run never has."""
-        if self._released or not all((self.path / "ranks" / f"{r}.ready").exists() for r in range(self.world)):
+        if self._released or not all(is_ready(self.path / "ranks", r) for r in range(self.world)):
             return
         self._go_file.touch()
         self._released = True

@@ -154,13 +154,18 @@ def write_phase(ranks_dir: Path, rank: int, phase: str | None) -> None:
         pass
 
 
+def is_ready(ranks_dir: Path, rank: int) -> bool:
+    """Whether trainer `rank` wrote ranks/<rank>.ready (rendezvous done, device stream open)."""
+    return (ranks_dir / f"{rank}.ready").exists()
+
+
 def starting_phase(ranks_dir: Path, world: int) -> str:
     """What the trainers of a starting run are doing, grouped: "rendezvous x2" or "importing x1, opening
     the device stream x1" (no phase file and not ready yet: its Python is still importing); "waiting for
     the first batch" once every trainer is ready."""
     count: dict[str, int] = {}
     for rank in range(world):
-        if (ranks_dir / f"{rank}.ready").exists():
+        if is_ready(ranks_dir, rank):
             continue
         try:
             phase = (ranks_dir / f"{rank}.phase").read_text().strip() or "importing"
