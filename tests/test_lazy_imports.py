@@ -28,10 +28,18 @@ _BLOCKED = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize("algorithm", ["ddl", "scadles", "ssp", "adsp", "elastic-bsp"])
-def test_the_orchestrator_and_the_producer_start_without_torch(tmp_path, algorithm):
+@pytest.mark.parametrize(("algorithm", "data", "devices"), [
+    ("ddl", "{dataset: digits}", 3),
+    ("scadles", "{dataset: synthetic, shape: [2, 5, 7], num_classes: 4, n_train: 300, n_test: 60}", 5),
+    ("ssp", "{dataset: synthetic, shape: [12], num_classes: 3, n_train: 200, n_test: 40}", 2),
+    ("adsp", "{dataset: digits}", 4),
+    ("elastic-bsp", "{dataset: synthetic, shape: [3, 16], n_train: 200, n_test: 40}", 3),
+    ("local-sgd", "{dataset: synthetic, shape: [6], n_train: 200, n_test: 40, kwargs: {target_dim: 2}}\n"
+                  "task: regression", 1),
+])
+def test_the_orchestrator_and_the_producer_start_without_torch(tmp_path, algorithm, data, devices):
     cfg = tmp_path / "c.yaml"
-    cfg.write_text(f"name: c\ndata: {{dataset: digits}}\ndevices: {{count: 3}}\nalgorithm: {{name: {algorithm}}}\n")
+    cfg.write_text(f"name: c\ndata: {data}\ndevices: {{count: {devices}}}\nalgorithm: {{name: {algorithm}}}\n")
     code = _BLOCKED + textwrap.dedent(f"""
         import edgestream.launch, edgestream.launch.command, edgestream.producers.stream_producer
         from edgestream.config import load_config
@@ -41,7 +49,8 @@ def test_the_orchestrator_and_the_producer_start_without_torch(tmp_path, algorit
         check_runs("local", plan.algorithm)
         serde = plan.serde
         x = plan.dataset.x_train[0]
-        value = serde.encode(x, int(plan.dataset.y_train[0]), 0, 0, 0.0)
+        y = plan.dataset.y_train[0]
+        value = serde.encode(x, y if y.ndim else y.item(), 0, 0, 0.0)
         assert len(value) == serde.message_bytes
         print("ok", plan.algorithm.family)
     """)
