@@ -244,7 +244,8 @@ def _produce_flags(duration: float | None, report_every: float, flush_timeout: f
 @app.command("produce")
 def produce(config: Path = typer.Argument(..., help="experiment YAML file"),
             bootstrap: str = typer.Option(None, help="HOST:PORT; default runtime.bootstrap, else a managed broker"),
-            run_id: str = typer.Option(None, help="run id (topics <name>-<run id>.dev.<i>); default: a new one. "
+            run_id: str = typer.Option(None, help="run id (topics <name>-<algorithm>-<run id>.dev.<i>); "
+                                       "default: a new one. "
                                        "An existing run continues where its topics end"),
             duration: float = typer.Option(None, help="seconds to stream; default: until SIGINT/SIGTERM"),
             devices: str = typer.Option(None, help="device range this process drives, e.g. 0-15 or 0-7,12"),
@@ -286,7 +287,7 @@ def produce(config: Path = typer.Argument(..., help="experiment YAML file"),
     try:
         plan = RunPlan.resolve(cfg)
         ids = parse_device_range(devices, plan.world)
-        run = run_name(cfg.name, run_id or new_run_id())
+        run = run_name(cfg.name, cfg.algorithm.name, run_id or new_run_id())
     except ValueError as exc:
         _produce_fail(exc, 2)
     stop = {"flag": False}
@@ -431,7 +432,7 @@ def ps_cmd(config: Path = typer.Argument(..., help="experiment YAML file (a para
            bootstrap: str = typer.Option(None, help="HOST:PORT of the broker; default runtime.bootstrap"),
            out: Path = typer.Option(None, "--out", help="parent of the run directory; default runtime.out"),
            set_: list[str] = typer.Option(None, "--set", help="override KEY.PATH=VALUE (repeatable)")) -> None:
-    """Serve the parameter server of run <name>-RUN_ID through Kafka (workers push to <run>.ps.push, replies
+    """Serve the parameter server of run <name>-<algorithm>-RUN_ID through Kafka (workers push to <run>.ps.push, replies
     go to <run>.ps.pull.<i>) until every worker was told to stop. Restarted, it continues from
     checkpoints/ps.pt and replays the pushes after it. Writes ranks/ps.jsonl, ps.log, ps.summary.json."""
     from edgestream.ps.server import PSError, serve
@@ -579,7 +580,7 @@ def reproduce_cmd(claims: list[str] = typer.Argument(None, help="claims to run (
 
 
 @app.command("status")
-def status_cmd(run: str = typer.Argument(..., help="run id, or the run name <name>-<run id>"),
+def status_cmd(run: str = typer.Argument(..., help="run id, or the run name <name>-<algorithm>-<run id>"),
                bootstrap: str = typer.Option(None, "--bootstrap", help="HOST:PORT of the broker; default the "
                                              "config's runtime.bootstrap"),
                config: Path = typer.Option(None, "--config", help="experiment YAML: its runtime.bootstrap and "
@@ -627,10 +628,12 @@ def status_cmd(run: str = typer.Argument(..., help="run id, or the run name <nam
 
 
 @app.command("collect")
-def collect_cmd(run_dir: Path = typer.Argument(..., help="run directory <out>/<name>-<run id> holding ranks/ "
+def collect_cmd(run_dir: Path = typer.Argument(..., help="run directory <out>/<name>-<algorithm>-<run id> "
+                                                     "holding ranks/ "
                                                      "(with --run-id: its parent <out>)"),
                 config: Path = typer.Option(None, "--config", help="experiment YAML; default RUN_DIR/config.yaml"),
-                run_id: str = typer.Option(None, "--run-id", help="RUN_DIR is <out>: collect <out>/<name>-<run id>"),
+                run_id: str = typer.Option(None, "--run-id", help="RUN_DIR is <out>: collect "
+                                            "<out>/<name>-<algorithm>-<run id>"),
                 set_: list[str] = typer.Option(None, "--set", help="override KEY.PATH=VALUE (repeatable)")) -> None:
     """Write RUN_DIR's events.jsonl, summary.json and plots from the trainers' ranks/ files (for trainers
     started without `edgestream run`: containers, torchrun across machines). Prints the summary."""
@@ -644,7 +647,7 @@ def collect_cmd(run_dir: Path = typer.Argument(..., help="run directory <out>/<n
         raise typer.Exit(2)
     cfg = _load(cfg_path, set_)
     if run_id is not None:
-        run_dir = run_dir / run_name(cfg.name, run_id)
+        run_dir = run_dir / run_name(cfg.name, cfg.algorithm.name, run_id)
     try:
         summary = collect_rundir(run_dir, RunPlan.resolve(cfg))
     except FileNotFoundError as exc:
@@ -713,7 +716,8 @@ def _check_run_id(run_id: str | None) -> None:
 def run_cmd(config: Path = typer.Argument(None, help="experiment YAML file (optional with --resume)"),
             engine: str = typer.Option(None, "--engine", help="sim | local; default runtime.engine"),
             out: Path = typer.Option(None, "--out", help="parent of the run directory; default runtime.out"),
-            run_id: str = typer.Option(None, "--run-id", help="run id (folder <name>-<run id>); default new"),
+            run_id: str = typer.Option(None, "--run-id", help="run id (folder <name>-<algorithm>-<run id>); "
+                                        "default new"),
             set_: list[str] = typer.Option(None, "--set", help="override KEY.PATH=VALUE (repeatable)"),
             bootstrap: str = typer.Option(None, "--bootstrap", help="local engine: HOST:PORT of the broker; "
                                           "default runtime.bootstrap, else the managed local broker"),

@@ -86,7 +86,8 @@ def _runs(bootstrap: str, security: dict, names: list[str] | None) -> list[RunIn
 
 
 @topics_app.command("list")
-def topics_list(run: list[str] = typer.Option(None, "--run", help="only this run (name <name>-<run id>, or run id); "
+def topics_list(run: list[str] = typer.Option(None, "--run", help="only this run (name "
+                                              "<name>-<algorithm>-<run id>, or run id); "
                                               "repeatable; its topic and group names are shown"),
                 older: str = typer.Option(None, "--older-than", help="only runs older than this: 30m, 2h, 7d"),
                 bootstrap: str = typer.Option(None, "--bootstrap", help=BOOTSTRAP_HELP),
@@ -123,7 +124,8 @@ def topics_list(run: list[str] = typer.Option(None, "--run", help="only this run
 
 
 @topics_app.command("delete")
-def topics_delete(run: list[str] = typer.Option(None, "--run", help="a run to delete (name <name>-<run id>, or run "
+def topics_delete(run: list[str] = typer.Option(None, "--run", help="a run to delete (name "
+                                                "<name>-<algorithm>-<run id>, or run "
                                                 "id); repeatable"),
                   older: str = typer.Option(None, "--older-than", help="every run older than this: 30m, 2h, 7d"),
                   all_runs: bool = typer.Option(False, "--all-runs", help="every run on the broker"),
@@ -132,7 +134,8 @@ def topics_delete(run: list[str] = typer.Option(None, "--run", help="a run to de
                   bootstrap: str = typer.Option(None, "--bootstrap", help=BOOTSTRAP_HELP),
                   config: Path = typer.Option(None, "--config", help=CONFIG_HELP)) -> None:
     """Delete runs' topics and consumer groups: a dry run unless --yes. A live run (its orchestrator holds it) is
-    never deleted; a topic that is no run's (no <name>-<run id> prefix, Kafka's internal __*) is never touched.
+    never deleted; a topic that is no run's (no <name>-<algorithm>-<run id> prefix, Kafka's internal __*) is never
+    touched.
     Exit 1 when a run named with --run is live or something could not be deleted."""
     chosen = sum([bool(run), older is not None, all_runs])
     if chosen != 1:

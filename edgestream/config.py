@@ -67,7 +67,7 @@ MAX_RATE = 1e6
 PATH_FIELDS = (("data", "root"), ("data", "path"), ("devices", "rates", "path"), ("devices", "compute", "profile"))
 #: path fields that may also hold a bare name (a shipped compute profile): resolved only when path-like
 NAME_OR_PATH = {("devices", "compute", "profile")}
-NAME_REQUIRED = "name: required (the run name; topics are <name>-<run id>.dev.<i>)"
+NAME_REQUIRED = "name: required (the run name; topics are <name>-<algorithm>-<run id>.dev.<i>)"
 
 
 def is_secret_key(key: str) -> bool:

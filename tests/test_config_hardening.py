@@ -323,11 +323,11 @@ def test_sim_run_from_another_cwd_and_its_run_directory_has_no_secrets(tmp_path,
 
 def test_a_config_file_must_name_its_run(tmp_path):
     empty = write(tmp_path / "empty.yaml", "")
-    assert problems_of(empty) == ["name: required (the run name; topics are <name>-<run id>.dev.<i>); "
+    assert problems_of(empty) == ["name: required (the run name; topics are <name>-<algorithm>-<run id>.dev.<i>); "
                                   "the file is empty"]
     assert problems_of(write(tmp_path / "c.yaml", "# only a comment\n")) == problems_of(empty)
     nameless = write(tmp_path / "n.yaml", {"devices": {"count": 2}})
-    assert problems_of(nameless) == ["name: required (the run name; topics are <name>-<run id>.dev.<i>)"]
+    assert problems_of(nameless) == ["name: required (the run name; topics are <name>-<algorithm>-<run id>.dev.<i>)"]
     both = problems_of(write(tmp_path / "n0.yaml", {"devices": {"count": 0}}))
     assert both[0].startswith("name: required") and both[1].startswith("devices.count: 0")
     assert load_config(nameless, ["name=given"]).name == "given"

@@ -109,7 +109,7 @@ def test_corrupted_foreign_and_stale_checkpoints_are_refused_naming_the_file(boo
     out = tmp_path / "runs"
     code, _, err = run(cfg, bootstrap, out=out)
     assert code == 0, err
-    run_dir = out / f"{run_prefix}-r1"
+    run_dir = out / f"{run_prefix}-ddl-r1"
     ckpts = run_dir / "checkpoints"
     at5 = {r: (ckpts / f"rank{r}.pt").read_bytes() for r in range(3)}
     code, _, err = resume(cfg, bootstrap, run_dir, "stop.max_steps=9")
@@ -142,7 +142,7 @@ def test_corrupted_foreign_and_stale_checkpoints_are_refused_naming_the_file(boo
     code, _, err = resume(cfg, bootstrap, other)
     lines = error_lines(err)
     assert code == 2 and len(lines) == 1, err
-    assert str(other / "checkpoints") in lines[0] and f"{run_prefix}-r1" in lines[0], lines[0]
+    assert str(other / "checkpoints") in lines[0] and f"{run_prefix}-ddl-r1" in lines[0], lines[0]
     # a trainer started by hand checks its file too (before its rendezvous)
     flip_a_bit(ckpts / "rank1.pt")
     env = dict(os.environ, RANK="1", WORLD_SIZE="3", MASTER_ADDR="127.0.0.1", MASTER_PORT="1", LOCAL_RANK="1",
@@ -167,7 +167,7 @@ def test_resume_after_the_group_offsets_are_gone_trains_no_sample_twice(bootstra
     out = tmp_path / "runs"
     code, _, err = run(cfg, bootstrap, out=out)
     assert code == 0, err
-    run_dir = out / f"{run_prefix}-r1"
+    run_dir = out / f"{run_prefix}-ddl-r1"
     first = {r: step_lines(run_dir / "ranks" / f"{r}.jsonl") for r in range(2)}
     groups = [trainer_group(run_dir.name, d) for d in range(2)]
     admin = AdminClient({"bootstrap.servers": bootstrap})  # kept alive until its futures are done
@@ -226,7 +226,7 @@ def test_two_orchestrators_of_one_run_id_never_both_proceed(tmp_path, run_prefix
 def test_a_second_orchestrator_of_a_running_run_is_refused(bootstrap, run_prefix, tmp_path):
     cfg = write_cfg(tmp_path / "c.yaml", run_prefix, max_steps=100000, every_steps=50)
     out = tmp_path / "runs"
-    run_dir = out / f"{run_prefix}-r1"
+    run_dir = out / f"{run_prefix}-ddl-r1"
     procs = [start(cfg, bootstrap, out=out), start(cfg, bootstrap, out=out)]  # two at once
     deadline = time.monotonic() + HANG_S
     while time.monotonic() < deadline and all(p.poll() is None for p in procs):
@@ -256,7 +256,7 @@ def test_secrets_never_reach_the_disk_even_when_the_orchestrator_is_killed(boots
     cfg = write_cfg(tmp_path / "c.yaml", run_prefix, max_steps=100000,
                     runtime={"kafka_client": {"sasl.username": "u", "sasl.password": secret}})
     out = tmp_path / "runs"
-    run_dir = out / f"{run_prefix}-r1"
+    run_dir = out / f"{run_prefix}-ddl-r1"
     proc = start(cfg, bootstrap, out=out)
     wait_steps(run_dir, proc, 2, 2)  # the children read the config and train
     proc.kill()
@@ -313,7 +313,7 @@ def test_a_full_out_folder_is_one_line_naming_the_path_and_the_device(bootstrap,
 def test_the_first_trainer_to_die_is_named_not_the_lowest_rank(bootstrap, run_prefix, tmp_path):
     cfg = write_cfg(tmp_path / "c.yaml", run_prefix, max_steps=100000)
     out = tmp_path / "runs"
-    run_dir = out / f"{run_prefix}-r1"
+    run_dir = out / f"{run_prefix}-ddl-r1"
     proc = start(cfg, bootstrap, out=out)
     wait_steps(run_dir, proc, 2, 2)
     pids = json.loads((run_dir / "pids.json").read_text())["trainers"]

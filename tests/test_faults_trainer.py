@@ -80,7 +80,8 @@ def _config(tmp_path: Path, name: str, devices: int, *, lr: float = 0.05, max_st
 
 def _produce(cfg_path: Path, bootstrap: str, run_id: str, seconds: float) -> None:
     cfg = load_config(cfg_path)
-    RunPlan.resolve(cfg).producer(bootstrap, f"{cfg.name}-{run_id}", list(range(cfg.devices.count))).run_for(seconds)
+    run = f"{cfg.name}-{cfg.algorithm.name}-{run_id}"
+    RunPlan.resolve(cfg).producer(bootstrap, run, list(range(cfg.devices.count))).run_for(seconds)
 
 
 def _start(cfg_path: Path, bootstrap: str, run_id: str, out: Path, world: int, **env) -> list[subprocess.Popen]:
@@ -120,7 +121,7 @@ def _burst_cfg(name: str, algorithm: str, params: dict, devices: int, model: str
 def test_a_hostile_burst_mid_run_is_dead_lettered_and_the_run_finishes(bootstrap, tmp_path, algorithm, params,
                                                                         devices, model):
     name, run_id = f"burst-{algorithm}", _run_id()
-    run = f"{name}-{run_id}"
+    run = f"{name}-{algorithm}-{run_id}"
     cfg = _burst_cfg(name, algorithm, params, devices, model)
     result: dict = {}
 
@@ -208,7 +209,7 @@ def test_a_diverging_loss_stops_the_run_naming_the_step(bootstrap, tmp_path, mod
     _produce(cfg_path, bootstrap, run_id, 1.5)
     out = tmp_path / "runs"
     results = _finish(_start(cfg_path, bootstrap, run_id, out, 2))
-    ranks = out / f"{name}-{run_id}" / "ranks"
+    ranks = out / f"{name}-ddl-{run_id}" / "ranks"
     failed = [(rank, code, err) for rank, (code, _, err) in enumerate(results) if code != 0]
     assert len(failed) == 2, [(c, e[-1500:]) for c, _, e in results]
     named = []

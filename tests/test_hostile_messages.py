@@ -155,7 +155,7 @@ def test_a_hostile_burst_mid_run_keeps_every_batch_at_16(bootstrap, run_prefix, 
     cfg = write_cfg(tmp_path / "c.yaml", run_prefix, devices=2, max_steps=45)
     out = tmp_path / "runs"
     proc = start(cfg, bootstrap, out=out)
-    run = f"{run_prefix}-r1"
+    run = f"{run_prefix}-ddl-r1"
     run_dir = out / run
     wait_steps(run_dir, proc, 2, 20)
     write(bootstrap, device_topic(run, 0), burst(60))

@@ -66,7 +66,7 @@ def test_a_run_rides_out_its_device_streams_leader_cut_off(netns_cluster, run_pr
     cfg = write_cfg(tmp_path / "c.yaml", run_prefix, max_steps=STEPS, every_steps=50,
                     stop={"target_accuracy": None, "max_time_s": 1200, "max_steps": STEPS})
     out = tmp_path / "runs"
-    run_dir = out / f"{run_prefix}-r1"
+    run_dir = out / f"{run_prefix}-ddl-r1"
     topic = device_topic(run_dir.name, 0)
     proc = start(cfg, cluster.bootstrap, out=out)
     try:

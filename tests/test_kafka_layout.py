@@ -243,7 +243,7 @@ def test_a_partitioned_run_trains_every_sample_once_across_a_killed_trainer(boot
     cfg = write_cfg(tmp_path / "c.yaml", run_prefix, devices=3, max_steps=100000, every_steps=3,
                     kafka={"topics": {"layout": "partitioned", "partitions": 2}})
     out = tmp_path / "runs"
-    run_dir = out / f"{run_prefix}-r1"
+    run_dir = out / f"{run_prefix}-ddl-r1"
     proc = start(cfg, bootstrap, out=out)
     wait_steps(run_dir, proc, 3, 7)
     pids = json.loads((run_dir / "pids.json").read_text())["trainers"]

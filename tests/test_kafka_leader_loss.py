@@ -210,7 +210,7 @@ def test_a_collective_run_rides_out_the_death_of_its_device_streams_leader(clust
     cfg = write_cfg(tmp_path / "c.yaml", run_prefix, max_steps=STEPS, every_steps=50,
                     stop={"target_accuracy": None, "max_time_s": 900, "max_steps": STEPS})
     out = tmp_path / "runs"
-    run_dir = out / f"{run_prefix}-r1"
+    run_dir = out / f"{run_prefix}-ddl-r1"
     killed, new, at_kill, topics = _run_killing_the_leader(cluster, cfg, out, run_dir, lambda run: device_topic(run, 0))
     # training went on after the election, and trained every sequence number exactly once, in order
     trained = collective_run_trained_once(run_dir, at_kill)
@@ -229,7 +229,7 @@ def test_a_ps_run_rides_out_the_death_of_its_ps_topics_leader(cluster, run_prefi
     cfg = write_cfg(tmp_path / "c.yaml", run_prefix, max_steps=STEPS, every_steps=50, algorithm=SSP,
                     stop={"target_accuracy": None, "max_time_s": 900, "max_steps": STEPS})
     out = tmp_path / "runs"
-    run_dir = out / f"{run_prefix}-r1"
+    run_dir = out / f"{run_prefix}-ssp-r1"
     killed, new, at_kill, topics = _run_killing_the_leader(cluster, cfg, out, run_dir,
                                                            lambda run: ps_topic(run, "push"))
     assert ps_topic(run_dir.name, "push") in topics and ps_topic(run_dir.name, "pull.1") in topics

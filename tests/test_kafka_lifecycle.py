@@ -62,7 +62,7 @@ def left(bootstrap: str, run: str) -> tuple[list[str], list[str]]:
 def test_a_finished_run_with_delete_on_success_leaves_none_of_its_topics_or_groups(bootstrap, run_prefix, tmp_path):
     cfg = _config(tmp_path, run_prefix, max_steps=6, cleanup="delete-on-success")
     code, _, err = finish(_start(cfg, bootstrap, tmp_path / "runs", "r1"))
-    run = f"{run_prefix}-r1"
+    run = f"{run_prefix}-ddl-r1"
     assert code == 0, err
     m = re.search(rf"runtime\.cleanup: deleted run {run}'s (\d+) topic\(s\) and (\d+) consumer group\(s\)", err)
     assert m, err
@@ -80,7 +80,7 @@ def test_topics_list_and_delete_three_runs(bootstrap, run_prefix, tmp_path):
     groups and nothing else on the broker."""
     a, b, c, d = (f"{run_prefix}{x}" for x in "abcd")
     ids = {a: "r1", b: "r2", c: "20200101-000000-c0de", d: "r4"}
-    runs = {name: f"{name}-{run_id}" for name, run_id in ids.items()}
+    runs = {name: f"{name}-ddl-{run_id}" for name, run_id in ids.items()}
     ra, rb, rc, rd = runs.values()
     out = tmp_path / "runs"
     proc = _start(_config(tmp_path, a, max_steps=100000, cleanup="delete-on-success"), bootstrap, out, "r1")

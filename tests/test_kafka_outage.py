@@ -104,7 +104,7 @@ def test_a_90_s_broker_outage_is_waited_out_and_every_sample_is_trained_once(bro
     cfg = write_cfg(tmp_path / "c.yaml", run_prefix, max_steps=steps, every_steps=10,
                     stop={"target_accuracy": None, "max_time_s": 1200, "max_steps": steps})
     out = tmp_path / "runs"
-    run_dir = out / f"{run_prefix}-r1"
+    run_dir = out / f"{run_prefix}-ddl-r1"
     # not --quiet: the plain progress line (every 5 s on a pipe) is part of what is checked
     proc = subprocess.Popen([*CLI, "run", str(cfg), "--engine", "local", "--bootstrap", bs, "--out", str(out),
                              "--run-id", "r1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -157,7 +157,7 @@ def test_an_outage_past_the_budget_ends_in_one_line_and_the_run_resumes(broker, 
     cfg = write_cfg(tmp_path / "c.yaml", run_prefix, max_steps=40, every_steps=5,
                     stop={"target_accuracy": None, "max_time_s": 1200, "max_steps": 40})
     out = tmp_path / "runs"
-    run_dir = out / f"{run_prefix}-r1"
+    run_dir = out / f"{run_prefix}-ddl-r1"
     proc = start(cfg, bs, "--set", "runtime.kafka_outage_s=15", out=out)
     try:
         _stop_broker_after(run_dir, proc, broker, 12)

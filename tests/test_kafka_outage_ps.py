@@ -77,7 +77,7 @@ def test_ps_run_rides_out_a_90_s_broker_outage(run_prefix, tmp_path):
         cfg = write_cfg(tmp_path / "c.yaml", run_prefix, max_steps=60, every_steps=10, algorithm=SSP,
                         stop={"target_accuracy": None, "max_time_s": 900, "max_steps": 60})
         out = tmp_path / "runs"
-        run_dir = out / f"{run_prefix}-r1"
+        run_dir = out / f"{run_prefix}-ssp-r1"
         proc = start(cfg, bs, out=out)
         wait_steps(run_dir, proc, 2, 12)
         at_stop = {r: len(step_lines(run_dir / "ranks" / f"{r}.jsonl")) for r in range(2)}
@@ -141,7 +141,7 @@ def test_a_run_stopped_during_an_outage_accounts_for_the_producers_queue(run_pre
         cfg = write_cfg(tmp_path / "c.yaml", run_prefix, max_steps=500, every_steps=5,
                         stop={"target_accuracy": None, "max_time_s": 600, "max_steps": 500})
         out = tmp_path / "runs"
-        run_dir = out / f"{run_prefix}-r1"
+        run_dir = out / f"{run_prefix}-ddl-r1"
         proc = start(cfg, bs, out=out)
         wait_steps(run_dir, proc, 2, 5)
         broker.stop()
@@ -173,7 +173,7 @@ def test_a_producer_killed_before_its_summary_is_accounted_from_its_last_report(
     cfg = write_cfg(tmp_path / "c.yaml", run_prefix, max_steps=500, every_steps=5,
                     stop={"target_accuracy": None, "max_time_s": 600, "max_steps": 500})
     out = tmp_path / "runs"
-    run_dir = out / f"{run_prefix}-r1"
+    run_dir = out / f"{run_prefix}-ddl-r1"
     proc = start(cfg, bootstrap, out=out)
     try:
         wait_steps(run_dir, proc, 2, 5)
@@ -225,7 +225,7 @@ def test_a_producer_past_its_outage_budget_stops_with_its_summary_and_one_line(t
                         "after the last sample in each topic)")
         broker.start()
         for dev in summary["devices"]:  # what it calls delivered is in the topic; at most what it gave up on more
-            n = _end_offsets(boot, [device_topic("budget-r1", dev["device"])])[0]
+            n = _end_offsets(boot, [device_topic("budget-scadles-r1", dev["device"])])[0]
             assert dev["delivered"] <= n <= dev["delivered"] + dev["unacknowledged"]
     finally:
         if proc is not None and proc.poll() is None:

@@ -173,12 +173,12 @@ def test_a_run_end_to_end_over_sasl_ssl(secured, run_prefix, tmp_path):
     """A 2-device ddl run on digits/mlp as user app (allowed everything on its own topics and groups), its
     password handed over on a descriptor: it trains to the end; no child's command line or environment, no
     log and no file of the run directory holds a password."""
-    grant(secured, f"{run_prefix}-r1", [AclOperation.ALL], [AclOperation.ALL])
+    grant(secured, f"{run_prefix}-ddl-r1", [AclOperation.ALL], [AclOperation.ALL])
     cfg = client_cfg(tmp_path, run_prefix, secured)
     out = tmp_path / "runs"
     proc = start_run(cfg, secured, out, "r1", secured.data_dir / "security" / "app.secrets.json")
     try:
-        children = watch_children(proc, out / f"{run_prefix}-r1", secured.passwords())
+        children = watch_children(proc, out / f"{run_prefix}-ddl-r1", secured.passwords())
         out_text, err = proc.communicate(timeout=HANG_S)
     finally:
         if proc.poll() is None:
@@ -186,12 +186,12 @@ def test_a_run_end_to_end_over_sasl_ssl(secured, run_prefix, tmp_path):
             proc.communicate()
     assert proc.returncode == 0, err
     assert children >= 3  # the producer and two trainers
-    summary = json.loads((out / f"{run_prefix}-r1" / "summary.json").read_text())
+    summary = json.loads((out / f"{run_prefix}-ddl-r1" / "summary.json").read_text())
     assert summary["device_steps"] == {"0": 30, "1": 30}, summary["device_steps"]
     assert summary["producer"]["failed"] == 0
     assert not any(s.decode() in out_text + err for s in secured.passwords())
     assert leaked(out, secured.passwords()) == []
-    assert yaml.safe_load((out / f"{run_prefix}-r1" / "config.yaml").read_text())[
+    assert yaml.safe_load((out / f"{run_prefix}-ddl-r1" / "config.yaml").read_text())[
         "runtime"]["kafka_client"]["sasl.password"] == "***"
 
 
@@ -270,7 +270,7 @@ def test_a_run_without_the_right_to_create_topics(secured, run_prefix, tmp_path)
     """User app may read, write and describe the run's topics and groups but not create topics: with
     kafka.topics.create false the run trains on the topics the admin provisioned; the same run with create
     true ends with one line saying it lacks the right to create topics, pointing at kafka.topics.create."""
-    provided = provision(secured, f"{run_prefix}-r1", 2)
+    provided = provision(secured, f"{run_prefix}-ddl-r1", 2)
     for run_id in ("r1", "r2"):
         grant(secured, f"{run_prefix}-{run_id}", RUN_TOPIC_OPERATIONS, RUN_GROUP_OPERATIONS)
     secrets = secured.data_dir / "security" / "app.secrets.json"
@@ -281,10 +281,10 @@ def test_a_run_without_the_right_to_create_topics(secured, run_prefix, tmp_path)
     proc = start_run(cfg, secured, tmp_path / "runs", "r1", secrets)
     out, err = proc.communicate(timeout=HANG_S)
     assert proc.returncode == 0, err
-    summary = json.loads((tmp_path / "runs" / f"{run_prefix}-r1" / "summary.json").read_text())
+    summary = json.loads((tmp_path / "runs" / f"{run_prefix}-ddl-r1" / "summary.json").read_text())
     assert summary["device_steps"] == {"0": 30, "1": 30}, summary["device_steps"]
     admin = secured.admin()
-    assert sorted(t for t in admin.list_topics(timeout=30).topics if t.startswith(f"{run_prefix}-r1.")) == provided
+    assert sorted(t for t in admin.list_topics(timeout=30).topics if t.startswith(f"{run_prefix}-ddl-r1.")) == provided
 
     raw["kafka"] = {"topics": {"create": True}}
     cfg.write_text(yaml.safe_dump(raw))

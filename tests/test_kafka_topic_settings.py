@@ -193,7 +193,7 @@ def test_a_run_on_provisioned_topics_creates_none(bootstrap, run_prefix, tmp_pat
     """kafka.topics.create: false: a missing topic stops the run before it starts (one line each, exit 2);
     with every topic provisioned, the run trains and creates none."""
     cfg = write_cfg(tmp_path / "c.yaml", run_prefix, max_steps=4)
-    run = f"{run_prefix}-r1"
+    run = f"{run_prefix}-ddl-r1"
     needed = run_topics(run, 2)
     admin = TopicSettings.from_config(TopicsConfig(), 1)
     create_topics(bootstrap, {t: n for t, n in needed.items() if t not in (meta_topic(run), f"{run}.inj.1")},
@@ -220,7 +220,7 @@ def test_a_run_records_its_topics_and_resumes_on_them(bootstrap, run_prefix, tmp
     cfg = write_cfg(tmp_path / "c.yaml", run_prefix, max_steps=4, every_steps=2)
     code, out, err = finish(start_run(cfg, bootstrap, tmp_path / "runs", "--set", "kafka.topics.retention_ms=86400000"))
     assert code == 0, err
-    run = f"{run_prefix}-r1"
+    run = f"{run_prefix}-ddl-r1"
     run_dir = tmp_path / "runs" / run
     doc = json.loads((run_dir / TOPICS_FILE).read_text())
     assert sorted(doc["topics"]) == sorted(run_topics(run, 2))  # the producer's meta topic too
@@ -299,7 +299,7 @@ def test_cluster_ps_run_replicates_every_topic(cluster, run_prefix, tmp_path):
     cfg.write_text(yaml.safe_dump(raw))
     code, out, err = finish(start_run(cfg, bs, tmp_path / "runs"))
     assert code == 0, err
-    run = f"{run_prefix}-r1"
+    run = f"{run_prefix}-ssp-r1"
     assert "warning: the run's topics" not in err
     doc = json.loads((tmp_path / "runs" / run / TOPICS_FILE).read_text())
     assert doc["settings"] | {"brokers": 3} == {"replication_factor": 3, "min_insync_replicas": 2,
@@ -320,7 +320,7 @@ def test_cluster_run_warns_when_unreplicated(cluster, run_prefix, tmp_path):
     assert ("warning: the run's topics have replication factor 1 on a cluster of 3 brokers: losing the broker that "
             "leads a topic loses its samples; set kafka.topics.replication_factor (null: min(3, the broker count))"
             ) in err.splitlines()
-    doc = json.loads((Path(tmp_path) / "runs" / f"{run_prefix}-r1" / TOPICS_FILE).read_text())
+    doc = json.loads((Path(tmp_path) / "runs" / f"{run_prefix}-ddl-r1" / TOPICS_FILE).read_text())
     assert doc["settings"]["brokers"] == 3
     assert {t["replication_factor"] for t in doc["topics"].values()} == {1}
 

@@ -113,7 +113,7 @@ def test_a_stream_that_outruns_training_is_visible_and_warned_about_once(bootstr
     out = tmp_path / "runs"
     code, _, err = run(cfg, bootstrap, out=out)
     assert code == 0, err
-    run_dir = out / f"{run_prefix}-r1"
+    run_dir = out / f"{run_prefix}-ddl-r1"
     steps = step_lines(run_dir / "events.jsonl")
     for d in (0, 1):
         mine = sorted((s for s in steps if s["device"] == d), key=lambda s: s["step"])
@@ -137,7 +137,7 @@ def test_max_lag_s_bounds_a_real_run_and_counts_what_it_skipped(bootstrap, run_p
     out = tmp_path / "runs"
     code, _, err = run(cfg, bootstrap, out=out)
     assert code == 0, err
-    run_dir = out / f"{run_prefix}-r1"
+    run_dir = out / f"{run_prefix}-ddl-r1"
     steps = step_lines(run_dir / "events.jsonl")
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["dropped_total"] == sum(s["dropped"] for s in steps) > 0

@@ -101,7 +101,7 @@ def test_local_run_writes_the_run_directory(bootstrap, run_prefix, tmp_path):
     cfg = write_cfg(tmp_path / "c.yaml", run_prefix, max_steps=8)
     code, out, err = finish(start_run(cfg, bootstrap, tmp_path / "runs"))
     assert code == 0, err
-    run_dir = tmp_path / "runs" / f"{run_prefix}-r1"
+    run_dir = tmp_path / "runs" / f"{run_prefix}-ddl-r1"
     assert f"run directory: {run_dir}" in err
     printed = json.loads(out.strip().splitlines()[-1])
     summary = json.loads((run_dir / "summary.json").read_text())
@@ -122,14 +122,14 @@ def test_local_run_writes_the_run_directory(bootstrap, run_prefix, tmp_path):
     assert_no_child_left(run_dir)
     # the same run id again, in another folder: its topics exist, so the run is refused before it starts
     code, out, err = finish(start_run(cfg, bootstrap, tmp_path / "elsewhere"))
-    assert code == 2 and out == "" and f"run {run_prefix}-r1 already has topics on {bootstrap}" in err
+    assert code == 2 and out == "" and f"run {run_prefix}-ddl-r1 already has topics on {bootstrap}" in err
     assert not (tmp_path / "elsewhere").exists()
 
 
 def test_a_killed_trainer_stops_the_run_and_is_named(bootstrap, run_prefix, tmp_path):
     cfg = write_cfg(tmp_path / "c.yaml", run_prefix, max_steps=100000)
     proc = start_run(cfg, bootstrap, tmp_path / "runs", "--quiet")
-    run_dir = tmp_path / "runs" / f"{run_prefix}-r1"
+    run_dir = tmp_path / "runs" / f"{run_prefix}-ddl-r1"
     pids = wait_training(run_dir, proc)
     os.kill(pids["trainers"]["1"], signal.SIGKILL)
     code, out, err = finish(proc)
@@ -147,7 +147,7 @@ def test_a_signal_to_the_orchestrator_leaves_no_child(bootstrap, run_prefix, tmp
     cfg = write_cfg(tmp_path / "c.yaml", run_prefix, max_steps=100000, every_steps=5)
     # its own session, so that SIGINT to its process group is what a terminal's Ctrl-C sends
     proc = start_run(cfg, bootstrap, tmp_path / "runs", "--quiet", new_session=True)
-    run_dir = tmp_path / "runs" / f"{run_prefix}-r1"
+    run_dir = tmp_path / "runs" / f"{run_prefix}-ddl-r1"
     wait_training(run_dir, proc)
     if sig == signal.SIGINT:
         os.killpg(proc.pid, signal.SIGINT)
@@ -202,7 +202,7 @@ def test_bad_runs_and_resumes_are_one_line(tmp_path, run_prefix):
         return lines[0]
 
     cfg = write_cfg(tmp_path / "c.yaml", run_prefix, max_steps=5)
-    existing = tmp_path / "runs" / f"{run_prefix}-r1"
+    existing = tmp_path / "runs" / f"{run_prefix}-ddl-r1"
     existing.mkdir(parents=True)
     (existing / "events.jsonl").write_text("")
     assert one_line("run", str(cfg), "--engine", "local", "--out", str(tmp_path / "runs"), "--run-id", "r1",
@@ -221,7 +221,7 @@ def test_sigkill_of_the_orchestrator_takes_the_children_along(bootstrap, run_pre
     """The one signal no handler sees: the children die with their parent (PR_SET_PDEATHSIG)."""
     cfg = write_cfg(tmp_path / "c.yaml", run_prefix, max_steps=100000)
     proc = start_run(cfg, bootstrap, tmp_path / "runs", "--quiet")
-    run_dir = tmp_path / "runs" / f"{run_prefix}-r1"
+    run_dir = tmp_path / "runs" / f"{run_prefix}-ddl-r1"
     wait_training(run_dir, proc, steps=1)
     proc.kill()
     proc.communicate(timeout=HANG_S)

@@ -80,7 +80,7 @@ def test_a_truncated_checkpoint_is_named_in_whole_sentences(tmp_path, run_prefix
     from edgestream.trainer.checkpoint import config_pin
 
     cfg = load_config(write_cfg(tmp_path / "c.yaml", run_prefix, max_steps=5, every_steps=5))
-    run_dir = tmp_path / "runs" / f"{run_prefix}-r1"
+    run_dir = tmp_path / "runs" / f"{run_prefix}-ddl-r1"
     (run_dir / "checkpoints").mkdir(parents=True)
     (run_dir / "config.yaml").write_text(cfg.to_yaml())
     model = torch.nn.Linear(64, 10)
@@ -110,16 +110,16 @@ def test_a_run_id_in_use_by_a_live_run_elsewhere_is_held_by_a_concurrent_run(boo
     ended, the same refusal says an earlier run used the id."""
     cfg = write_cfg(tmp_path / "c.yaml", run_prefix, max_steps=100000)
     first = tmp_path / "a"
-    run_dir = first / f"{run_prefix}-r1"
+    run_dir = first / f"{run_prefix}-ddl-r1"
     live = start(cfg, bootstrap, out=first)
     try:
         wait_steps(run_dir, live, 2, 2)
         code, out, err = run(cfg, bootstrap, out=tmp_path / "b")
         lines = error_lines(err)
         assert code == 2 and out == "" and len(lines) == 1, err
-        assert lines[0] == (f"error: run {run_prefix}-r1 is held by a concurrent run: orchestrator pid {live.pid} on "
+        assert lines[0] == (f"error: run {run_prefix}-ddl-r1 is held by a concurrent run: orchestrator pid {live.pid} on "
                             f"{os.uname().nodename}, run directory {run_dir} (a live member of consumer group "
-                            f"{run_prefix}-r1.orchestrator on {bootstrap}); choose another --run-id, or wait for it "
+                            f"{run_prefix}-ddl-r1.orchestrator on {bootstrap}); choose another --run-id, or wait for it "
                             "to end"), lines[0]
         assert not (tmp_path / "b").exists()
         live.send_signal(signal.SIGTERM)
@@ -146,7 +146,7 @@ def test_a_failed_run_summary_has_the_steps_each_device_reached(bootstrap, run_p
     out = tmp_path / "runs"
     code, _, err = run(cfg, bootstrap, out=out)
     assert code == 1 and error_lines(err) and "device " in error_lines(err)[0], err
-    run_dir = out / f"{run_prefix}-r1"
+    run_dir = out / f"{run_prefix}-ddl-r1"
     summary = json.loads((run_dir / "summary.json").read_text())
     steps = {r: [json.loads(x)["step"] for x in (run_dir / "ranks" / f"{r}.jsonl").read_text().splitlines()
                  if '"kind":"step"' in x] for r in (0, 1)}

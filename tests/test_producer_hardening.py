@@ -180,7 +180,7 @@ def test_stop_with_broker_down_prints_acknowledged_summary_then_one_line(tmp_pat
         broker.start()
         for dev in summary["devices"]:
             assert dev["seq_range"] == [0, dev["delivered"] - 1]
-            n = _end(boot, device_topic("down-r1", dev["device"]))
+            n = _end(boot, device_topic("down-scadles-r1", dev["device"]))
             assert dev["delivered"] <= n <= dev["delivered"] + dev["unacknowledged"]
     finally:
         if proc is not None and proc.poll() is None:

@@ -48,7 +48,7 @@ def test_compare_takes_the_step_times_from_the_profile_chosen_on_the_command_lin
         res = runner.invoke(app, ["compare", str(cfg), "--algorithms", "ddl", "--profile", "h100", *args,
                                   "--out", str(tmp_path), "--run-id", entry, "--quiet"])
         assert res.exit_code == 0, res.output
-        run = tmp_path / f"tiny-compare-{entry}" / "tiny-ddl"
+        run = tmp_path / f"tiny-compare-{entry}" / f"tiny-ddl-{entry}"
         compute = load_config(run / "config.yaml").devices.compute
         assert (compute.profile, compute.base_s, compute.per_sample_s) == ("h100", None, None)
         assert compute.static == [1, 2]                                  # the config's factors stay
@@ -75,7 +75,7 @@ def test_reproduce_experiments_run_on_the_chosen_profile(tmp_path: Path) -> None
         experiments.compare(TINY, "ddl", "t", tmp_path)
     finally:
         experiments.PROFILE.reset(token)
-    run = tmp_path / "tiny-compare-t" / "tiny-ddl"
+    run = tmp_path / "tiny-compare-t" / "tiny-ddl-t"
     compute = load_config(run / "config.yaml").devices.compute
     assert (compute.profile, compute.profile_model, compute.base_s) == ("h100", "cnn-small", None)
     assert all(s["compute_s"] == pytest.approx(0.001451 * [1, 2][s["device"]], rel=1e-5) for s in _steps(run))

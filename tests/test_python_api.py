@@ -81,7 +81,7 @@ def test_run_in_the_simulator(tmp_path, capsys):
     cfg = edgestream.load_config(TINY)
     result = edgestream.run(cfg, "sim", out=tmp_path, run_id="r1", progress=False)
     assert capsys.readouterr() == ("", "")
-    assert result.run_dir == tmp_path / "tiny-r1" and result.config is cfg
+    assert result.run_dir == tmp_path / "tiny-scadles-r1" and result.config is cfg
     assert result.summary["engine"] == "sim" and result.summary["stop_reason"] in ("max_time_s", "target_accuracy")
     records = result.records
     assert records and records.steps and records.evals and len(records) >= len(records.steps) + len(records.evals)
@@ -89,7 +89,7 @@ def test_run_in_the_simulator(tmp_path, capsys):
     assert result.summary["device_steps_total"] == len(records.steps)
     again = edgestream.RunResult.from_dir(result.run_dir)
     assert again.summary == result.summary and again.config == cfg and again.records == records
-    assert "tiny-r1" in repr(result) and "stop_reason" in repr(result)
+    assert "tiny-scadles-r1" in repr(result) and "stop_reason" in repr(result)
 
 
 def test_a_file_and_overrides(tmp_path):

@@ -152,7 +152,7 @@ def test_no_child_holds_the_secret_in_its_environment_or_command_line(sasl_boots
     cfg = write_cfg(tmp_path / "c.yaml", run_prefix, max_steps=60, runtime={"kafka_client": _client(SECRET)},
                     **extra)
     out = tmp_path / "runs"
-    run_dir = out / f"{run_prefix}-r1"
+    run_dir = out / f"{run_prefix}-{algorithm}-r1"
     proc = start(cfg, sasl_bootstrap, out=out)
     try:
         names = ("producer", "ps") if algorithm == "ssp" else ("producer",)

@@ -47,7 +47,7 @@ def is_png(path: Path) -> bool:
 def test_run_directory_contents(tmp_path):
     cfg = validate_dict(TINY)
     path, summary = run_config(cfg, "sim", out=tmp_path / "runs", run_id="r1", progress=False)
-    assert path == tmp_path / "runs" / "tiny-r1"
+    assert path == tmp_path / "runs" / "tiny-scadles-r1"
     assert validate_dict(yaml.safe_load((path / "config.yaml").read_text())) == cfg
     assert json.loads((path / "summary.json").read_text()) == summary
     assert all(k in summary for k in SUMMARY_KEYS) and summary["engine"] == "sim"
@@ -68,7 +68,7 @@ def test_cli_run(tiny, tmp_path):
     res = runner.invoke(app, ["run", str(tiny), "--engine", "sim", "--out", str(tmp_path / "o"), "--run-id", "x",
                               "--set", "stop.max_time_s=3", "--quiet"])
     assert res.exit_code == 0, res.output
-    run = tmp_path / "o" / "tiny-x"
+    run = tmp_path / "o" / "tiny-scadles-x"
     assert (run / "summary.json").is_file() and (run / "events.jsonl").is_file()
     printed = json.loads(res.stdout.strip().splitlines()[-1])
     assert printed["stop_reason"] in ("max_time_s", "target_accuracy") and printed["virtual_time_s"] >= 1.0
@@ -94,10 +94,10 @@ def test_cli_compare(tiny, tmp_path):
     assert "| ddl |" in md and "| scadles[algorithm.buffer=persist] |" in md and "speedup vs ddl" in md
     assert "| ddl |" in res.stdout
     assert is_png(folder / "compare.png")
-    ddl = json.loads((folder / "tiny-ddl" / "summary.json").read_text())
-    sca = json.loads((folder / "tiny-scadles-algorithm-buffer-persist" / "summary.json").read_text())
+    ddl = json.loads((folder / "tiny-ddl-c" / "summary.json").read_text())
+    sca = json.loads((folder / "tiny-scadles-c" / "summary.json").read_text())
     assert ddl["algorithm"] == "ddl" and sca["algorithm"] == "scadles"
-    assert load_config(folder / "tiny-ddl" / "config.yaml").algorithm.batch.spec() == {"policy": "fixed", "size": 64}
+    assert load_config(folder / "tiny-ddl-c" / "config.yaml").algorithm.batch.spec() == {"policy": "fixed", "size": 64}
     assert sca["dropped_total"] == 0
 
     res = runner.invoke(app, ["compare", str(tiny), "--algorithms", "ddl,scadles[devices.count=-2]"])
@@ -118,9 +118,9 @@ def test_cli_compare_runs_the_parameter_server_family(tiny, tmp_path):
     folder = tmp_path / "tiny-compare-p"
     md = (folder / "compare.md").read_text()
     assert "| ssp[algorithm.params.s=1] |" in md and "| adsp |" in md
-    ssp = json.loads((folder / "tiny-ssp-algorithm-params-s-1" / "summary.json").read_text())
+    ssp = json.loads((folder / "tiny-ssp-p" / "summary.json").read_text())
     assert ssp["algorithm"] == "ssp" and sum(ssp["ps"]["pushes"]) == ssp["ps"]["version"] > 0
-    assert "ps" not in json.loads((folder / "tiny-ddl" / "summary.json").read_text())
+    assert "ps" not in json.loads((folder / "tiny-ddl-p" / "summary.json").read_text())
 
 
 def test_an_engine_that_is_not_registered_is_one_line_exit_2(tiny, tmp_path, monkeypatch):

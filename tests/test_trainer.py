@@ -46,7 +46,7 @@ def _config(tmp_path: Path, name: str, devices: int, algorithm: dict, **extra) -
 
 def _produce(cfg_path: Path, bootstrap: str, run_id: str, seconds: float) -> None:
     cfg = load_config(cfg_path)
-    run = f"{cfg.name}-{run_id}"
+    run = f"{cfg.name}-{cfg.algorithm.name}-{run_id}"
     RunPlan.resolve(cfg).producer(bootstrap, run, list(range(cfg.devices.count))).run_for(seconds)
 
 
@@ -87,7 +87,7 @@ def _train(tmp_path, bootstrap, name, devices, algorithm, produce_s=2.0, **extra
     results = _finish(_start(cfg_path, bootstrap, run_id, out, range(devices), devices, _free_port()))
     for rank, (code, _, err) in enumerate(results):
         assert code == 0, f"rank {rank}: {err[-3000:]}"
-    run_dir = out / f"{name}-{run_id}"
+    run_dir = out / f"{name}-{algorithm['name']}-{run_id}"
     steps = {r: [json.loads(line) for line in open(run_dir / "ranks" / f"{r}.jsonl")] for r in range(devices)}
     return run_dir, steps, [json.loads(out.strip().splitlines()[-1]) for _, out, _ in results]
 

@@ -1,7 +1,7 @@
 """The runs a broker holds, and removing them: `edgestream topics list` / `topics delete` and
 `runtime.cleanup: delete-on-success`.
 
-A run is the topic prefix `<name>-<run id>` (DESIGN.md "Kafka conventions"). Its topics are the
+A run is the topic prefix `<name>-<algorithm>-<run id>` (DESIGN.md "Kafka conventions"). Its topics are the
 `<run>.<kind>` topics edgestream creates (`dev.<i>`, `inj.<i>`, `inj`, `streams`, `dlq`, `meta`,
 `ps.*`): any other topic -- no run prefix, another kind, Kafka's internal `__*` -- is never listed as a
 run's, so never deleted. Its consumer groups are every group named `<run>.*`: the trainers'
@@ -30,7 +30,7 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 from edgestream.kafka.admin import admin_client, delete_topics
 from edgestream.kafka.topics import hold_group
 
-#: a run's topic: `<name>-<run id>.<kind>` (name and run id: letters, digits, '-', '_'; no '.')
+#: a run's topic: `<name>-<algorithm>-<run id>.<kind>` (name and run id: letters, digits, '-', '_'; no '.')
 RUN_TOPIC = re.compile(r"^(?P<run>[A-Za-z0-9][A-Za-z0-9_\-]*-[A-Za-z0-9_\-]+)"
                        r"\.(?:dev\.\d+|inj(?:\.\d+)?|streams|dlq|meta|ps\.[A-Za-z0-9_.\-]+)$")
 #: the default run id's UTC time (edgestream.runid.new_run_id) at the end of a run name
@@ -181,7 +181,7 @@ def list_runs(bootstrap: str, security: Mapping[str, str] | None = None, *, time
 
 
 def find_runs(runs: list[RunInfo], names: Iterable[str]) -> list[RunInfo]:
-    """The runs `names` mean (a run name `<name>-<run id>`, or a run id naming one run); LifecycleError
+    """The runs `names` mean (a run name `<name>-<algorithm>-<run id>`, or a run id naming one run); LifecycleError
     naming what is not there (and what is)."""
     by_name = {r.run: r for r in runs}
     out: list[RunInfo] = []
@@ -191,7 +191,8 @@ def find_runs(runs: list[RunInfo], names: Iterable[str]) -> list[RunInfo]:
             matches = [r for r in runs if r.run.endswith(f"-{name}")]
             if len(matches) > 1:
                 raise LifecycleError(f"--run {name}: the run id matches several runs: "
-                                     f"{', '.join(r.run for r in matches)}; give the run name (<name>-<run id>)")
+                                     f"{', '.join(r.run for r in matches)}; give the run name "
+                                     "(<name>-<algorithm>-<run id>)")
             if not matches:
                 shown = ", ".join(r.run for r in runs[:8]) + (", ..." if len(runs) > 8 else "") if runs else "none"
                 raise LifecycleError(f"--run {name}: no such run on the broker (no topic {name}.* or <name>-{name}.*); "

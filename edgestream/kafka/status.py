@@ -36,7 +36,7 @@ class StatusError(ValueError):
 
 
 def find_run(topics: list[str], run: str) -> str:
-    """The run name (`<name>-<run id>`) that `run` means: itself, or the one run whose id it is."""
+    """The run name (`<name>-<algorithm>-<run id>`) that `run` means: itself, or the one run whose id it is."""
     runs = sorted({m.group("run") for t in topics if (m := DEVICE.match(t) or SHARED.match(t))})
     if run in runs:
         return run
@@ -45,7 +45,7 @@ def find_run(topics: list[str], run: str) -> str:
         return matches[0]
     if len(matches) > 1:
         raise StatusError(f"run id {run!r} matches several runs on the broker: {', '.join(matches)}; give the full "
-                          "run name (<name>-<run id>)")
+                          "run name (<name>-<algorithm>-<run id>)")
     shown = ", ".join(runs[:8]) + (", ..." if len(runs) > 8 else "") if runs else "none"
     raise StatusError(f"no run {run!r} on the broker (no topic {run}.dev.<i> or <name>-{run}.dev.<i>); runs there: "
                       f"{shown}")

@@ -1,13 +1,8 @@
-"""Topic names of a run (DESIGN.md "Kafka conventions"): `<name>-<run id>.dev.<i>` and friends."""
+"""Topic names of a run (DESIGN.md "Kafka conventions"): `<name>-<algorithm>-<run id>.dev.<i>` and friends."""
 
 from __future__ import annotations
 
-from edgestream.runid import check_run_id, new_run_id  # noqa: F401  (re-exported: runs and topics share ids)
-
-
-def run_name(name: str, run_id: str) -> str:
-    """The run's topic prefix `<name>-<run id>`."""
-    return f"{name}-{check_run_id(run_id)}"
+from edgestream.runid import check_run_id, new_run_id, run_name  # noqa: F401  (re-exported: runs and topics share names)
 
 
 def device_topic(run: str, device: int) -> str:

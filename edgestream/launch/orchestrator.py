@@ -1,7 +1,7 @@
 """`run_local`: one real run on this machine — broker, topics, the producer and one trainer per device
 as child processes, a live view, a clean stop, and the same run directory the simulator writes.
 
-Life of a run (`<out>/<name>-<run id>/`):
+Life of a run (`<out>/<name>-<algorithm>-<run id>/`):
 1. the broker: `bootstrap` (or runtime.bootstrap), else the managed local broker (started here and
    stopped at the end when it was not already running); it must answer, else one line naming the
    address (LaunchError, exit 1);
@@ -47,7 +47,7 @@ from edgestream.launch.procs import Child, ChildSet, describe_status, tail_lines
 from edgestream.launch.tail import JsonlTail, RanksTail
 from edgestream.launch.view import LiveState, View
 from edgestream.producers.status import account, printed_summary
-from edgestream.runid import check_run_id, new_run_id
+from edgestream.runid import algorithm_part, check_run_id, new_run_id, run_name
 from edgestream.runner.engines import check_runs
 from edgestream.runner.plan import RunPlan
 from edgestream.runner.rundir import PS_FILE, is_ready, record_session, starting_phase, write_local_rundir
@@ -159,9 +159,10 @@ def resume_target(resume: Path, cfg: Any) -> tuple[Path, str]:
     resume = Path(resume)
     if not (resume / "config.yaml").is_file():
         raise LaunchError(f"--resume {resume}: not a run directory (no config.yaml)", 2)
-    prefix = f"{cfg.name}-"
+    prefix = f"{cfg.name}-{algorithm_part(cfg.algorithm.name)}-"
     if not resume.name.startswith(prefix):
-        raise LaunchError(f"--resume {resume}: the folder is not a run of {cfg.name!r} (expected {prefix}<run id>)", 2)
+        raise LaunchError(f"--resume {resume}: the folder is not a run of {cfg.name!r} with algorithm "
+                          f"{cfg.algorithm.name!r} (expected {prefix}<run id>)", 2)
     run_id = resume.name[len(prefix):]
     try:
         check_run_id(run_id)
@@ -214,7 +215,7 @@ class LocalRun:
             run_id = check_run_id(run_id) if run_id is not None else new_run_id()
             self.resumed = False
         self.run_id = run_id
-        self.run_name = f"{cfg.name}-{run_id}"
+        self.run_name = run_name(cfg.name, cfg.algorithm.name, run_id)
         self.out = Path(out_dir).absolute()
         self.path = self.out / self.run_name
         self.bootstrap = bootstrap or cfg.runtime.bootstrap

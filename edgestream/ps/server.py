@@ -553,7 +553,7 @@ def _plain(v: Any) -> Any:
 
 
 def serve(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path) -> dict[str, Any]:
-    """The `edgestream ps` process: serve run `<name>-<run id>` until it stops; returns the summary."""
+    """The `edgestream ps` process: serve run `<name>-<algorithm>-<run id>` until it stops; returns the summary."""
     import signal
 
     from edgestream.kafka.admin import WaitInterrupted, wait_for_broker
@@ -570,7 +570,7 @@ def serve(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path) -> dict[str
     if plan.algorithm.coordinator is None:
         raise PSError(f"algorithm.name: {plan.algorithm.name!r} is not a parameter-server algorithm; it needs no "
                       "PS (edgestream train runs it over torch.distributed)")
-    run = run_name(plan.name, run_id)
+    run = run_name(plan.name, plan.cfg.algorithm.name, run_id)
     run_dir = Path(out) / run
     (run_dir / "ranks").mkdir(parents=True, exist_ok=True)
     handler = logging.FileHandler(run_dir / "ranks" / "ps.log")

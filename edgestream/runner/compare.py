@@ -16,7 +16,9 @@ an unsuitable policy is replaced by the algorithm's default (scadles: rate 8..10
 algorithm.params belong to the config's own algorithm and are dropped for the others. Variant
 overrides apply last, so ``ddl[algorithm.batch.size=32]`` sets ddl's batch explicitly.
 
-Output folder `<out>/<name>-compare-<run id>/`: one run directory per variant, compare.md (the
+Output folder `<out>/<name>-compare-<run id>/`: one run directory per variant,
+`<name>-<algorithm>-<run id>` (the compare's run id, plus `-v<i>` for the i-th variant where an algorithm
+appears twice and `-<engine>` with several engines), compare.md (the
 markdown table with the speedup of every variant over the first) and compare.png (accuracy vs
 the engine's time, overlaid).
 """
@@ -112,10 +114,6 @@ def variant_config(cfg: Any, variant: Variant) -> Any:
         raise ConfigError([f"{variant.label}: {p}" for p in exc.problems], exc.source) from None
 
 
-def _label_id(label: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_\-]+", "-", label).strip("-")[:64] or "run"
-
-
 def _time_words(engine: str) -> tuple[str, str]:
     """(what the engine's times are, a table title) for compare.md and the terminal table."""
     if engine == "sim":
@@ -146,12 +144,15 @@ def run_compare(cfg: Any, variants: list[Variant], out: str | Path | None = None
     summaries: dict[str, dict] = {}
     curves: dict[str, list[tuple[float, float]]] = {}
     labels = []
-    for v, vcfg in configs:
+    repeated = {v.algorithm for v in variants if sum(w.algorithm == v.algorithm for w in variants) > 1}
+    for i, (v, vcfg) in enumerate(configs, start=1):
         for eng, run in runners.items():
             label = v.label if len(engines) == 1 else f"{v.label}@{eng}"
             labels.append(label)
-            # a real engine's run id names Kafka topics too: unique per compare, so compares can repeat on a broker
-            rid = _label_id(label) if eng == "sim" else _label_id(f"{compare_id}-{label}")
+            # the run is <name>-<algorithm>-<compare id>: a variant number where an algorithm repeats, the engine
+            # where several run; unique in the folder and (the compare id is new) on a broker
+            rid = "-".join([compare_id] + ([f"v{i}"] if v.algorithm in repeated else [])
+                           + ([eng] if len(engines) > 1 else []))
             # the simulator takes base_dir; the other engines their own options (bootstrap, ...)
             opts = ({"base_dir": base_dir} if base_dir is not None else {}) if eng == "sim" else options
             path, summary = run(vcfg, out=folder, run_id=rid, progress=progress, **opts)

@@ -1,6 +1,6 @@
 """The run directory, the same for every engine (DESIGN.md "Run directory"), written by this one module.
 
-`<out>/<name>-<run id>/`: config.yaml (resolved; secrets masked, see ExperimentConfig.to_yaml),
+`<out>/<name>-<algorithm>-<run id>/`: config.yaml (resolved; secrets masked, see ExperimentConfig.to_yaml),
 events.jsonl, summary.json (with `engine`, `task` and the last evaluation's `final_metrics`), a plot of the
 task's primary metric vs engine time (accuracy.png; rmse.png for regression) and buffer.png (buffer
 samples, max over devices, vs step; log scale).
@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from edgestream.metrics.events import EventLog, read_events
-from edgestream.runid import check_run_id, new_run_id
+from edgestream.runid import new_run_id, run_name
 
 
 class RunDir:
@@ -93,7 +93,7 @@ def write_run(plan: Any, engine: str, build: Callable[[EventLog], InProcessEngin
     which then runs; summary.json gets `engine`, `run`, the wall time and the engine's extra_summary
     (called with the engine's own run wall time)."""
     cfg = plan.cfg
-    run = f"{plan.name}-{check_run_id(run_id or new_run_id())}"
+    run = run_name(plan.name, cfg.algorithm.name, run_id or new_run_id())
     parent = Path(out if out is not None else cfg.runtime.out)
     existed = (parent / run).exists()
     rd = RunDir(parent, run)

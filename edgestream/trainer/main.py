@@ -8,7 +8,7 @@ torch forward/backward on CUDA when available, torch.distributed collectives: gl
 CUDA, the AllReduce as `runtime.reduction` says: bucketed all_reduce by default, or the exact rank-order
 sum). Rank 0 hosts the run's evaluation in a background thread (`runner.BackgroundEvaluation`).
 
-Files, under `<out>/<name>-<run id>/`: `ranks/<rank>.jsonl` (this rank's events.jsonl lines, flushed
+Files, under `<out>/<name>-<algorithm>-<run id>/`: `ranks/<rank>.jsonl` (this rank's events.jsonl lines, flushed
 per line; rank 0 adds the eval lines), `ranks/<rank>.log` (its log, Kafka client logs included),
 `ranks/<rank>.summary.json` at a normal exit, `checkpoints/rank<rank>.pt` (checkpoint.every_steps).
 The orchestrator (`edgestream run --engine local`) merges them into the run directory.
@@ -280,7 +280,7 @@ def _train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: bo
         check_runs("local", plan.algorithm)
     except EngineError as exc:
         raise TrainerError("; ".join(exc.problems)) from None
-    run = run_name(plan.name, run_id)
+    run = run_name(plan.name, cfg.algorithm.name, run_id)
     run_dir = Path(out) / run
     ranks = run_dir / "ranks"
     ranks.mkdir(parents=True, exist_ok=True)

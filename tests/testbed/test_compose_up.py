@@ -116,7 +116,7 @@ class ComposeRun:
         (cfg_dir / experiment).write_text(yaml.safe_dump(config))
         cfg_dir.chmod(0o755)  # read by the containers' user (uid 10001)
         (cfg_dir / experiment).chmod(0o644)
-        self.run_name = f"{config['name']}-{self.run_id}"
+        self.run_name = f"{config['name']}-{config['algorithm']['name']}-{self.run_id}"
         env = {"COMPOSE_PROJECT_NAME": self.project, "RUN_ID": self.run_id, "EXPERIMENT": experiment,
                "CONFIG_DIR": str(cfg_dir), "TRAINERS": "2", "TRAINER_THREADS": "1", "PRODUCER_REPORT_S": "5",
                "EDGESTREAM_IMAGE": images["edgestream"], "TESTBED_KAFKA_IMAGE": images["kafka"]}
