@@ -307,7 +307,7 @@ def test_sim_run_from_another_cwd_and_its_run_directory_has_no_secrets(tmp_path,
     monkeypatch.chdir(tmp_path)
     res = runner.invoke(app, ["run", str(cfg_file.relative_to(tmp_path)), "--out", "o", "--run-id", "r", "--quiet"])
     assert res.exit_code == 0, res.output
-    run = tmp_path / "o" / "hard-r"
+    run = tmp_path / "o" / "hard-ddl-r"
     written = yaml.safe_load((run / "config.yaml").read_text())
     assert written["devices"]["rates"]["path"] == str(folder / "rates.csv")
     assert written["runtime"]["kafka_client"]["sasl.password"] == "***"

@@ -215,7 +215,7 @@ def test_sigterm_to_produce_loses_nothing(bootstrap, run_prefix, tmp_path):
     assert proc.returncode == 0, errtext
     summary = json.loads(out.strip().splitlines()[-1])
     assert summary["delivered"] > 0 and summary["failed"] == 0
-    run = f"sig-{run_id}"
+    run = f"sig-scadles-{run_id}"
     for dev in summary["devices"]:
         c = Consumer(consumer_config(bootstrap, f"{run}.sigcheck.{dev['device']}"))
         c.assign([TopicPartition(device_topic(run, dev["device"]), 0, 0)])

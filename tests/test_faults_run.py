@@ -137,7 +137,7 @@ def test_corrupted_foreign_and_stale_checkpoints_are_refused_naming_the_file(boo
     line = refused(ckpts / "rank2.pt", "step 5", "step 9")
     assert "rank 0" in line or "ranks 0" in line
     # another run's checkpoints: the same files under another run id
-    other = out / f"{run_prefix}-r2"
+    other = out / f"{run_prefix}-ddl-r2"
     shutil.copytree(run_dir, other)
     code, _, err = resume(cfg, bootstrap, other)
     lines = error_lines(err)

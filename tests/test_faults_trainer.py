@@ -177,7 +177,7 @@ def test_an_unexpected_error_ends_the_rank_failed_without_a_final_checkpoint(boo
     _produce(cfg_path, bootstrap, run_id, 1.5)
     out = tmp_path / "runs"
     results = _finish(_start(cfg_path, bootstrap, run_id, out, devices, EDGESTREAM_TEST_FAIL_AT_STEP=6))
-    ranks = out / f"crash{devices}-{run_id}" / "ranks"
+    ranks = out / f"crash{devices}-ddl-{run_id}" / "ranks"
     for rank, (code, _, err) in enumerate(results):
         assert code != 0, f"rank {rank} exited 0: {err[-2000:]}"
         line = _one_line(err)

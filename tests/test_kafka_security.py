@@ -272,7 +272,7 @@ def test_a_run_without_the_right_to_create_topics(secured, run_prefix, tmp_path)
     true ends with one line saying it lacks the right to create topics, pointing at kafka.topics.create."""
     provided = provision(secured, f"{run_prefix}-ddl-r1", 2)
     for run_id in ("r1", "r2"):
-        grant(secured, f"{run_prefix}-{run_id}", RUN_TOPIC_OPERATIONS, RUN_GROUP_OPERATIONS)
+        grant(secured, f"{run_prefix}-ddl-{run_id}", RUN_TOPIC_OPERATIONS, RUN_GROUP_OPERATIONS)
     secrets = secured.data_dir / "security" / "app.secrets.json"
     raw = yaml.safe_load(client_cfg(tmp_path, run_prefix, secured).read_text())
     raw["kafka"] = {"topics": {"create": False}}

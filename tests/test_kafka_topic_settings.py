@@ -336,6 +336,6 @@ def test_cluster_producer_by_hand_resolves_and_warns(cluster, run_prefix, tmp_pa
     assert ("warning: the run's topics have replication factor 1 on a cluster of 3 brokers: losing the broker that "
             "leads a topic loses its samples; set kafka.topics.replication_factor (null: min(3, the broker count))"
             ) in proc.stderr.splitlines()
-    run = f"{run_prefix}-p1"
+    run = f"{run_prefix}-ddl-p1"
     got = read(bs, run_topics(run, 2))
     assert len(got) == 6 and {(t["replication_factor"], t["retention.ms"]) for t in got.values()} == {(1, "60000")}

@@ -98,7 +98,7 @@ def _summary(stdout: str) -> dict:
 def test_restart_after_sigkill_continues_each_stream_without_duplicates(bootstrap, run_prefix, tmp_path):
     raw = _raw("kill")
     cfg_file, run_id = _write(tmp_path, raw), _run_id(run_prefix)
-    run = f"kill-{run_id}"
+    run = f"kill-scadles-{run_id}"
     proc = _spawn(cfg_file, bootstrap, run_id, "--report-every", "0")
     try:
         deadline = time.monotonic() + 120  # a bound so a bug cannot hang the suite
@@ -132,7 +132,7 @@ def test_restart_after_sigkill_continues_each_stream_without_duplicates(bootstra
 def test_other_producer_config_under_a_run_is_refused_a_device_split_is_not(bootstrap, run_prefix, tmp_path):
     raw = _raw("conf")
     cfg_file, run_id = _write(tmp_path, raw), _run_id(run_prefix)
-    run = f"conf-{run_id}"
+    run = f"conf-scadles-{run_id}"
     first = RunPlan.resolve(validate_dict(raw)).producer(bootstrap, run, [0]).run_for(0.3)
     assert first.complete and first.delivered > 0
     # another process driving another device range, with a trainer-only field changed: allowed

@@ -752,7 +752,7 @@ def test_compose_services_train_across_network_hosts(hosts, tmp_path):
         assert col.returncode == 0, col.stderr[-2000:]
     finally:
         tb.stop_broker()
-    run_dir = tb.runs / f"testbed-{run_id}"
+    run_dir = tb.runs / f"testbed-scadles-{run_id}"
     assert {"config.yaml", "events.jsonl", "summary.json", "accuracy.png", "ranks"} <= {p.name for p in run_dir.iterdir()}
     s = json.loads((run_dir / "summary.json").read_text())
     assert s["devices"] == 2 and s["stop_reason"] == "max_steps" and s["device_steps"] == {"0": 5, "1": 5}
@@ -788,7 +788,7 @@ def test_compose_ps_service_runs_ssp_across_network_hosts(ps_hosts, tmp_path):
     cfg.update(stop={"max_steps": max_steps, "max_time_s": 150, "target_accuracy": None}, eval={"every_s": 2})
     cfg["devices"]["rates"] = {"distribution": "constant", "rate": 200}
     (tb.cfg_dir / "testbed-ssp.yaml").write_text(yaml.safe_dump(cfg))
-    run_dir = tb.runs / f"testbed-ssp-{run_id}"
+    run_dir = tb.runs / f"testbed-ssp-ssp-{run_id}"
     workers = ("ps", "trainer-0", "trainer-1")
 
     # the PS and the trainers: a route to the broker's host only

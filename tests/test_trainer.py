@@ -192,7 +192,7 @@ def test_resume_after_a_kill_trains_no_acked_sample_twice_and_loses_none(bootstr
     run_id = f"r{os.getpid()}{int(time.time()) % 10**6}"
     _produce(cfg_path, bootstrap, run_id, 1.5)
     out = tmp_path / "runs"
-    run_dir = out / f"resume-{run_id}"
+    run_dir = out / f"resume-ddl-{run_id}"
     # slow steps (devices.compute.static 40x) so the kill lands mid-run, after the first checkpoints
     procs = _start(cfg_path, bootstrap, run_id, out, range(2), 2, _free_port(),
                    args=("--set", "devices.compute.static=[40.0]"))
