@@ -722,8 +722,15 @@ def run_cmd(config: Path = typer.Argument(None, help="experiment YAML file (opti
             bootstrap: str = typer.Option(None, "--bootstrap", help="local engine: HOST:PORT of the broker; "
                                           "default runtime.bootstrap, else the managed local broker"),
             resume: Path = typer.Option(None, "--resume", help="local engine: continue the run in RUN_DIR"),
-            quiet: bool = typer.Option(False, "--quiet", help="no progress bar")) -> None:
+            quiet: bool = typer.Option(False, "--quiet", help="no progress (neither the live view nor plain lines)"),
+            as_json: bool = typer.Option(False, "--json", help="end with one JSON line of the summary's headline "
+                                         "figures on stdout instead of the short human summary")) -> None:
     """Train CONFIG once and write its run directory (config.yaml, events.jsonl, summary.json, plots).
+
+    Progress: a live view on a terminal, else a plain line every few seconds on stderr. At the end a few lines
+    say where the run is, why it stopped, its steps, time and final metric, and whether and when it reached
+    the target (--json: one JSON line instead). Ctrl-C or SIGTERM writes summary.json marked
+    `interrupted: true` with what the run reached; the exit status is then 130 or 143.
 
     Relative paths in CONFIG (data.root, devices.rates.path) are relative to CONFIG's folder; in --set,
     to the current directory. The run directory's config.yaml shows secrets as ***.
@@ -746,10 +753,12 @@ def run_cmd(config: Path = typer.Argument(None, help="experiment YAML file (opti
     if engine == "local":  # launch/command.py (--bootstrap, --resume, exit codes); compare reaches it via the registry
         from edgestream.launch.command import run_local_command
 
-        run_local_command(cfg, out=out, run_id=run_id, bootstrap=bootstrap, resume=resume, quiet=quiet)
+        run_local_command(cfg, out=out, run_id=run_id, bootstrap=bootstrap, resume=resume, quiet=quiet,
+                          as_json=as_json)
         return
     from edgestream.config import ConfigError
-    from edgestream.runner import EngineError, run_config
+    from edgestream.launch.command import print_end
+    from edgestream.runner import EngineError, RunInterrupted, run_config
     from edgestream.runner.divergence import Diverged
 
     try:
@@ -759,10 +768,12 @@ def run_cmd(config: Path = typer.Argument(None, help="experiment YAML file (opti
     except Diverged as exc:  # the simulated training diverged: one line (its run directory is written)
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(exc.code) from None
-    keys = ("time_to_target_s", "final_accuracy", "final_metrics", "steps", "buffer_max_samples", "dropped_total",
-            "floats_sent_total", "cnc_ratio", "stop_reason", "virtual_time_s", "wall_s")
+    except RunInterrupted as exc:  # Ctrl-C / SIGTERM: the run directory and its summary are written
+        print_end(exc.summary, exc.path, as_json)
+        typer.echo(f"error: {exc}: run directory {exc.path} (summary.json marks it interrupted)", err=True)
+        raise typer.Exit(128 + exc.signum) from None
     typer.echo(f"run directory: {path}", err=True)
-    print(json.dumps({k: summary.get(k) for k in keys}))
+    print_end(summary, path, as_json)
 
 
 @app.command("compare")

@@ -305,7 +305,8 @@ def test_sim_run_from_another_cwd_and_its_run_directory_has_no_secrets(tmp_path,
         stop={"target_accuracy": 0.99, "max_time_s": 1.0}, eval={"every_s": 1.0},
         runtime={"kafka_client": SECRET_CLIENT}))
     monkeypatch.chdir(tmp_path)
-    res = runner.invoke(app, ["run", str(cfg_file.relative_to(tmp_path)), "--out", "o", "--run-id", "r", "--quiet"])
+    res = runner.invoke(app, ["run", str(cfg_file.relative_to(tmp_path)), "--out", "o", "--run-id", "r", "--quiet",
+                              "--json"])
     assert res.exit_code == 0, res.output
     run = tmp_path / "o" / "hard-ddl-r"
     written = yaml.safe_load((run / "config.yaml").read_text())

@@ -99,7 +99,7 @@ def assert_no_child_left(run_dir: Path) -> None:
 
 def test_local_run_writes_the_run_directory(bootstrap, run_prefix, tmp_path):
     cfg = write_cfg(tmp_path / "c.yaml", run_prefix, max_steps=8)
-    code, out, err = finish(start_run(cfg, bootstrap, tmp_path / "runs"))
+    code, out, err = finish(start_run(cfg, bootstrap, tmp_path / "runs", "--json"))
     assert code == 0, err
     run_dir = tmp_path / "runs" / f"{run_prefix}-ddl-r1"
     assert f"run directory: {run_dir}" in err
@@ -173,7 +173,7 @@ def resume_after_signal(cfg: Path, bootstrap: str, run_dir: Path) -> None:
     last = max(e["step"] for r in (0, 1) for e in step_lines(run_dir / "ranks" / f"{r}.jsonl"))
     target = last + 6
     proc = subprocess.Popen([*CLI, "run", str(cfg), "--resume", str(run_dir), "--bootstrap", bootstrap, "--quiet",
-                             "--set", f"stop.max_steps={target}"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             "--json", "--set", f"stop.max_steps={target}"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
     code, out, err = finish(proc)
     assert code == 0, err

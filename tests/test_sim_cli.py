@@ -66,7 +66,7 @@ def test_run_directory_contents(tmp_path):
 def test_cli_run(tiny, tmp_path):
     runner = CliRunner()
     res = runner.invoke(app, ["run", str(tiny), "--engine", "sim", "--out", str(tmp_path / "o"), "--run-id", "x",
-                              "--set", "stop.max_time_s=3", "--quiet"])
+                              "--set", "stop.max_time_s=3", "--quiet", "--json"])
     assert res.exit_code == 0, res.output
     run = tmp_path / "o" / "tiny-scadles-x"
     assert (run / "summary.json").is_file() and (run / "events.jsonl").is_file()

@@ -164,7 +164,7 @@ def test_example_plugin_installs_and_its_entry_points_are_listed(installed_plugi
 def test_example_plugin_runs_as_its_readme_says(installed_plugin, bootstrap, tmp_path, engine, algorithm, params):
     out = tmp_path / "runs"
     cmd = [sys.executable, "-m", "edgestream", "run", str(ROOT / "examples" / "plugin" / "sensor.yaml"),
-           "--engine", engine, "--out", str(out), "--quiet", "--set", f"algorithm.name={algorithm}",
+           "--engine", engine, "--out", str(out), "--quiet", "--json", "--set", f"algorithm.name={algorithm}",
            "--set", f"algorithm.params={params}", "--set", "stop.max_steps=40", "--set", "stop.max_time_s=120"]
     if engine == "local":
         cmd += ["--bootstrap", bootstrap]

@@ -17,9 +17,22 @@ SECRET_FD_ENV = "EDGESTREAM_KAFKA_SECRETS_FD"
 #: the values themselves in the environment (how earlier versions handed them over): still read, with a
 #: warning, since a process's environment stays readable in /proc/<pid>/environ for its whole life
 SECRET_ENV = "EDGESTREAM_KAFKA_SECRETS"
-#: summary.json keys printed as the one-line JSON summary on stdout
+#: summary.json keys printed as the one-line JSON summary on stdout (`edgestream run --json`; the engine's time:
+#: virtual_time_s in the simulator, run_time_s for a real run)
 PRINTED = ("time_to_target_s", "final_accuracy", "final_metrics", "steps", "buffer_max_samples", "dropped_total",
-           "floats_sent_total", "cnc_ratio", "stop_reason", "run_time_s", "wall_s")
+           "floats_sent_total", "cnc_ratio", "stop_reason", "interrupted", "virtual_time_s", "run_time_s", "wall_s")
+
+
+def print_end(summary: dict, run_dir: Path, as_json: bool = False) -> None:
+    """The end of `edgestream run` on stdout: the short human summary (runner.report.end_lines), or with
+    `as_json` one JSON line of the PRINTED keys the summary has (summary.json holds them all)."""
+    if as_json:
+        optional = ("interrupted", "virtual_time_s", "run_time_s")  # only where the run has them
+        print(json.dumps({k: summary.get(k) for k in PRINTED if k in summary or k not in optional}), flush=True)
+        return
+    from edgestream.runner.report import end_lines
+
+    print("\n".join(end_lines(summary, run_dir)), flush=True)
 
 
 def _fail(line: str, code: int = 2) -> None:
@@ -111,10 +124,11 @@ def _secret_values(raw: str, where: str) -> dict:
 
 
 def run_local_command(cfg, *, out: Path | None, run_id: str | None, bootstrap: str | None,
-                      resume: Path | None, quiet: bool) -> None:
-    """Run `cfg` with the local engine (or continue `resume`); print the run directory on stderr and a
-    one-line JSON summary on stdout; exit 1 (child died, broker unreachable), 2 (bad input), 130/143
-    (SIGINT/SIGTERM) with one line on stderr naming the problem (a dead child's log tail follows)."""
+                      resume: Path | None, quiet: bool, as_json: bool = False) -> None:
+    """Run `cfg` with the local engine (or continue `resume`); print the run directory on stderr and the
+    short human summary (`as_json`: a one-line JSON summary) on stdout, also for an interrupted run; exit 1
+    (child died, broker unreachable), 2 (bad input), 130/143 (SIGINT/SIGTERM) with one line on stderr naming the
+    problem (a dead child's log tail follows)."""
     from edgestream.config import bootstrap_ok
     from edgestream.launch.orchestrator import LaunchError, run_local
     from edgestream.runner.engines import EngineError
@@ -131,9 +145,13 @@ def run_local_command(cfg, *, out: Path | None, run_id: str | None, bootstrap: s
             typer.echo(f"error: {line}", err=True)
         raise typer.Exit(2) from None
     except LaunchError as exc:
+        summary_file = Path(exc.run_dir) / "summary.json" if exc.run_dir is not None else None
+        if exc.code in (130, 143) and summary_file is not None and summary_file.is_file():
+            with contextlib.suppress(ValueError, OSError):  # an interrupted run: what it reached, as at a stop
+                print_end(json.loads(summary_file.read_text()), exc.run_dir, as_json)
         typer.echo(f"error: {exc}", err=True)
         for line in exc.detail:
             typer.echo(line, err=True)
         raise typer.Exit(exc.code) from None
     typer.echo(f"run directory: {path}", err=True)
-    print(json.dumps({k: summary.get(k) for k in PRINTED}), flush=True)
+    print_end(summary, path, as_json)

@@ -765,6 +765,9 @@ class LocalRun:
         if self.ps_family:
             extra["ps"] = {**(ps_summary or {"status": "no summary (the parameter server did not finish)"}),
                            "restarts": self.ps_restarts}
+        if outcome.kind == "signal":  # what the run reached stays in the summary, marked (--resume continues it)
+            reason = "interrupted"
+            extra.update(interrupted=True, interrupted_by=signal.Signals(outcome.signum or signal.SIGINT).name)
         try:
             summary = write_local_rundir(self.path, self.plan, self.run_name, wall_s=previous_wall + wall,
                                          stop_reason=reason, extra=extra)

@@ -234,13 +234,16 @@ def _fmt(v: Any, spec: str = "") -> str:
 
 class View:
     """The live view of a run: a rich Live table when `live`, else `line()` every `every_s` seconds
-    on `echo` (None: silent)."""
+    on `echo` (None: silent; every_s None: runner.progress.plain_every_s(), as an in-process run's lines)."""
 
-    def __init__(self, state: LiveState, *, live: bool, echo=None, every_s: float = 5.0, console: Any = None) -> None:
+    def __init__(self, state: LiveState, *, live: bool, echo=None, every_s: float | None = None,
+                 console: Any = None) -> None:
+        from edgestream.runner.progress import plain_every_s
+
         self.state = state
         self.echo = echo
-        self.every_s = every_s
-        self._next = every_s
+        self.every_s = plain_every_s() if every_s is None else every_s
+        self._next = self.every_s
         self._live = None
         if live:
             from rich.console import Console

@@ -30,6 +30,7 @@ _EXPORTS = {
     "RunPlan": "edgestream.runner.plan",
     "run_config": "edgestream.runner.run",
     "RunDir": "edgestream.runner.rundir",
+    "RunInterrupted": "edgestream.runner.rundir",
     "buffer_series": "edgestream.runner.rundir",
     "write_run": "edgestream.runner.rundir",
     "WorkerSession": "edgestream.runner.session",

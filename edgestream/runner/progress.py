@@ -1,26 +1,53 @@
-"""A rich progress bar for in-process runs: engine time (virtual in the simulator), the task's primary
-metric (accuracy; rmse for regression), steps; silent when not on a terminal."""
+"""Progress of an in-process run: engine time (virtual in the simulator), the task's primary metric (accuracy;
+rmse for regression), steps. On a terminal a rich progress bar; otherwise (output to a file or a pipe) a plain
+line (runner.report.progress_line) every `every_s` seconds of wall time, EDGESTREAM_PROGRESS_EVERY_S or
+PLAIN_EVERY_S by default, 0: at every update."""
 
 from __future__ import annotations
 
+import os
+import time
 from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from edgestream.runner.report import progress_line
+
+#: seconds of wall time between two plain progress lines when the output is not a terminal (the local engine's
+#: status line too: launch.view.View)
+PLAIN_EVERY_S = 5.0
+PLAIN_EVERY_ENV = "EDGESTREAM_PROGRESS_EVERY_S"
+
+
+def plain_every_s() -> float:
+    """PLAIN_EVERY_S, or EDGESTREAM_PROGRESS_EVERY_S when it is a number >= 0."""
+    try:
+        value = float(os.environ.get(PLAIN_EVERY_ENV, ""))
+    except ValueError:
+        return PLAIN_EVERY_S
+    return value if value >= 0 else PLAIN_EVERY_S
+
 
 class RunProgress:
     """Shows engine time out of `total_s` (or a spinner-free counter without it), the last test value
-    of `metric` and the steps done. Inactive (every call a no-op) unless `enabled` and stderr is a
-    terminal. `clock` names the time in the bar ("virtual" in the simulator)."""
+    of `metric` and the steps done. Inactive (every call a no-op) unless `enabled`; a bar when the console
+    (stderr) is a terminal, else plain lines every `every_s` wall seconds (see the module doc). `clock`
+    names the time ("virtual" in the simulator)."""
 
     def __init__(self, label: str, total_s: float | None, enabled: bool = True,
-                 console: Console | None = None, clock: str = "virtual", metric: str = "accuracy") -> None:
+                 console: Console | None = None, clock: str = "virtual", metric: str = "accuracy",
+                 every_s: float | None = None) -> None:
         console = console or Console(stderr=True)
-        self.active = bool(enabled and console.is_terminal)
+        self.active = bool(enabled)
         self._progress: Progress | None = None
         self._task: Any = None
-        if self.active:
+        self._plain = None if not self.active or console.is_terminal else console.file
+        self._label, self._total, self._clock, self._metric = label, total_s, clock, metric
+        self._every = plain_every_s() if every_s is None else float(every_s)
+        self._last_line: float | None = None
+        self._value: float | None = None
+        if self.active and self._plain is None:
             self._progress = Progress(
                 TextColumn("[bold]{task.description}"), BarColumn(),
                 TextColumn(clock + " {task.completed:,.1f}/{task.fields[total_s]} s"),
@@ -33,6 +60,19 @@ class RunProgress:
 
     def update(self, time_s: float, steps: int, accuracy: float | None = None) -> None:
         """accuracy: the latest value of the bar's metric (None: unchanged)."""
+        if accuracy is not None:
+            self._value = accuracy
+        if self._plain is not None:
+            now = time.monotonic()
+            if self._last_line is None or now - self._last_line >= self._every:
+                self._last_line = now
+                try:
+                    self._plain.write(progress_line(self._label, time_s, self._total, steps, self._metric,
+                                                    self._value, self._clock) + "\n")
+                    self._plain.flush()
+                except (OSError, ValueError):  # a closed pipe: the run goes on without its progress lines
+                    self._plain = None
+            return
         if self._progress is None:
             return
         fields: dict[str, Any] = {"steps": steps}
@@ -41,6 +81,7 @@ class RunProgress:
         self._progress.update(self._task, completed=time_s, **fields)
 
     def close(self) -> None:
+        self._plain = None
         if self._progress is not None:
             self._progress.stop()
             self._progress = None

@@ -15,11 +15,14 @@ samples, max over devices, vs step; log scale).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import shutil
+import signal
+import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -72,7 +75,9 @@ def finish(path: Path, plan: Any, log: EventLog, records: Iterable[dict], *, eng
     from edgestream.metrics.tensorboard import log_mlflow, write_tensorboard
 
     task = plan.task
+    target = {"metric": plan.target[0], "value": plan.target[1]} if plan.target else None
     summary = log.summary(target=plan.target, wall_s=wall_s, engine=engine, run=run, task=task.name, **extra)
+    summary.setdefault("target", target)
     RunDir(path.parent, path.name).write_summary(summary)
     label = plan.algorithm.name
     records = list(records)
@@ -107,16 +112,69 @@ def write_run(plan: Any, engine: str, build: Callable[[EventLog], InProcessEngin
         if not existed:
             shutil.rmtree(rd.path, ignore_errors=True)
         raise
+    interrupted: KeyboardInterrupt | None = None
+    t_run = time.perf_counter()
     try:
-        t_run = time.perf_counter()
-        eng.run()
-        run_wall = time.perf_counter() - t_run
+        with sigterm_interrupts():
+            eng.run()
+    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: the summary of what the run reached, then re-raised
+        interrupted = exc
     finally:
         events.close()
+    run_wall = time.perf_counter() - t_run
+    try:
+        extra = eng.extra_summary(run_wall)
+    except Exception:  # noqa: BLE001 - an engine stopped mid-step may not say everything; the events do
+        if interrupted is None:
+            raise
+        extra = {"algorithm": plan.algorithm.name, "devices": plan.world}
+    if interrupted is not None:
+        extra.update(stop_reason="interrupted", interrupted=True, interrupted_by=_signal_name(interrupted))
     summary = finish(rd.path, plan, events, read_events(rd.events_path), engine=engine, run=run,
                      wall_s=time.perf_counter() - t_start, xlabel="virtual time (s)" if engine == "sim" else "time (s)",
-                     **eng.extra_summary(run_wall))
+                     **extra)
+    if interrupted is not None:
+        raise RunInterrupted(rd.path, summary, getattr(interrupted, "signum", signal.SIGINT)) from interrupted
     return rd.path, summary
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM during an in-process run, raised in the main thread as Ctrl-C's KeyboardInterrupt is."""
+
+    signum = signal.SIGTERM
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """An in-process run stopped by SIGINT or SIGTERM after its run directory was written: summary.json says
+    `interrupted: true`, stop_reason "interrupted" and what the run reached. `path`, `summary`, `signum`."""
+
+    def __init__(self, path: Path, summary: dict, signum: int) -> None:
+        super().__init__(f"interrupted by {signal.Signals(signum).name}")
+        self.path, self.summary, self.signum = path, summary, int(signum)
+
+
+def _signal_name(exc: BaseException) -> str:
+    return signal.Signals(getattr(exc, "signum", signal.SIGINT)).name
+
+
+@contextlib.contextmanager
+def sigterm_interrupts() -> Iterator[None]:
+    """While inside: SIGTERM raises `Terminated` (a KeyboardInterrupt) in the main thread, so a run stopped by
+    `kill` writes its summary as one stopped by Ctrl-C does. Elsewhere (another thread, or a handler the
+    program set itself) nothing changes."""
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, None):
+        yield
+        return
+
+    def _raise(signum, frame):
+        raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, _raise)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 # ---------------------------------------------------------------- a real run's rank files

@@ -1,0 +1,88 @@
+"""How a run reads to a person, from its summary (summary.json) alone: whether and when it reached its target
+(`target_text`), the few lines a finished or interrupted run ends with on the terminal (`end_lines`; the JSON
+stays in summary.json), and the plain progress line of a run whose output is not a terminal
+(`progress_line`). Used by `edgestream run` (both engines), `compare` and the demo: one wording."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from edgestream.runner.stop import reached
+
+
+def engine_time_s(summary: Mapping[str, Any]) -> float | None:
+    """How long the run lasted at the engine's clock: the simulator's virtual_time_s, a real run's run_time_s."""
+    for key in ("virtual_time_s", "run_time_s"):
+        if summary.get(key) is not None:
+            return float(summary[key])
+    return None
+
+
+def target_of(summary: Mapping[str, Any]) -> tuple[str, float] | None:
+    """(metric, value) the run aimed at, as summary.json records it (None: no target)."""
+    t = summary.get("target")
+    if isinstance(t, Mapping) and t.get("metric") and t.get("value") is not None:
+        return str(t["metric"]), float(t["value"])
+    return None
+
+
+def final_value(summary: Mapping[str, Any], metric: str) -> float | None:
+    """The last evaluation's value of `metric` (final_metrics; final_accuracy for accuracy)."""
+    v = (summary.get("final_metrics") or {}).get(metric)
+    if v is None and metric == "accuracy":
+        v = summary.get("final_accuracy")
+    return None if v is None else float(v)
+
+
+def target_text(summary: Mapping[str, Any]) -> str:
+    """"reached at 12.3 s", "not reached (final 0.83 < 0.90)" (rmse: "final 0.41 > 0.20"), or "no target"."""
+    t = summary.get("time_to_target_s")
+    target = target_of(summary)
+    if t is not None:
+        return f"reached at {float(t):.1f} s"
+    if target is None:
+        return "no target"
+    metric, value = target
+    final = final_value(summary, metric)
+    if final is None:
+        return f"not reached (no evaluation of {metric})"
+    if reached(metric, final, value):  # reached after the last time it was measured to: said as it is
+        return f"reached (final {final:.3g})"
+    sign = "<" if final < value else ">"
+    return f"not reached (final {final:.3g} {sign} {value:.3g})"
+
+
+def _time_unit(summary: Mapping[str, Any]) -> str:
+    return "virtual s" if summary.get("engine") == "sim" else "s"
+
+
+def end_lines(summary: Mapping[str, Any], run_dir: Any) -> list[str]:
+    """The terminal's summary of a run: its directory, algorithm and engine, why it stopped, steps and time, the
+    final metric and the target."""
+    target = target_of(summary)
+    metric = target[0] if target else ("accuracy" if summary.get("final_accuracy") is not None else None)
+    if metric is None and summary.get("final_metrics"):
+        metric = next(iter(summary["final_metrics"]))
+    final = final_value(summary, metric) if metric else None
+    t = engine_time_s(summary)
+    reason = summary.get("stop_reason") or "unknown"
+    if summary.get("interrupted"):
+        reason = f"interrupted ({summary.get('interrupted_by') or 'signal'}); continue or rerun it"
+    lines = [f"run {run_dir}",
+             f"  {summary.get('algorithm') or '?'} on {summary.get('devices') or '?'} devices, engine "
+             f"{summary.get('engine') or '?'}; stopped: {reason}",
+             f"  steps {summary.get('steps') or 0}, time {t:.1f} {_time_unit(summary)}" if t is not None
+             else f"  steps {summary.get('steps') or 0}",
+             f"  final {metric} {final:.4g}" if final is not None else "  no evaluation",
+             f"  target {target[0]} {target[1]:g}: {target_text(summary)}" if target else "  no target"]
+    return lines
+
+
+def progress_line(label: str, time_s: float, total_s: float | None, steps: int, metric: str,
+                  value: float | None, clock: str = "virtual") -> str:
+    """One plain progress line, e.g. `tiny-ddl-20261122-211530-3fa2: virtual 12.0/60 s, steps 340, accuracy
+    0.812`."""
+    total = f"/{total_s:g}" if total_s else ""
+    shown = f"{value:.3f}" if value is not None else "-"
+    return f"{label}: {clock} {time_s:.1f}{total} s, steps {steps}, {metric} {shown}"
