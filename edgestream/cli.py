@@ -777,9 +777,11 @@ def run_cmd(config: Path = typer.Argument(None, help="experiment YAML file (opti
 
 
 @app.command("compare")
-def compare_cmd(config: Path = typer.Argument(..., help="experiment YAML file"),
+def compare_cmd(paths: list[Path] = typer.Argument(..., metavar="CONFIG | RUN_DIR RUN_DIR...",
+                                                 help="an experiment YAML file (with --algorithms: run it once per "
+                                                 "algorithm), or run directories of finished runs to compare"),
                 algorithms: str = typer.Option(
-                    ..., "--algorithms", help="comma list of variants: an algorithm name, optionally with config "
+                    None, "--algorithms", help="comma list of variants: an algorithm name, optionally with config "
                     "overrides, e.g. ddl,scadles or scadles\\[algorithm.buffer=persist]. Collective: "
                     f"{', '.join(COLLECTIVE)}. Parameter server: {', '.join(PS)}"),
                 set_: list[str] = typer.Option(None, "--set", help="override KEY.PATH=VALUE (repeatable)"),
@@ -790,12 +792,29 @@ def compare_cmd(config: Path = typer.Argument(..., help="experiment YAML file"),
                 quiet: bool = typer.Option(False, "--quiet", help="no progress bars"),
                 profile: str = typer.Option(None, "--profile", help=profile_help()),
                 profile_model: str = typer.Option(None, "--profile-model", help=ENTRY_HELP)) -> None:
-    """Run CONFIG once per algorithm (simulated unless --engine local); write compare.md and compare.png
-    and print the table.
+    """Run CONFIG once per algorithm (simulated unless --engine local); or, given run directories, compare those
+    finished runs without running anything. Either way write compare.md (the table: for each run whether and
+    when it reached its target, its final metric) and compare.png (the metric against time), and print the table.
 
     Batch rule: the config's algorithm.batch is kept for an algorithm it suits (rate/available for
     scadles, fixed for the others); otherwise the algorithm's default (scadles rate 8..1024, fixed 64).
     """
+    dirs = [p for p in paths if p.is_dir()]
+    if dirs:
+        if len(dirs) != len(paths):
+            _bad_input(f"{[str(p) for p in paths if not p.is_dir()][0]!r}: not a run directory; give CONFIG alone, "
+                       "or only run directories (RUN_DIR RUN_DIR...)")
+        if algorithms is not None:
+            _bad_input("--algorithms: runs a CONFIG; leave it out to compare the run directories given")
+        _check_out(out)
+        _check_run_id(run_id)
+        return _compare_run_dirs(dirs, out, run_id)
+    if len(paths) > 1:
+        _bad_input(f"{str(paths[0])!r} and {str(paths[1])!r}: give one CONFIG (with --algorithms), or run "
+                   "directories that exist")
+    config = paths[0]
+    if algorithms is None:
+        _bad_input(f"--algorithms: required with CONFIG {str(config)!r} (or give run directories to compare)")
     if not engine or any(e not in ("sim", "local") for e in engine.split(",")):
         _bad_input(f"--engine: {engine!r} is not allowed; must be sim, local or a comma list of them (sim,local)")
     _check_out(out)
@@ -820,7 +839,19 @@ def compare_cmd(config: Path = typer.Argument(..., help="experiment YAML file"),
         for line in getattr(exc, "detail", None) or []:
             typer.echo(line, err=True)
         raise typer.Exit(code) from None
-    typer.echo(f"compare folder: {folder}", err=True)
+    typer.echo(f"compare folder: {folder} (table: {folder / 'compare.md'}, plot: {folder / 'compare.png'})", err=True)
+    sys.stdout.write(table)
+
+
+def _compare_run_dirs(dirs: list[Path], out: Path | None, run_id: str | None) -> None:
+    """`compare RUN_DIR RUN_DIR...`: the table on stdout, where compare.md and compare.png went on stderr."""
+    from edgestream.runner.compare import compare_runs
+
+    try:
+        folder, _, table = compare_runs(dirs, out=out, run_id=run_id)
+    except ValueError as exc:
+        _bad_input(str(exc))
+    typer.echo(f"compare folder: {folder} (table: {folder / 'compare.md'}, plot: {folder / 'compare.png'})", err=True)
     sys.stdout.write(table)
 
 

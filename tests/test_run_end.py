@@ -109,3 +109,191 @@ def test_resume_reads_the_run_id_after_name_and_algorithm(tmp_path):
 
 def _summary(path: Path) -> dict:
     return json.loads((path / "summary.json").read_text())
+
+
+# ---------------------------------------------------------------- interrupted runs
+
+def test_an_interrupted_sim_run_writes_a_summary_of_what_it_reached(tmp_path, monkeypatch):
+    """Ctrl-C (KeyboardInterrupt) mid-run: the summary says so, with the steps and time reached; the events stay."""
+    from edgestream.runner.rundir import RunInterrupted
+    from edgestream.sim import engine as sim_engine
+
+    calls = {"n": 0}
+    real = sim_engine.SimEngine._on_line
+
+    def interrupt_later(self, line):
+        calls["n"] += 1
+        if calls["n"] == 60:
+            raise KeyboardInterrupt
+        return real(self, line)
+
+    monkeypatch.setattr(sim_engine.SimEngine, "_on_line", interrupt_later)
+    cfg = validate_dict({**TINY, "stop": {"target_accuracy": 0.99, "max_time_s": 60.0}})
+    with pytest.raises(RunInterrupted) as caught:
+        run_config(cfg, "sim", out=tmp_path, run_id="i1", progress=False)
+    assert isinstance(caught.value, KeyboardInterrupt) and caught.value.signum == 2
+    path = tmp_path / "tiny-ddl-i1"
+    summary = _summary(path)
+    assert summary == caught.value.summary and caught.value.path == path
+    assert summary["interrupted"] is True and summary["stop_reason"] == "interrupted"
+    assert summary["interrupted_by"] == "SIGINT"
+    events = [json.loads(x) for x in (path / "events.jsonl").read_text().splitlines()]
+    steps = [e for e in events if e["kind"] == "step"]
+    assert len(steps) == summary["device_steps_total"] >= 59 - 2  # every line written before the interrupt
+    assert 0 < summary["steps"] and 0 < summary["virtual_time_s"] < 60.0
+    assert summary["target"] == {"metric": "accuracy", "value": 0.99}
+
+
+def test_sigterm_to_a_sim_run_writes_an_interrupted_summary_and_exits_143(tmp_path):
+    """A real `edgestream run --engine sim` process, its output to pipes: plain progress lines on stderr, then
+    SIGTERM after the first one: exit 143, summary.json marked interrupted, the human summary on stdout."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    import yaml
+
+    cfg = tmp_path / "tiny.yaml"
+    cfg.write_text(yaml.safe_dump({**TINY, "stop": {"target_accuracy": None, "max_time_s": 100000.0}}))
+    env = {**os.environ, "EDGESTREAM_PROGRESS_EVERY_S": "0",
+           "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1]), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen([sys.executable, "-m", "edgestream.cli", "run", str(cfg), "--engine", "sim", "--out",
+                             str(tmp_path / "runs"), "--run-id", "t1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env)
+    try:
+        line = proc.stderr.readline()
+        while line and not re.search(r", steps [1-9]", line):  # until a line after the first steps
+            assert re.match(r"tiny \(ddl, 2 devices\): virtual \d+\.\d/100000 s, steps \d+, accuracy (\d\.\d{3}|-)$",
+                            line.strip()), line
+            line = proc.stderr.readline()
+        assert line, "no progress line with steps before the run ended"
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 143, err[-2000:]
+    path = tmp_path / "runs" / "tiny-ddl-t1"
+    summary = _summary(path)
+    assert summary["interrupted"] is True and summary["interrupted_by"] == "SIGTERM"
+    assert summary["stop_reason"] == "interrupted" and summary["steps"] > 0
+    assert err.strip().splitlines()[-1] == (f"error: interrupted by SIGTERM: run directory {path} (summary.json "
+                                            "marks it interrupted)")
+    assert out.splitlines()[0] == f"run {path}" and "stopped: interrupted (SIGTERM)" in out
+    assert "Traceback" not in err
+
+
+# ---------------------------------------------------------------- the end of a run, on the terminal
+
+def test_a_finished_run_ends_with_a_short_human_summary_or_json(tmp_path):
+    import yaml
+    from typer.testing import CliRunner
+
+    from edgestream.cli import app
+
+    cfg = tmp_path / "tiny.yaml"
+    cfg.write_text(yaml.safe_dump({**TINY, "stop": {"target_accuracy": 0.2, "max_time_s": 3.0}}))
+    res = CliRunner().invoke(app, ["run", str(cfg), "--engine", "sim", "--out", str(tmp_path), "--run-id", "h",
+                                   "--quiet"])
+    assert res.exit_code == 0, res.output
+    path = tmp_path / "tiny-ddl-h"
+    summary = _summary(path)
+    lines = res.stdout.strip().splitlines()
+    assert lines[0] == f"run {path}" and len(lines) == 5 and "{" not in res.stdout
+    assert lines[1] == "  ddl on 2 devices, engine sim; stopped: target_accuracy"
+    assert lines[2] == f"  steps {summary['steps']}, time {summary['virtual_time_s']:.1f} virtual s"
+    assert lines[3] == f"  final accuracy {summary['final_accuracy']:.4g}"
+    assert lines[4] == f"  target accuracy 0.2: reached at {summary['time_to_target_s']:.1f} s"
+    res = CliRunner().invoke(app, ["run", str(cfg), "--engine", "sim", "--out", str(tmp_path), "--run-id", "j",
+                                   "--quiet", "--json"])
+    printed = json.loads(res.stdout.strip().splitlines()[-1])
+    assert printed["stop_reason"] == "target_accuracy" and "run_time_s" not in printed
+
+
+@pytest.mark.parametrize("summary, text", [
+    ({"time_to_target_s": 12.34, "target": {"metric": "accuracy", "value": 0.9}}, "reached at 12.3 s"),
+    ({"time_to_target_s": None, "final_accuracy": 0.83, "target": {"metric": "accuracy", "value": 0.9}},
+     "not reached (final 0.83 < 0.9)"),
+    ({"time_to_target_s": None, "final_metrics": {"rmse": 0.41}, "target": {"metric": "rmse", "value": 0.2}},
+     "not reached (final 0.41 > 0.2)"),
+    ({"time_to_target_s": None, "final_accuracy": 0.5, "target": None}, "no target"),
+    ({"time_to_target_s": None, "target": {"metric": "accuracy", "value": 0.9}},
+     "not reached (no evaluation of accuracy)"),
+])
+def test_target_text(summary, text):
+    from edgestream.runner.report import target_text
+
+    assert target_text(summary) == text
+
+
+# ---------------------------------------------------------------- compare RUN_DIR RUN_DIR...
+
+def test_compare_two_finished_runs_without_running_them(tmp_path):
+    from typer.testing import CliRunner
+
+    from edgestream.cli import app
+
+    a, _ = run_config(validate_dict({**TINY, "stop": {"target_accuracy": 0.2, "max_time_s": 2.0}}), "sim",
+                      out=tmp_path, run_id="a", progress=False)
+    b, _ = run_config(validate_dict({**TINY, "algorithm": {"name": "scadles"},
+                                     "stop": {"target_accuracy": 0.99, "max_time_s": 2.0}}), "sim",
+                      out=tmp_path, run_id="b", progress=False)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    res = CliRunner().invoke(app, ["compare", str(a), str(b), "--out", str(tmp_path / "cmp"), "--run-id", "c"])
+    assert res.exit_code == 0, res.output
+    folder = tmp_path / "cmp" / "tiny-compare-c"
+    assert f"compare folder: {folder} (table: {folder / 'compare.md'}, plot: {folder / 'compare.png'})" in res.stderr
+    assert (folder / "compare.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    sa, sb = _summary(a), _summary(b)
+    rows = {line.split(" | ")[0].strip("| "): line for line in res.stdout.splitlines() if line.startswith("| tiny")}
+    assert set(rows) == {"tiny-ddl-a", "tiny-scadles-b"}
+    assert f"| reached at {sa['time_to_target_s']:.1f} s |" in rows["tiny-ddl-a"]
+    assert f"| not reached (final {sb['final_accuracy']:.3g} < 0.99) |" in rows["tiny-scadles-b"]
+    assert res.stdout in (folder / "compare.md").read_text()
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*before, "cmp"])  # nothing ran: no new run
+    assert [p.name for p in (tmp_path / "cmp").iterdir()] == ["tiny-compare-c"]
+    assert sorted(p.name for p in folder.iterdir()) == ["compare.md", "compare.png"]
+
+    # what cannot be compared: one line naming the input
+    (tmp_path / "empty").mkdir()
+    res = CliRunner().invoke(app, ["compare", str(a), str(tmp_path / "empty")])
+    assert res.exit_code == 2 and res.output.strip().startswith(f"RUN_DIR '{tmp_path / 'empty'}': no summary.json")
+    reg = json.loads((b / "summary.json").read_text())
+    (tmp_path / "reg").mkdir()
+    (tmp_path / "reg" / "summary.json").write_text(json.dumps({**reg, "task": "regression"}))
+    res = CliRunner().invoke(app, ["compare", str(a), str(tmp_path / "reg")])
+    assert res.exit_code == 2 and len(res.output.strip().splitlines()) == 1
+    assert "runs of different tasks cannot be compared" in res.output and "reg (regression)" in res.output
+    res = CliRunner().invoke(app, ["compare", str(a), str(b), "--algorithms", "ddl"])
+    assert res.exit_code == 2 and res.output.strip().startswith("--algorithms: runs a CONFIG")
+
+
+# ---------------------------------------------------------------- progress when the output is not a terminal
+
+def test_plain_progress_lines_when_not_a_terminal():
+    import io
+
+    from rich.console import Console
+
+    from edgestream.runner.progress import RunProgress
+
+    buf = io.StringIO()
+    p = RunProgress("tiny-ddl-x", 60.0, console=Console(file=buf), every_s=0)
+    assert p.active
+    p.update(1.0, 10)
+    p.update(2.5, 20, 0.8123)
+    p.close()
+    p.update(3.0, 30)  # closed: nothing more
+    assert buf.getvalue().splitlines() == ["tiny-ddl-x: virtual 1.0/60 s, steps 10, accuracy -",
+                                           "tiny-ddl-x: virtual 2.5/60 s, steps 20, accuracy 0.812"]
+    quiet = io.StringIO()
+    p = RunProgress("x", 60.0, enabled=False, console=Console(file=quiet), every_s=0)
+    p.update(1.0, 1)
+    assert not p.active and quiet.getvalue() == ""
+    spaced = io.StringIO()
+    p = RunProgress("x", None, console=Console(file=spaced), every_s=3600)
+    for i in range(50):
+        p.update(float(i), i)
+    assert spaced.getvalue().splitlines() == ["x: virtual 0.0 s, steps 0, accuracy -"]  # one per interval

@@ -26,6 +26,7 @@ the engine's time, overlaid).
 from __future__ import annotations
 
 import copy
+import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +36,7 @@ from edgestream.config import ConfigError, apply_override, validate_dict
 from edgestream.metrics import accuracy_plot, markdown_table, read_events
 from edgestream.runid import new_run_id
 from edgestream.runner.engines import get_engine
+from edgestream.runner.report import engine_time_s, target_text
 from edgestream.sync.registry import get_algorithm
 from edgestream.tasks import get_task
 
@@ -160,10 +162,7 @@ def run_compare(cfg: Any, variants: list[Variant], out: str | Path | None = None
             summary["batch"] = vcfg.algorithm.batch.spec() if vcfg.algorithm.batch else None
             summaries[label] = summary
             short = v.short if len(engines) == 1 else f"{v.short}@{eng}"
-            curves[short if short not in curves else label] = [(float(e["time"]), float(e[metric]))
-                                                               for e in read_events(path / "events.jsonl")
-                                                               if e.get("kind") == "eval" and e.get(metric)
-                                                               is not None]
+            curves[short if short not in curves else label] = eval_curve(path, metric)
     baseline = labels[0]
     table = markdown_table(summaries, baseline=baseline)
     unit, _ = _time_words(engine)
@@ -179,6 +178,95 @@ def run_compare(cfg: Any, variants: list[Variant], out: str | Path | None = None
     (folder / "compare.md").write_text("\n".join(lines) + "\n")
     accuracy_plot(curves, folder / "compare.png", title=f"{cfg.name}: test {metric}")
     return folder, summaries, table
+
+
+def eval_curve(run_dir: Path, metric: str) -> list[tuple[float, float]]:
+    """(time, value) of `metric` at each evaluation in run_dir/events.jsonl (none when the file is missing)."""
+    path = Path(run_dir) / "events.jsonl"
+    if not path.is_file():
+        return []
+    return [(float(e["time"]), float(e[metric])) for e in read_events(path)
+            if e.get("kind") == "eval" and e.get(metric) is not None]
+
+
+def read_run_summaries(run_dirs: list[Path]) -> dict[str, dict]:
+    """{run directory name: its summary.json, with `run_dir`} of finished runs; ValueError (one line, naming the
+    directory) for one that is not a finished run directory, or for runs of different tasks or target metrics,
+    which one table cannot compare."""
+    summaries: dict[str, dict] = {}
+    for d in (Path(p) for p in run_dirs):
+        if not d.is_dir():
+            raise ValueError(f"RUN_DIR {str(d)!r}: not a directory; give run directories <out>/<name>-<algorithm>-"
+                             "<run id>")
+        file = d / "summary.json"
+        if not file.is_file():
+            raise ValueError(f"RUN_DIR {str(d)!r}: no summary.json, so not a finished run; give run directories of "
+                             "finished or interrupted runs (trainers started by hand: `edgestream collect RUN_DIR` "
+                             "writes it)")
+        try:
+            s = json.loads(file.read_text())
+        except ValueError:
+            s = None
+        if not isinstance(s, dict):
+            raise ValueError(f"RUN_DIR {str(d)!r}: summary.json is not a JSON object")
+        label = d.name if d.name not in summaries else str(d)
+        if label in summaries:
+            raise ValueError(f"RUN_DIR {str(d)!r}: given twice")
+        summaries[label] = {**s, "run_dir": str(d)}
+    tasks = {label: s.get("task") or "classification" for label, s in summaries.items()}
+    if len(set(tasks.values())) > 1:
+        raise ValueError("RUN_DIR: runs of different tasks cannot be compared in one table: "
+                         + ", ".join(f"{k} ({v})" for k, v in tasks.items()) + "; give runs of one task")
+    metrics = {label: (s.get("target") or {}).get("metric") for label, s in summaries.items()}
+    if len({m for m in metrics.values() if m}) > 1:
+        raise ValueError("RUN_DIR: runs measured to different target metrics cannot be compared in one table: "
+                         + ", ".join(f"{k} ({v})" for k, v in metrics.items() if v) + "; give runs of one metric")
+    return summaries
+
+
+def compare_runs(run_dirs: list[Path], out: str | Path | None = None,
+                 run_id: str | None = None) -> tuple[Path, dict[str, dict], str]:
+    """Compare finished runs from their run directories, running nothing: returns (compare folder, {run name:
+    summary}, markdown table). The folder, `<out>/<name>-compare-<run id>/` (`compare-<run id>` when the runs'
+    names differ; out: default the first run's parent), gets compare.md (the table, whether and when each run
+    reached its target, the first run as the speedup baseline) and compare.png (the task's metric against each
+    run's engine time). ValueError (one line) as `read_run_summaries`."""
+    summaries = read_run_summaries(run_dirs)
+    if not summaries:
+        raise ValueError("RUN_DIR: give at least one run directory")
+    first = Path(next(iter(summaries.values()))["run_dir"])
+    metric = get_task(next(iter(summaries.values())).get("task") or "classification").primary
+    names = {yaml_name(Path(s["run_dir"])) or "" for s in summaries.values()}
+    prefix = f"{names.pop()}-" if len(names) == 1 and "" not in names else ""
+    folder = Path(out if out is not None else first.parent) / f"{prefix}compare-{run_id or new_run_id()}"
+    folder.mkdir(parents=True, exist_ok=True)
+    baseline = next(iter(summaries))
+    table = markdown_table(summaries, baseline=baseline)
+    engines = sorted({str(s.get("engine")) for s in summaries.values()})
+    lines = [f"# {', '.join(summaries)}", "", f"finished runs compared (engines {', '.join(engines)}; sim times are "
+             "virtual seconds); target: whether and when each run reached its own target.", "", table, ""]
+    for label, s in summaries.items():
+        t = engine_time_s(s)
+        lines.append(f"- {label}: {s.get('algorithm')} on {s.get('devices')} devices, engine {s.get('engine')}, "
+                     f"stop {s.get('stop_reason')}" + (f" at {t:.4g} s" if t is not None else "")
+                     + f", run {s['run_dir']}")
+    (folder / "compare.md").write_text("\n".join(lines) + "\n")
+    accuracy_plot({label: eval_curve(Path(s["run_dir"]), metric) for label, s in summaries.items()},
+                  folder / "compare.png", title=f"test {metric} of {len(summaries)} runs",
+                  xlabel="time (s; virtual for simulated runs)", ylabel=f"test {metric}")
+    return folder, summaries, table
+
+
+def yaml_name(run_dir: Path) -> str | None:
+    """The `name` in run_dir/config.yaml (None when it cannot be read)."""
+    import yaml
+
+    try:
+        raw = yaml.safe_load((run_dir / "config.yaml").read_text())
+    except (OSError, yaml.YAMLError):
+        return None
+    name = raw.get("name") if isinstance(raw, dict) else None
+    return str(name) if name else None
 
 
 def compare_algorithms(cfg: Any, algorithms: list[str], out: str | Path | None = None,
@@ -203,14 +291,6 @@ ROW_KEYS = ("time_to_target_s", "final_accuracy", "final_metrics", "buffer_max_s
             "cnc_ratio", "steps", "stop_reason", "time_s", "wall_s")
 
 
-def engine_time_s(summary: dict) -> float | None:
-    """How long the run lasted at the engine's clock: the simulator's virtual_time_s, a real run's run_time_s."""
-    for key in ("virtual_time_s", "run_time_s"):
-        if summary.get(key) is not None:
-            return float(summary[key])
-    return None
-
-
 def summary_row(summary: dict) -> dict[str, Any]:
     """The ROW_KEYS of one run's summary (None where the summary lacks one)."""
     return {k: engine_time_s(summary) if k == "time_s" else summary.get(k) for k in ROW_KEYS}
@@ -221,13 +301,12 @@ def rich_table(summaries: dict[str, dict], baseline: str, title: str = "simulate
     from rich.table import Table
 
     table = Table(title=title)
-    for col in ("run", "time to target (s)", "time (s)", "final acc", "buffer max", "floats sent", "CNC",
-                "speedup"):
+    for col in ("run", "target", "time (s)", "final acc", "buffer max", "floats sent", "CNC", "speedup"):
         table.add_column(col, justify="left" if col == "run" else "right")
     base_t = summaries.get(baseline, {}).get("time_to_target_s")
     for label, s in summaries.items():
         t, ran = s.get("time_to_target_s"), engine_time_s(s)
-        table.add_row(label, f"{t:.1f}" if t is not None else "not reached",
+        table.add_row(label, target_text(s),
                       f"{ran:.1f}" if ran is not None else "-",
                       f"{s.get('final_accuracy') or 0:.3f}", str(s.get("buffer_max_samples")),
                       f"{s.get('floats_sent_total') or 0:.3g}", f"{s.get('cnc_ratio') or 0:.2f}",
