@@ -153,11 +153,14 @@ def test_a_signal_to_the_orchestrator_leaves_no_child(bootstrap, run_prefix, tmp
         os.killpg(proc.pid, signal.SIGINT)
     else:
         os.kill(proc.pid, signal.SIGTERM)
-    code, _, err = finish(proc)
+    code, out, err = finish(proc)
     assert code == 128 + sig, err
     assert f"interrupted by {signal.Signals(sig).name}" in err and "--resume" in err
     assert_no_child_left(run_dir)
-    assert json.loads((run_dir / "summary.json").read_text())["engine"] == "local"
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["engine"] == "local" and summary["interrupted"] is True and summary["stop_reason"] == "interrupted"
+    assert summary["interrupted_by"] == signal.Signals(sig).name and summary["steps"] > 0  # what it reached
+    assert out.splitlines()[0] == f"run {run_dir}" and f"stopped: interrupted ({signal.Signals(sig).name})" in out
     if sig == signal.SIGTERM:
         resume_after_signal(cfg, bootstrap, run_dir)
 
