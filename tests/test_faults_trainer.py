@@ -110,8 +110,10 @@ def _one_line(err: str) -> str:
 def _burst_cfg(name: str, algorithm: str, params: dict, devices: int, model: str) -> object:
     return validate_dict({
         "name": name, "seed": 2, "data": {"dataset": "digits"},
-        # a slow stream: the trainers wait at its head, so the burst reaches them at once
-        "devices": {"count": devices, "rates": {"distribution": "constant", "rate": 120}},
+        # a slow stream: the trainers wait at its head, so the burst reaches them at once, with ~7 s of the 30
+        # steps left after it (at 120 samples/s a loaded host's burst, whose step lines come buffered, landed
+        # after the last step)
+        "devices": {"count": devices, "rates": {"distribution": "constant", "rate": 60}},
         "model": {"name": model}, "optim": {"lr": 0.1, "momentum": 0.0, "weight_decay": 0.0},
         "algorithm": {"name": algorithm, "params": params, "batch": {"policy": "fixed", "size": 16}},
         "stop": {"max_steps": 30, "max_time_s": 120, "target_accuracy": None}, "eval": {"every_s": 1.0}})
@@ -135,7 +137,7 @@ def test_a_hostile_burst_mid_run_is_dead_lettered_and_the_run_finishes(bootstrap
     t.start()
     ranks = tmp_path / run / "ranks"
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and sum(e.get("kind") == "step" for e in _records(ranks / "0.jsonl")) < 5:
+    while time.monotonic() < deadline and sum(e.get("kind") == "step" for e in _records(ranks / "0.jsonl")) < 3:
         time.sleep(0.2)
     assert t.is_alive() and "error" not in result, result
     # 40 malformed messages (garbage, a truncated header, empty values) into device 0's topic, mid-run
