@@ -7,6 +7,8 @@ The Python API (docs/python-api.md; edgestream.api):
     result = edgestream.run(cfg, engine="sim", progress=False)               # RunResult
     result.summary, result.records.steps, result.records.evals, result.run_dir
     edgestream.compare(cfg, algorithms=["ddl", "scadles"]).rows
+    with edgestream.DeviceProducer(bootstrap, run, device=3, rate=50) as dev:  # a device's samples (no torch)
+        dev.send(x, y)                                                          # docs/wire-format.md
 
 Errors raise (ConfigError, EngineError, RunFailed, PluginError); nothing here exits the interpreter.
 Importing the package is light: the names below load on first use (torch only when a run needs it).
@@ -29,6 +31,7 @@ _EXPORTS = {
     "ConfigError": "edgestream.config", "ExperimentConfig": "edgestream.config",
     "EngineError": "edgestream.runner.engines", "EngineUnavailable": "edgestream.runner.engines",
     "PlanError": "edgestream.runner.plan", "PluginError": "edgestream.plugins",
+    "DeviceProducer": "edgestream.producers.device", "DeliveryError": "edgestream.producers.device",
 }
 
 __all__ = [*_EXPORTS, "plugins", "__version__"]

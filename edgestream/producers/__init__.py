@@ -1,10 +1,13 @@
 """Paced per-device Kafka producers and their effective-rate statistics. A run's producer is built by
-its plan (`edgestream.runner.plan.RunPlan.producer`)."""
+its plan (`edgestream.runner.plan.RunPlan.producer`); `DeviceProducer` publishes one device's samples from
+device-side Python (docs/wire-format.md)."""
 
 from edgestream.lazy import lazy_exports
 
 #: public name -> the module that defines it (loaded on first use)
 _EXPORTS = {
+    "DeliveryError": "edgestream.producers.device",
+    "DeviceProducer": "edgestream.producers.device",
     "ResumeError": "edgestream.producers.restart",
     "RunConfigConflict": "edgestream.producers.restart",
     "due_count": "edgestream.producers.schedule",
