@@ -17,7 +17,7 @@ from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 import edgestream
 from edgestream.consumers import KafkaStreamDataset
 from edgestream.data import Affine, SampleSerde, SampleSpec
-from edgestream.kafka.admin import admin_client
+from edgestream.kafka.admin import KafkaUnavailable, admin_client
 from edgestream.kafka.layout import StreamLayout
 from edgestream.kafka.run_topics import ensure_run_topics
 from edgestream.producers.device import DeliveryError, DeviceProducer
@@ -104,10 +104,12 @@ def test_bad_arguments_are_one_line_errors(bootstrap, run_prefix):
         (dict(device=1), f"topic {run_prefix}.dev.1: "),  # not created: the run creates its topics
         (dict(partitions=3), f"topic {run_prefix}.streams: "),
         (dict(producer_overrides={"acks": 1}), "producer_overrides: acks"),
+        (dict(partitions=0), "partitions: 0"), (dict(start_seq="last"), "start_seq: 'last'"),
+        (dict(run=""), "run: ''"),
     ]
     for kwargs, start in bad_init:
         with pytest.raises(ValueError) as err:
-            DeviceProducer(bootstrap, run_prefix, **{"device": 0, "timeout_s": 10, **kwargs})
+            DeviceProducer(bootstrap, **{"run": run_prefix, "device": 0, "timeout_s": 10, **kwargs})
         assert str(err.value).startswith(start) and "\n" not in str(err.value), (kwargs, str(err.value))
     with DeviceProducer(bootstrap, run_prefix, 0, spec=None) as dev:
         bad_send = [
@@ -141,6 +143,8 @@ def test_bad_arguments_are_one_line_errors(bootstrap, run_prefix):
                 dev.send(x, y)
     with pytest.raises(RuntimeError, match="closed"):
         dev.send(np.zeros(3, np.uint8), 1)
+    with pytest.raises(KafkaUnavailable, match=r"^bootstrap 127.0.0.1:1: no broker answered within 2 s"):
+        DeviceProducer("127.0.0.1:1", run_prefix, 0, timeout_s=2)
     # with the run's spec, what its consumers would dead-letter is refused, with the DLQ reason
     with DeviceProducer(bootstrap, run_prefix, 0, spec=SampleSpec(np.uint8, (3,), 4)) as dev:
         for x, y, reason in [(np.zeros(3, np.uint8), 4, "bad_label"), (np.zeros(2, np.uint8), 1, "shape_mismatch"),

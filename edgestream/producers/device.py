@@ -35,10 +35,11 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 import numpy as np
-from confluent_kafka import KafkaError, Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
 
 from edgestream.data import wire
 from edgestream.data.validate import DeviceRule, SampleSpec
+from edgestream.kafka.admin import KafkaUnavailable
 from edgestream.kafka.broker import MAX_MESSAGE_BYTES
 from edgestream.kafka.clients import produce, producer_config
 from edgestream.kafka.layout import StreamLayout
@@ -148,6 +149,13 @@ class DeviceProducer:
         if rate is not None and (isinstance(rate, bool) or not isinstance(rate, numbers.Real)
                                  or not math.isfinite(rate) or rate <= 0):
             raise ValueError(f"rate: {rate!r} is not allowed; must be a number of samples/s > 0, or None (unpaced)")
+        if start_seq != "resume" and (isinstance(start_seq, bool) or not isinstance(start_seq, numbers.Integral)
+                                      or not 0 <= start_seq <= _U64_MAX):
+            raise ValueError(f"start_seq: {start_seq!r} is not allowed; must be an int in [0, 2**64) or 'resume'")
+        if partitions is not None and (isinstance(partitions, bool) or not isinstance(partitions, numbers.Integral)
+                                       or partitions < 1):
+            raise ValueError(f"partitions: {partitions!r} is not allowed; must be the partitioned layout's partition "
+                             "count (an int >= 1), or None (per-device topics)")
         if layout is not None and partitions is not None:
             raise ValueError("layout, partitions: give one of them (partitions is the partitioned layout's count)")
         if layout is None:
@@ -178,9 +186,6 @@ class DeviceProducer:
                 from edgestream.producers.restart import stream_ends
 
                 start_seq = stream_ends(bootstrap, run, [self.device], security, timeout_s, layout=layout)[self.device]
-            elif isinstance(start_seq, bool) or not isinstance(start_seq, numbers.Integral) \
-                    or not 0 <= start_seq <= _U64_MAX:
-                raise ValueError(f"start_seq: {start_seq!r} is not allowed; must be an int in [0, 2**64) or 'resume'")
         except BaseException:
             self.producer.flush(0)
             raise
@@ -188,7 +193,11 @@ class DeviceProducer:
         self.next_seq: int = int(start_seq)
 
     def _check_topic(self, timeout_s: float) -> None:
-        md = self.producer.list_topics(self.topic, timeout=timeout_s)
+        try:
+            md = self.producer.list_topics(self.topic, timeout=timeout_s)
+        except KafkaException as exc:
+            raise KafkaUnavailable(f"bootstrap {self.bootstrap}: no broker answered within {timeout_s:g} s "
+                                   f"({exc.args[0].str() if exc.args else exc})") from None
         t = md.topics.get(self.topic)
         if t is None or t.error is not None:
             why = t.error.str() if t is not None and t.error is not None else "not in the broker's metadata"
