@@ -74,6 +74,8 @@ def test_the_doc_examples_run(tmp_path, monkeypatch, bootstrap):
     assert local.run_dir.is_dir() and (local.run_dir / "summary.json").is_file()
     assert local.records.steps and {r["device"] for r in local.records.steps} == {0, 1}
     assert local.summary["steps"] == 10 and local.config.model.name == "mymodels:small_mlp"
+    dev = ns["dev"]  # a device published into the local run's stream, after its producer's samples
+    assert dev.delivered == dev.sent == 20 and dev.failed == 0 and dev.next_seq - ns["first"] == 20 and ns["first"] > 0
     assert sys.modules.pop("mymodels", None) is not None
 
 
