@@ -103,6 +103,30 @@ def test_round_trip_of_inputs_and_targets_host_and_device(dtype, shape, target, 
     assert head.seq == n - 1 and head.label == (int(ys[-1]) if target[0] == "class" else -1)
 
 
+@settings(max_examples=60, deadline=None)
+@given(dtype=st.sampled_from([np.uint8, np.int16, np.float16, np.float32, np.float64]),
+       shape=st.sampled_from(SHAPES), target=TARGETS, n=st.integers(1, 12), path=st.sampled_from(["c", "numpy"]))
+def test_raw_batches_become_tensors_whatever_the_row_length(dtype, shape, target, n, path):
+    """normalize=None (the raw samples): on either path the batch's x and targets are arrays torch takes as they
+    are (rows of e.g. 2x2 float64 + a 3-float32 target are 92 bytes: the numpy path's view of them had strides
+    torch refuses)."""
+    rng = np.random.default_rng(n)
+    serde = SampleSerde(_spec(dtype, shape, target), None)
+    xs = (rng.normal(size=(n, *shape)) * 100).astype(dtype) if np.dtype(dtype).kind == "f" else \
+        rng.integers(0, 100, size=(n, *shape)).astype(dtype)
+    ys = _targets(rng, target, n)
+    values = [serde.encode(xs[i], int(ys[i]) if target[0] == "class" else ys[i], 0, i, 1.7e9) for i in range(n)]
+    with ExitStack() as stack:
+        if path == "numpy":
+            stack.enter_context(mock.patch.object(wire, "_wirefast", None))
+        got, bad = serde.decode(values, DeviceRule(0, 1))
+    assert bad == []
+    x, y = torch.from_numpy(np.asarray(got.x)), torch.from_numpy(got.labels)
+    assert x.dtype == torch.from_numpy(xs).dtype and x.shape == (n, *shape)
+    np.testing.assert_array_equal(x.numpy(), xs)
+    np.testing.assert_array_equal(y.numpy(), ys if target[0] == "class" else ys.astype(np.float32))
+
+
 # ---------------------------------------------------------------- every refusal
 def _with(value: bytes, **fields) -> bytes:
     names = ("magic", "version", "dtype", "ndim", "target", "d0", "d1", "d2", "d3", "label", "device", "seq", "t")

@@ -249,6 +249,10 @@ def _uniform(values: list, spec: SampleSpec, affine: Affine | None, alloc=None
         out = alloc(n)
         np.copyto(np.asarray(out), x)
         return out, headers, targets
+    if x.strides[0] % x.itemsize or HEADER_SIZE % x.itemsize:
+        # a row whose length is no multiple of the input's itemsize (a float target after a float64 input):
+        # the view's strides would not be, and torch (from_numpy) refuses such an array; copied
+        x = x.copy()  # (not ascontiguousarray: it keeps the strides of a batch of one row)
     return x, headers, targets
 
 

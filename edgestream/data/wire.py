@@ -350,8 +350,10 @@ def split_valid(values: list[bytes]) -> tuple[list[int], list[tuple[int, str]]]:
 
 def float_targets(raw: np.ndarray) -> np.ndarray:
     """A batch's float targets (B, *target_shape) in their wire dtype -> float32, C-contiguous (the
-    dtype of consumed regression targets)."""
-    return np.ascontiguousarray(raw, dtype=np.float32)
+    dtype of consumed regression targets), a fresh array: a view of the messages' rows can have strides no
+    multiple of 4 (a row of a uint8 input and a float32 target), which torch refuses, and ascontiguousarray
+    keeps them for a batch of one row."""
+    return np.array(raw, dtype=np.float32)
 
 
 def decode_batch(values: list[bytes], out: np.ndarray | None = None, *, copy: bool = True
