@@ -217,7 +217,7 @@ def test_two_orchestrators_of_one_run_id_never_both_proceed(tmp_path, run_prefix
         assert got.count("held") == 1, got
         for g in got:
             if g != "held":
-                assert g.code == 2 and f"run {run_prefix}-x{trial} is held by" in str(g) and f"pid {os.getpid()}" in str(g)
+                assert g.code == 2 and f"run {run_prefix}-ddl-x{trial} is held by" in str(g) and f"pid {os.getpid()}" in str(g)
         for r in runs:
             r._release()
 

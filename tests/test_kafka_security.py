@@ -292,8 +292,8 @@ def test_a_run_without_the_right_to_create_topics(secured, run_prefix, tmp_path)
     out, err = proc.communicate(timeout=REFUSAL_LIMIT_S)
     lines = [ln for ln in err.splitlines() if ln.startswith("error:")]
     assert proc.returncode == 1, err
-    assert lines == [f"error: run {run_prefix}-r2: user {sec.CLIENT_USER} may not create topics on "
+    assert lines == [f"error: run {run_prefix}-ddl-r2: user {sec.CLIENT_USER} may not create topics on "
                      f"{secured.bootstrap} (TOPIC_AUTHORIZATION_FAILED); have an administrator create the run's "
                      "topics (docs/runtime.md) and set kafka.topics.create: false"], err
     assert "Traceback" not in err
-    assert not [t for t in admin.list_topics(timeout=30).topics if t.startswith(f"{run_prefix}-r2.")]
+    assert not [t for t in admin.list_topics(timeout=30).topics if t.startswith(f"{run_prefix}-ddl-r2.")]
