@@ -277,7 +277,7 @@ def produce(config: Path = typer.Argument(..., help="experiment YAML file"),
     from edgestream.kafka.admin import KafkaUnavailable, WaitInterrupted, wait_for_broker
     from edgestream.kafka.security import KafkaRefused
     from edgestream.kafka.topic_settings import TOPIC_SETTINGS_ENV
-    from edgestream.kafka.topics import new_run_id, run_name
+    from edgestream.kafka.topics import new_run_id
     from edgestream.producers import ResumeError, RunConfigConflict, parse_device_range
     from edgestream.producers.status import write_status
     from edgestream.runner.plan import RunPlan
@@ -287,7 +287,7 @@ def produce(config: Path = typer.Argument(..., help="experiment YAML file"),
     try:
         plan = RunPlan.resolve(cfg)
         ids = parse_device_range(devices, plan.world)
-        run = run_name(cfg.name, cfg.algorithm.name, run_id or new_run_id())
+        run = plan.run_name(run_id or new_run_id())
     except ValueError as exc:
         _produce_fail(exc, 2)
     stop = {"flag": False}
@@ -637,7 +637,6 @@ def collect_cmd(run_dir: Path = typer.Argument(..., help="run directory <out>/<n
                 set_: list[str] = typer.Option(None, "--set", help="override KEY.PATH=VALUE (repeatable)")) -> None:
     """Write RUN_DIR's events.jsonl, summary.json and plots from the trainers' ranks/ files (for trainers
     started without `edgestream run`: containers, torchrun across machines). Prints the summary."""
-    from edgestream.kafka.topics import run_name
     from edgestream.runner.plan import RunPlan
     from edgestream.runner.rundir import collect_rundir
 
@@ -645,11 +644,11 @@ def collect_cmd(run_dir: Path = typer.Argument(..., help="run directory <out>/<n
     if not cfg_path.is_file():
         typer.echo(f"error: --config: required ({run_dir}/config.yaml does not exist)", err=True)
         raise typer.Exit(2)
-    cfg = _load(cfg_path, set_)
+    plan = RunPlan.resolve(_load(cfg_path, set_))
     if run_id is not None:
-        run_dir = run_dir / run_name(cfg.name, cfg.algorithm.name, run_id)
+        run_dir = run_dir / plan.run_name(run_id)
     try:
-        summary = collect_rundir(run_dir, RunPlan.resolve(cfg))
+        summary = collect_rundir(run_dir, plan)
     except FileNotFoundError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None

@@ -34,7 +34,12 @@ def algorithm_part(algorithm: str) -> str:
     return part or "algorithm"
 
 
+def run_prefix(name: str, algorithm: str) -> str:
+    """`<name>-<algorithm>-`: what every run name of this config and algorithm starts with."""
+    return f"{name}-{algorithm_part(algorithm)}-"
+
+
 def run_name(name: str, algorithm: str, run_id: str) -> str:
     """The run's name `<name>-<algorithm>-<run id>`: its directory under runtime.out and its Kafka topic prefix.
     Sorted by name, one config's runs group by algorithm, then by time (the default run id starts with it)."""
-    return f"{name}-{algorithm_part(algorithm)}-{check_run_id(run_id)}"
+    return run_prefix(name, algorithm) + check_run_id(run_id)

@@ -59,8 +59,9 @@ def test_the_lag_in_seconds_and_the_bound_on_a_kafka_stream(bootstrap, run_prefi
     first = free.next_batch()
     free.close()  # not acknowledged: the bounded reader below starts from the beginning too
     assert first.n == 16 and first.dropped == 0 and first.buffer_samples == 334
-    # the oldest unread follows the newest taken (seq 15, produced 100 - 15/6 s before t0)
-    assert ages[15] <= first.lag_s <= ages[15] + (time.time() - t0)
+    # the oldest unread follows the newest taken (seq 15, produced 100 - 15/6 s before t0); a message timestamp is
+    # whole milliseconds (truncated: up to 1 ms older than `now - age`)
+    assert ages[15] <= first.lag_s <= ages[15] + (time.time() - t0) + 0.001
 
     bounded = plan.kafka_dataset(bootstrap, run_prefix, 0, timeout=4, max_lag_s=10.0)
     try:

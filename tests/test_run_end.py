@@ -17,6 +17,7 @@ from edgestream.kafka.status import find_run
 from edgestream.kafka.topics import device_topic, ps_topic
 from edgestream.runid import new_run_id, run_name
 from edgestream.runner import run_config
+from edgestream.runner.plan import RunPlan
 
 TINY = {
     "name": "tiny",
@@ -99,12 +100,12 @@ def test_resume_reads_the_run_id_after_name_and_algorithm(tmp_path):
     run = tmp_path / "tiny-ddl-20261125-214000-3fa2"
     run.mkdir()
     (run / "config.yaml").write_text(cfg.to_yaml())
-    assert resume_target(run, cfg) == (tmp_path, "20261125-214000-3fa2")
+    assert resume_target(run, RunPlan.resolve(cfg)) == (tmp_path, "20261125-214000-3fa2")
     old = tmp_path / "tiny-20261125-214000-3fa2"
     old.mkdir()
     (old / "config.yaml").write_text(cfg.to_yaml())
     with pytest.raises(LaunchError, match=r"not a run of 'tiny' with algorithm 'ddl' \(expected tiny-ddl-<run id>\)"):
-        resume_target(old, cfg)
+        resume_target(old, RunPlan.resolve(cfg))
 
 
 def _summary(path: Path) -> dict:

@@ -47,7 +47,7 @@ from edgestream.launch.procs import Child, ChildSet, describe_status, tail_lines
 from edgestream.launch.tail import JsonlTail, RanksTail
 from edgestream.launch.view import LiveState, View
 from edgestream.producers.status import account, printed_summary
-from edgestream.runid import algorithm_part, check_run_id, new_run_id, run_name
+from edgestream.runid import check_run_id, new_run_id
 from edgestream.runner.engines import check_runs
 from edgestream.runner.plan import RunPlan
 from edgestream.runner.rundir import PS_FILE, is_ready, record_session, starting_phase, write_local_rundir
@@ -151,7 +151,7 @@ def _first_difference(a: Any, b: Any, path: str = "") -> str | None:
     return None if a == b else path
 
 
-def resume_target(resume: Path, cfg: Any) -> tuple[Path, str]:
+def resume_target(resume: Path, plan: Any) -> tuple[Path, str]:
     """(out, run id) of the run directory `resume`; LaunchError (exit 2) when it is not a local run of
     this config."""
     import yaml
@@ -159,10 +159,10 @@ def resume_target(resume: Path, cfg: Any) -> tuple[Path, str]:
     resume = Path(resume)
     if not (resume / "config.yaml").is_file():
         raise LaunchError(f"--resume {resume}: not a run directory (no config.yaml)", 2)
-    prefix = f"{cfg.name}-{algorithm_part(cfg.algorithm.name)}-"
+    prefix = plan.run_prefix
     if not resume.name.startswith(prefix):
-        raise LaunchError(f"--resume {resume}: the folder is not a run of {cfg.name!r} with algorithm "
-                          f"{cfg.algorithm.name!r} (expected {prefix}<run id>)", 2)
+        raise LaunchError(f"--resume {resume}: the folder is not a run of {plan.name!r} with algorithm "
+                          f"{plan.algorithm_name!r} (expected {prefix}<run id>)", 2)
     run_id = resume.name[len(prefix):]
     try:
         check_run_id(run_id)
@@ -181,7 +181,7 @@ def resume_target(resume: Path, cfg: Any) -> tuple[Path, str]:
     except (ConfigError, yaml.YAMLError, OSError) as exc:
         problem = " ".join(str(exc).split())
         raise LaunchError(f"--resume {resume}: its config.yaml does not load ({problem})", 2) from None
-    new = yaml.safe_load(cfg.to_yaml()) or {}
+    new = yaml.safe_load(plan.cfg.to_yaml()) or {}
     for section in RESUME_MAY_CHANGE:
         old.pop(section, None)
         new.pop(section, None)
@@ -208,14 +208,14 @@ class LocalRun:
         if problem:  # GPUs this host lacks, or an NCCL that cannot work: before anything starts
             raise LaunchError(problem, 2)
         if resume is not None:
-            out_dir, run_id = resume_target(Path(resume), cfg)
+            out_dir, run_id = resume_target(Path(resume), self.plan)
             self.resumed = True
         else:
             out_dir = Path(out if out is not None else cfg.runtime.out)
             run_id = check_run_id(run_id) if run_id is not None else new_run_id()
             self.resumed = False
         self.run_id = run_id
-        self.run_name = run_name(cfg.name, cfg.algorithm.name, run_id)
+        self.run_name = self.plan.run_name(run_id)
         self.out = Path(out_dir).absolute()
         self.path = self.out / self.run_name
         self.bootstrap = bootstrap or cfg.runtime.bootstrap

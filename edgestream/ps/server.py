@@ -559,7 +559,6 @@ def serve(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path) -> dict[str
     from edgestream.kafka.admin import WaitInterrupted, wait_for_broker
     from edgestream.kafka.outage_calls import wait_until_answers
     from edgestream.kafka.security import KafkaRefused
-    from edgestream.kafka.topics import run_name
     from edgestream.runner.engines import EngineError
     from edgestream.runner.plan import RunPlan
 
@@ -570,7 +569,7 @@ def serve(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path) -> dict[str
     if plan.algorithm.coordinator is None:
         raise PSError(f"algorithm.name: {plan.algorithm.name!r} is not a parameter-server algorithm; it needs no "
                       "PS (edgestream train runs it over torch.distributed)")
-    run = run_name(plan.name, plan.cfg.algorithm.name, run_id)
+    run = plan.run_name(run_id)
     run_dir = Path(out) / run
     (run_dir / "ranks").mkdir(parents=True, exist_ok=True)
     handler = logging.FileHandler(run_dir / "ranks" / "ps.log")

@@ -109,6 +109,25 @@ class RunPlan:
         return str(self.cfg.name)
 
     @property
+    def algorithm_name(self) -> str:
+        """algorithm.name as configured (a registered name, or a user's import path)."""
+        return str(self.cfg.algorithm.name)
+
+    @property
+    def run_prefix(self) -> str:
+        """`<name>-<algorithm>-`: how this config's run names begin (edgestream.runid)."""
+        from edgestream.runid import run_prefix
+
+        return run_prefix(self.name, self.algorithm_name)
+
+    def run_name(self, run_id: str) -> str:
+        """The run's name `<name>-<algorithm>-<run id>`: its directory under runtime.out and its Kafka topic
+        prefix (ValueError for a run id that is not allowed)."""
+        from edgestream.runid import run_name
+
+        return run_name(self.name, self.algorithm_name, run_id)
+
+    @property
     def seed(self) -> int:
         return int(self.cfg.seed)
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from edgestream.metrics.events import EventLog, read_events
-from edgestream.runid import new_run_id, run_name
+from edgestream.runid import new_run_id
 
 
 class RunDir:
@@ -98,7 +98,7 @@ def write_run(plan: Any, engine: str, build: Callable[[EventLog], InProcessEngin
     which then runs; summary.json gets `engine`, `run`, the wall time and the engine's extra_summary
     (called with the engine's own run wall time)."""
     cfg = plan.cfg
-    run = run_name(plan.name, cfg.algorithm.name, run_id or new_run_id())
+    run = plan.run_name(run_id or new_run_id())
     parent = Path(out if out is not None else cfg.runtime.out)
     existed = (parent / run).exists()
     rd = RunDir(parent, run)

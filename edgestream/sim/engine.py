@@ -72,7 +72,7 @@ from edgestream.runner.evaluate import Evaluation, evaluate
 from edgestream.runner.group import WorkerGroup
 from edgestream.runner.plan import RunPlan
 from edgestream.runner.progress import RunProgress
-from edgestream.runner.rundir import write_run
+from edgestream.runner.rundir import Terminated, write_run
 from edgestream.sim.batched import BatchedCompute, batch_check
 from edgestream.sim.collectives import CollectiveOp, Collectives
 from edgestream.sim.costs import ComputeModel, NetworkModel, calibrate
@@ -346,7 +346,7 @@ class SimEngine:
                 hard = env.timeout(max_time * HARD_LIMIT_FACTOR + HARD_LIMIT_EXTRA_S)
                 until = simpy.AnyOf(env, [until, hard])
             try:
-                env.run(until=until)
+                _run_until(env, until)
             except Diverged as exc:  # a non-finite loss: the run stops there, as a real trainer does
                 self.diverged = exc
                 return self.stats
@@ -605,3 +605,38 @@ def run_sim(cfg: Any, *, out: str | Path | None = None, run_id: str | None = Non
     if summary.get("stop_reason") == "diverged":  # the run directory is written; the run failed
         raise Diverged(f"{summary['error']}; run directory {path}")
     return path, summary
+
+
+def _run_until(env: simpy.Environment, until: simpy.Event) -> None:
+    """`env.run(until=until)`, with Ctrl-C and SIGTERM raised between two events, never inside one.
+
+    A signal's exception raised where the handler happens to run would land inside a worker's SimPy process (a
+    generator mid-request: the worker then "never posted" what it asked for) and end the run in a traceback
+    instead of an interrupted summary. While the loop runs (main thread only) SIGINT -- and SIGTERM where a
+    handler of the program's (runner.rundir.sigterm_interrupts) would raise -- are only noted; the loop raises
+    KeyboardInterrupt / runner.rundir.Terminated before its next event. Elsewhere it is `env.run`."""
+    import signal
+    import threading
+
+    from simpy.core import EmptySchedule, StopSimulation
+
+    noted: list[int] = []
+    handled = [signal.SIGINT] if threading.current_thread() is threading.main_thread() else []
+    if handled and callable(signal.getsignal(signal.SIGTERM)):
+        handled.append(signal.SIGTERM)
+    if until.callbacks is None:  # already processed
+        return
+    until.callbacks.append(StopSimulation.callback)
+    previous = {sig: signal.signal(sig, lambda signum, frame: noted.append(signum)) for sig in handled}
+    try:
+        while True:
+            if noted:
+                raise Terminated() if noted[0] == signal.SIGTERM else KeyboardInterrupt()
+            env.step()
+    except StopSimulation:
+        return
+    except EmptySchedule:
+        raise RuntimeError(f"no scheduled events left but the run's end was not reached: {until}") from None
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

@@ -249,7 +249,6 @@ def train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: boo
 def _train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: bool = False, digest: bool = True,
            environ: dict | None = None) -> dict:
     from edgestream.kafka.outage import Outage
-    from edgestream.kafka.topics import run_name
     from edgestream.metrics import EventLog
     from edgestream.models import param_names
     from edgestream.ps.client import PSStopped
@@ -280,7 +279,7 @@ def _train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: bo
         check_runs("local", plan.algorithm)
     except EngineError as exc:
         raise TrainerError("; ".join(exc.problems)) from None
-    run = run_name(plan.name, cfg.algorithm.name, run_id)
+    run = plan.run_name(run_id)
     run_dir = Path(out) / run
     ranks = run_dir / "ranks"
     ranks.mkdir(parents=True, exist_ok=True)
