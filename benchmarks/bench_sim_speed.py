@@ -19,6 +19,14 @@ noisy machine); every run is in the recorded JSON.
 
     python benchmarks/bench_sim_speed.py [--devices 16,64,256,1024] [--device-steps 4096] [--model mlp]
                                          [--paths per-device,batched] [--threads 1] [--repeat 3]
+                                         [--algorithms ddl] [--batch 32]
+    python benchmarks/bench_sim_speed.py --algorithms all --batch 8 --devices 64,256 --repeat 2
+
+`--algorithms` runs every listed algorithm (comma-separated registered names, or `all`: every one the
+simulator runs) with its default params and a fixed batch of `--batch` samples (an algorithm made for
+other batch policies, ScaDLES, keeps its own default policy); the rounds alternate the paths within
+each (algorithm, devices), and the table gets one row per (algorithm, devices). Anything but the
+default `ddl` records bench-out/sim_speed_algorithms.json (the ddl table stays in sim_speed.json).
     python benchmarks/bench_sim_speed.py --plot docs/img/sim_scale.png   # from the recorded JSON
 
 `--plot PATH` draws the recorded table (bench-out/sim_speed.json, or `--from FILE`) as a PNG:
@@ -39,13 +47,17 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 
-def config(devices: int, steps: int, model: str) -> dict:
+def config(devices: int, steps: int, model: str, algorithm: str = "ddl", batch: int = 32) -> dict:
+    from edgestream.sync.registry import get_algorithm
+
+    spec = get_algorithm(algorithm)
     return {
         "name": f"speed{devices}", "seed": 0, "data": {"dataset": "digits"},
         "devices": {"count": devices, "rates": {"distribution": "uniform", "low": 40, "high": 200},
                     "compute": {"base_s": 0.05, "per_sample_s": 0.002}},
         "model": {"name": model},
-        "algorithm": {"name": "ddl", "batch": {"policy": "fixed", "size": 32}, "buffer": "persist"},
+        "algorithm": {"name": algorithm, "batch": spec.suited_batch({"policy": "fixed", "size": batch}),
+                      "buffer": "persist"},
         "stop": {"target_accuracy": None, "max_time_s": None, "max_steps": steps},
         "eval": {"every_s": 1e6},
     }
@@ -60,14 +72,15 @@ def _current_rss_mb() -> float:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
-def measure(devices: int, device_steps: int, model: str, path: str) -> dict:
+def measure(devices: int, device_steps: int, model: str, path: str, algorithm: str = "ddl", batch: int = 32) -> dict:
     """One run in this process (call it in a fresh process for a clean peak memory)."""
     from edgestream.config import validate_dict
     from edgestream.metrics import EventLog
     from edgestream.sim.engine import SimEngine
 
     steps = max(8, device_steps // devices)
-    cfg = validate_dict(config(devices, steps, model))
+    raw = config(devices, steps, model, algorithm, batch)
+    cfg = validate_dict(raw)
     engine = SimEngine(cfg, EventLog(None), batch_compute=(path == "batched"))
     assert engine.compute_mode == path, engine.compute_reason
     rss_setup = _current_rss_mb()
@@ -81,7 +94,7 @@ def measure(devices: int, device_steps: int, model: str, path: str) -> dict:
     peak = _rss_mb()
     n = engine.stats.device_steps
     return {
-        "devices": devices, "path": path, "steps": steps, "device_steps": n,
+        "algorithm": algorithm, "batch": raw["algorithm"]["batch"], "devices": devices, "path": path, "steps": steps, "device_steps": n,
         "wall_s": round(wall, 3), "cpu_s": round(cpu, 3), "load_avg": round(load, 2),
         "device_steps_per_wall_s": round(n / wall, 1),
         "device_steps_per_cpu_s": round(n / cpu, 1),
@@ -100,17 +113,48 @@ def child(args: argparse.Namespace) -> None:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    measure(4, 64, args.model, args.child_path)  # warm-up: first torch and vmap calls
-    print(json.dumps(measure(args.child_devices, args.device_steps, args.model, args.child_path)))
+    algorithm = args.child_algorithm
+    measure(4, 64, args.model, args.child_path, algorithm, args.batch)  # warm-up: first torch and vmap calls
+    print(json.dumps(measure(args.child_devices, args.device_steps, args.model, args.child_path, algorithm,
+                             args.batch)))
 
 
-def run_child(devices: int, path: str, args: argparse.Namespace) -> dict:
+def run_child(devices: int, path: str, args: argparse.Namespace, algorithm: str = "ddl") -> dict:
     cmd = [sys.executable, __file__, "--child-devices", str(devices), "--child-path", path,
+           "--child-algorithm", algorithm, "--batch", str(args.batch),
            "--device-steps", str(args.device_steps), "--model", args.model, "--threads", str(args.threads)]
     out = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if out.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed:\n{out.stderr[-4000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def sim_algorithms() -> list[str]:
+    """Every registered algorithm the simulator runs, in registry order."""
+    from edgestream.sync.registry import ALGORITHMS
+
+    return [n for n, s in ALGORITHMS.items() if s.engines is None or "sim" in s.engines]
+
+
+def algorithm_table(rows: list[dict], paths: list[str]) -> str:
+    """One row per (algorithm, devices): device-steps per wall second on each path and their ratio."""
+    by = {(r["algorithm"], r["devices"], r["path"]): r for r in rows}
+    algorithms = list(dict.fromkeys(r["algorithm"] for r in rows))
+    devices = sorted({r["devices"] for r in rows})
+    head = ["algorithm", "devices"] + [f"{p} steps/s" for p in paths]
+    if len(paths) == 2:
+        head.append(f"{paths[1]} / {paths[0]}")
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for a in algorithms:
+        for d in devices:
+            cells = [a, str(d)]
+            got = [by.get((a, d, p)) for p in paths]
+            cells += [f"{r['device_steps_per_wall_s']:,.0f}" if r else "-" for r in got]
+            if len(paths) == 2:
+                cells.append(f"{got[1]['device_steps_per_wall_s'] / got[0]['device_steps_per_wall_s']:.2f}x"
+                             if all(got) else "-")
+            lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def table(rows: list[dict], paths: list[str]) -> str:
@@ -180,7 +224,12 @@ if __name__ == "__main__":
     ap.add_argument("--repeat", type=int, default=3, help="runs per configuration; the table keeps the fastest")
     ap.add_argument("--plot", type=Path, help="draw the recorded table to this PNG (runs nothing)")
     ap.add_argument("--from", dest="source", type=Path, help="recorded JSON for --plot (default bench-out/sim_speed.json)")
+    ap.add_argument("--algorithms", default="ddl",
+                    help="comma-separated algorithms, or 'all' (every one the simulator runs)")
+    ap.add_argument("--batch", type=int, default=32,
+                    help="fixed batch size (an algorithm made for other batch policies keeps its default)")
     ap.add_argument("--child-devices", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--child-algorithm", default="ddl", help=argparse.SUPPRESS)
     ap.add_argument("--child-path", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child_devices:
@@ -197,25 +246,40 @@ if __name__ == "__main__":
         sys.exit(0)
 
     paths = [p.strip() for p in args.paths.split(",") if p.strip()]
+    algorithms = (sim_algorithms() if args.algorithms.strip() == "all"
+                  else [a.strip() for a in args.algorithms.split(",") if a.strip()])
+    loads = [os.getloadavg()]
     runs: list[dict] = []
     for round_ in range(args.repeat):
-        for d in (int(v) for v in args.devices.split(",")):
-            for p in (paths if round_ % 2 == 0 else paths[::-1]):
-                r = run_child(d, p, args)
-                runs.append(r)
-                print(f"{d:5d} devices {p:>10}: {r['device_steps_per_wall_s']:8.1f} device-steps/s wall, "
-                      f"{r['device_steps_per_cpu_s']:8.1f} per CPU s, peak RSS {r['rss_peak_mb']:.0f} MB "
-                      f"(+{r['rss_growth_mb']:.0f}), torch {r['share_torch_compute']:.0%}, algorithm "
-                      f"{r['share_algorithm_code']:.0%}, simulator overhead {r['overhead_share']:.0%}, load "
-                      f"{r['load_avg']}", file=sys.stderr, flush=True)
-    best: dict[tuple[int, str], dict] = {}
+        for a in algorithms:
+            for d in (int(v) for v in args.devices.split(",")):
+                for p in (paths if round_ % 2 == 0 else paths[::-1]):
+                    r = run_child(d, p, args, a)
+                    runs.append(r)
+                    print(f"{a:>16} {d:5d} devices {p:>10}: {r['device_steps_per_wall_s']:8.1f} device-steps/s "
+                          f"wall, {r['device_steps_per_cpu_s']:8.1f} per CPU s, peak RSS {r['rss_peak_mb']:.0f} MB "
+                          f"(+{r['rss_growth_mb']:.0f}), torch {r['share_torch_compute']:.0%}, algorithm "
+                          f"{r['share_algorithm_code']:.0%}, simulator overhead {r['overhead_share']:.0%}, load "
+                          f"{r['load_avg']}", file=sys.stderr, flush=True)
+        loads.append(os.getloadavg())
+    best: dict[tuple[str, int, str], dict] = {}
     for r in runs:
-        key = (r["devices"], r["path"])
+        key = (r["algorithm"], r["devices"], r["path"])
         if key not in best or r["device_steps_per_wall_s"] > best[key]["device_steps_per_wall_s"]:
             best[key] = r
     rows = list(best.values())
-    print(table(rows, paths), file=sys.stderr)
-    record("sim_speed", {"model": args.model, "dataset": "digits", "algorithm": "ddl, b=32",
-                         "torch_threads": args.threads, "paths": paths, "repeat": args.repeat, "rows": rows,
-                         "runs": runs, "table": table(rows, paths),
-                         "target": ">= 2,000 device-steps/s at 256 devices (digits/mlp), batched"})
+    if algorithms == ["ddl"] and args.batch == 32:  # the original benchmark: its table and JSON as they were
+        print(table(rows, paths), file=sys.stderr)
+        record("sim_speed", {"model": args.model, "dataset": "digits", "algorithm": "ddl, b=32",
+                             "torch_threads": args.threads, "paths": paths, "repeat": args.repeat, "rows": rows,
+                             "runs": runs, "table": table(rows, paths),
+                             "target": ">= 2,000 device-steps/s at 256 devices (digits/mlp), batched"})
+        sys.exit(0)
+    text = algorithm_table(rows, paths)
+    print(text, file=sys.stderr)
+    run_loads = [r["load_avg"] for r in runs]
+    print(f"load average (1 min) at the runs' starts: {min(run_loads)}-{max(run_loads)}", file=sys.stderr)
+    record("sim_speed_algorithms", {
+        "model": args.model, "dataset": "digits", "algorithms": algorithms, "batch": args.batch,
+        "device_steps": args.device_steps, "torch_threads": args.threads, "paths": paths, "repeat": args.repeat,
+        "load_avg_1_5_15": loads, "rows": rows, "runs": runs, "table": text})
