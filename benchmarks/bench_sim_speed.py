@@ -137,22 +137,24 @@ def sim_algorithms() -> list[str]:
 
 
 def algorithm_table(rows: list[dict], paths: list[str]) -> str:
-    """One row per (algorithm, devices): device-steps per wall second on each path and their ratio."""
+    """One row per (algorithm, devices): device-steps per wall second and per CPU second on each path
+    and their ratios (each the fastest run of its configuration by wall time)."""
     by = {(r["algorithm"], r["devices"], r["path"]): r for r in rows}
     algorithms = list(dict.fromkeys(r["algorithm"] for r in rows))
     devices = sorted({r["devices"] for r in rows})
-    head = ["algorithm", "devices"] + [f"{p} steps/s" for p in paths]
+    head = ["algorithm", "devices"] + [f"{p} steps/s (wall / cpu)" for p in paths]
     if len(paths) == 2:
-        head.append(f"{paths[1]} / {paths[0]}")
+        head.append(f"{paths[1]} / {paths[0]} (wall / cpu)")
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for a in algorithms:
         for d in devices:
             cells = [a, str(d)]
             got = [by.get((a, d, p)) for p in paths]
-            cells += [f"{r['device_steps_per_wall_s']:,.0f}" if r else "-" for r in got]
+            cells += [f"{r['device_steps_per_wall_s']:,.0f} / {r['device_steps_per_cpu_s']:,.0f}" if r else "-"
+                      for r in got]
             if len(paths) == 2:
-                cells.append(f"{got[1]['device_steps_per_wall_s'] / got[0]['device_steps_per_wall_s']:.2f}x"
-                             if all(got) else "-")
+                cells.append(" / ".join(f"{got[1][k] / got[0][k]:.2f}x" for k in
+                                        ("device_steps_per_wall_s", "device_steps_per_cpu_s")) if all(got) else "-")
             lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
