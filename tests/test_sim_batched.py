@@ -24,7 +24,7 @@ from edgestream.metrics import EventLog
 from edgestream.runner.plan import RunPlan
 from edgestream.sim import orders as orders_mod
 from edgestream.sim.batched import BatchedCompute, batch_independent
-from edgestream.sim.engine import COMPUTE_ENV, SimConfigError, SimEngine
+from edgestream.sim.engine import AUTO_PER_DEVICE, COMPUTE_ENV, SimConfigError, SimEngine
 from edgestream.sim.orders import (
     SMALL_SHARD,
     EpochOrders,
@@ -34,6 +34,7 @@ from edgestream.sim.orders import (
     seed_words,
 )
 from edgestream.sim.replicas import Replicas
+from edgestream.sync.registry import ALGORITHMS
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_sim_engine import cfg_of  # noqa: E402  (the simulator tests' config helper)
@@ -109,23 +110,84 @@ CASES = {
 def test_batched_and_per_device_runs_are_the_same(case):
     cfg = cfg_of(**CASES[case], stop={"max_steps": 5}, eval={"every_s": 0.5})
     per_device, lines_a = run(cfg, False)
-    batched, lines_b = run(cfg, None)  # auto: batched for these synchronous algorithms
+    batched, lines_b = run(cfg, None)  # auto: batched
     assert_same_run(per_device, batched, lines_a, lines_b)
     assert batched.batcher is not None and batched.batcher.passes < batched.batcher.served  # it batched
     assert any(e["kind"] == "eval" for e in lines_b)
 
 
-def test_forced_batching_of_a_non_synchronous_algorithm_is_the_same_run():
+def test_batching_a_non_synchronous_algorithm_is_the_same_run():
     """local-sgd's replicas drift apart between averaging rounds: a pass stacks their parameters."""
     cfg = cfg_of(devices={"count": 3, **HETERO}, algorithm={"name": "local-sgd", "params": {"tau": 3},
                                                              "batch": {"policy": "fixed", "size": 8}},
                  stop={"max_steps": 7})
-    auto = SimEngine(cfg, EventLog(None))
-    assert auto.compute_mode == "per-device" and "not a synchronous algorithm" in auto.compute_reason
     per_device, lines_a = run(cfg, False)
-    batched, lines_b = run(cfg, True)
+    batched, lines_b = run(cfg, None)  # auto batches it (issue 35 item 2)
+    assert batched.compute_reason == "batched (auto)"
     assert_same_run(per_device, batched, lines_a, lines_b)
     assert batched.replicas.layout()["replicas"] == "per-worker"
+
+
+#: asynchronous algorithms that auto batches since issue 35 item 2, one or more per family: the
+#: local-SGD family's loss-driven tau (adacomm), and the parameter-server family's coordinators (pulls
+#: that never wait, staleness-bounded pulls, averaged updates, ZipLine barriers, timed commits, the PS's
+#: BSP barrier, local steps committed to the PS)
+ASYNC_CASES = {
+    "adacomm": {"tau": 2, "check_every": 1},
+    "asp": {},
+    "ssp": {"s": 1},
+    "dynsgd": {},
+    "elastic-bsp": {"R": 3},
+    "adsp": {},
+    "bsp": {},
+    "adacomm-ps": {"tau": 2, "check_every": 1},
+}
+
+
+@pytest.mark.parametrize("name", list(ASYNC_CASES))
+def test_auto_batched_asynchronous_algorithms_are_the_same_run(name, monkeypatch):
+    monkeypatch.delenv(COMPUTE_ENV, raising=False)
+    cfg = cfg_of(devices={"count": 3, **HETERO}, stop={"max_steps": 6}, eval={"every_s": 0.5},
+                 algorithm={"name": name, "params": ASYNC_CASES[name], "batch": {"policy": "fixed", "size": 8}})
+    per_device, lines_a = run(cfg, False)
+    batched, lines_b = run(cfg, None)
+    assert batched.compute_reason == "batched (auto)", batched.compute_reason
+    assert_same_run(per_device, batched, lines_a, lines_b)
+    assert batched.batcher is not None and batched.batcher.passes < batched.batcher.served  # it batched
+    assert any(e["kind"] == "eval" for e in lines_b)
+
+
+@pytest.mark.parametrize("name", list(ALGORITHMS))
+def test_auto_batches_every_algorithm_not_measured_slower(name, monkeypatch):
+    """auto: batched for every registered algorithm on a per-sample model, except AUTO_PER_DEVICE's
+    (measured slower batched), which say so; `batched` and batch_compute=True batch those too."""
+    monkeypatch.delenv(COMPUTE_ENV, raising=False)
+    spec = ALGORITHMS[name]
+    cfg = cfg_of(algorithm={"name": name, "batch": spec.suited_batch({"policy": "fixed", "size": 8})},
+                 stop={"max_steps": 1})
+    engine = SimEngine(cfg, EventLog(None))
+    if name in AUTO_PER_DEVICE:
+        assert engine.compute_mode == "per-device"
+        assert engine.compute_reason.startswith(f"per-device: {name} is slower batched (")
+        assert SimEngine(cfg, EventLog(None), batch_compute=True).compute_mode == "batched"
+        monkeypatch.setenv(COMPUTE_ENV, "batched")
+        assert SimEngine(cfg, EventLog(None)).compute_mode == "batched"
+    else:
+        assert (engine.compute_mode, engine.compute_reason) == ("batched", "batched (auto)")
+    monkeypatch.setenv(COMPUTE_ENV, "per-device")
+    assert SimEngine(cfg, EventLog(None)).compute_mode == "per-device"
+
+
+def test_an_algorithm_measured_slower_stays_per_device_under_auto(monkeypatch):
+    monkeypatch.delenv(COMPUTE_ENV, raising=False)
+    monkeypatch.setitem(AUTO_PER_DEVICE, "asp", "measured 1 vs 2 device-steps/s")
+    cfg = cfg_of(algorithm={"name": "asp", "batch": {"policy": "fixed", "size": 8}}, stop={"max_steps": 1})
+    engine = SimEngine(cfg, EventLog(None))
+    assert engine.compute_mode == "per-device"
+    assert engine.compute_reason == "per-device: asp is slower batched (measured 1 vs 2 device-steps/s; auto)"
+    assert SimEngine(cfg, EventLog(None), batch_compute=True).compute_reason == "batched (batch_compute=True)"
+    monkeypatch.setenv(COMPUTE_ENV, "batched")
+    assert SimEngine(cfg, EventLog(None)).compute_reason == f"batched ({COMPUTE_ENV}=batched)"
 
 
 def test_the_switch_and_models_that_stay_per_device(monkeypatch):

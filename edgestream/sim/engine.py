@@ -11,7 +11,8 @@ that loop's performer (`now(rank)`, `perform(rank, request)`; see edgestream.syn
 * Compute: lasts t_i(b) = (a + c b) static_i (1 + U(0, dynamic)) virtual seconds (`ComputeModel`; a, c
   from the config or `calibrate`); the real forward/backward on the worker's replica runs when that
   time is up (the replica cannot change meanwhile, and peers sharing it have applied by then). Batched
-  (edgestream.sim.batched, the default for synchronous algorithms on per-sample models): when the
+  (edgestream.sim.batched, the default (`auto`) for every algorithm on per-sample models, except those
+  measured slower batched, `AUTO_PER_DEVICE`): when the
   first pending compute's time is up, ONE vectorised forward/backward serves it and every other
   pending device whose model is settled, each getting its own gradients and loss at its own end time; the
   per-device path stays (`batch_compute=False`, or EDGESTREAM_SIM_COMPUTE=per-device) as the reference.
@@ -108,6 +109,13 @@ _LOGGED_FALLBACKS: set[tuple[str, str]] = set()
 #: environment switch for how Compute requests are served: auto (default), batched, per-device
 COMPUTE_ENV = "EDGESTREAM_SIM_COMPUTE"
 COMPUTE_MODES = ("auto", "batched", "per-device")
+#: algorithms that `auto` keeps on the per-device path although batching them is correct, because their
+#: batched runs were measurably slower: {name: the measurement}. Every other algorithm (a user's own
+#: included: the batched path gives each worker its own gradients, whatever the algorithm does next) is
+#: batched by `auto` wherever the model allows (`batch_check`). Measured with
+#: `benchmarks/bench_sim_speed.py --algorithms all --batch 8 --devices 64,256 --repeat 2` (digits, mlp,
+#: dense, 1 torch thread; docs/BENCHMARKS.md, "auto batches every algorithm").
+AUTO_PER_DEVICE: dict[str, str] = {}
 
 
 class SimConfigError(EngineError):
@@ -161,7 +169,8 @@ class SimEngine:
     same, see replicas.py).
     batch_compute: serve the workers' Compute requests in batched passes (edgestream.sim.batched).
     None (default) reads EDGESTREAM_SIM_COMPUTE (auto | batched | per-device; unset = auto): auto
-    batches synchronous algorithms, batched any algorithm; both only on models whose forward treats
+    batches every algorithm but those measured slower batched (`AUTO_PER_DEVICE`), batched any
+    algorithm; both only on models whose forward treats
     samples independently (no batch norm, no dropout), else per-device. False: per-device (the
     reference path); True: batched where the model allows. `compute_mode` says which path runs and
     `compute_reason` why.
@@ -269,8 +278,9 @@ class SimEngine:
                 raise SimConfigError([f"{COMPUTE_ENV}={mode!r}: expected one of {', '.join(COMPUTE_MODES)}"])
             if mode == "per-device":
                 return None, f"per-device: {COMPUTE_ENV}=per-device"
-            if mode == "auto" and not self.spec.synchronous:
-                return None, f"per-device: {self.spec.name} is not a synchronous algorithm (auto batches those)"
+            slower = AUTO_PER_DEVICE.get(self.spec.name) if mode == "auto" else None
+            if slower is not None:
+                return None, f"per-device: {self.spec.name} is slower batched ({slower}; auto)"
             source = f"{COMPUTE_ENV}={mode}" if COMPUTE_ENV in os.environ else "auto"
         elif not batch_compute:
             return None, "per-device: batch_compute=False"
