@@ -788,6 +788,9 @@ class LocalRun:
                     if lines:
                         detail.append(f"last lines of {p}:")
                         detail += ["  " + ln for ln in lines]
+                    if not disk and any("no space left on device" in ln.lower() for ln in lines):
+                        # the child's failed write freed its partial file again before the folder was looked at
+                        disk = f"; {self.out}: no space left on device (the last lines of {p} say so)"
             stopped = f"; stopped {', '.join(outcome.stopped)}" if outcome.stopped else ""
             raise LaunchError(f"{outcome.reason}{disk}{stopped}{outcome.hint}; run directory {self.path}", 1, detail,
                               self.path)
