@@ -209,13 +209,9 @@ def test_delivery_failures_are_raised_not_lost(bootstrap, run_prefix):
 def test_the_top_level_name_and_no_torch(tmp_path):
     assert edgestream.DeviceProducer is DeviceProducer and edgestream.DeliveryError is DeliveryError
     assert torch  # (this test module uses torch; a device does not)
-    code = textwrap.dedent("""
-        import sys
-        class Block:
-            def find_spec(self, name, path=None, target=None):
-                if name.split(".")[0] in ("torch", "matplotlib", "scipy") or name.startswith("sklearn."):
-                    raise ImportError(f"{name} imported")
-        sys.meta_path.insert(0, Block())
+    from test_lazy_imports import _BLOCKED  # importing torch, matplotlib or scipy raises
+
+    code = _BLOCKED + textwrap.dedent("""
         import numpy as np
         import edgestream
         from edgestream.data import wire
