@@ -40,6 +40,7 @@ from pydantic import (
 )
 
 from edgestream.config_kafka import KafkaConfig
+from edgestream.config_streams import StreamsConfig
 from edgestream.config_types import Float, Int, _Model
 
 RATE_PRESETS = ("S1", "S2", "S1'", "S2'")
@@ -64,7 +65,8 @@ SECRET_MASK = "***"
 #: the highest per-device stream rate a config may ask for, in samples/s.
 MAX_RATE = 1e6
 #: config fields that hold file-system paths (resolved against the config file's folder).
-PATH_FIELDS = (("data", "root"), ("data", "path"), ("devices", "rates", "path"), ("devices", "compute", "profile"))
+PATH_FIELDS = (("data", "root"), ("data", "path"), ("devices", "rates", "path"), ("devices", "compute", "profile"),
+               ("eval", "path"), ("streams", "schema"))
 #: path fields that may also hold a bare name (a shipped compute profile): resolved only when path-like
 NAME_OR_PATH = {("devices", "compute", "profile")}
 NAME_REQUIRED = "name: required (the run name; topics are <name>-<algorithm>-<run id>.dev.<i>)"
@@ -134,6 +136,7 @@ class DataConfig(_Model):
     n_train: Int | None = Field(None, ge=10)
     n_test: Int | None = Field(None, ge=10)
     signal: Float | None = Field(None, gt=0, le=10)  # synthetic only: class-pattern strength (1.0; lower is harder)
+    target_dim: Int | None = Field(None, ge=1)  # external streams, regression: a vector target of K (default scalar)
 
     @field_validator("dataset")
     @classmethod
@@ -446,7 +449,21 @@ class StopConfig(_Model):
 
 
 class EvalConfig(_Model):
+    """When the global model is scored, and on what: data.dataset's test split (internal streams); external
+    streams: a file (`path`: an .npz with x, y or x_test, y_test) or a deterministic hold-out of the streams
+    (`holdout`: the share of each device's records, chosen by a hash of device and offset, never trained on;
+    the evaluator keeps the newest `holdout_max` of them)."""
+
     every_s: Float = Field(5.0, gt=0)
+    path: str | None = Field(None, min_length=1)
+    holdout: Float | None = Field(None, gt=0, lt=1)
+    holdout_max: Int = Field(10000, ge=10)
+
+    @model_validator(mode="after")
+    def _one_set(self) -> EvalConfig:
+        if self.path is not None and self.holdout is not None:
+            raise ValueError("give either path (a file) or holdout (a share of the streams), not both")
+        return self
 
 
 class CheckpointConfig(_Model):
@@ -546,6 +563,7 @@ class ExperimentConfig(_Model):
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
     kafka: KafkaConfig = Field(default_factory=KafkaConfig)
     runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)
+    streams: StreamsConfig = Field(default_factory=StreamsConfig)
 
     @field_validator("task")
     @classmethod
@@ -584,6 +602,54 @@ class ExperimentConfig(_Model):
                              "has none (use samples)")
         return self
 
+    @model_validator(mode="after")
+    def _streams_fit(self) -> ExperimentConfig:
+        """External streams (streams.source: external) bring their records, not a dataset: data gives only the
+        samples' shape and targets, the run is real (no simulator), evaluation needs eval.path or eval.holdout.
+        An internal run has data.dataset's test split (eval.path / holdout / data.target_dim do not apply)."""
+        from edgestream.tasks import get_task
+
+        data, ev = self.data, self.eval
+        if not self.streams.external:
+            for key in ("path", "holdout"):
+                if getattr(ev, key) is not None:
+                    raise ValueError(f"eval.{key}: applies to external streams (streams.source: external); an "
+                                     "internal run evaluates on data.dataset's test split")
+            if data.target_dim is not None:
+                raise ValueError("data.target_dim: applies to external streams (the synthetic dataset takes "
+                                 "data.kwargs.target_dim)")
+            return self
+        if self.runtime.engine != "local":
+            raise ValueError("streams.source: external streams are read by real trainers; set runtime.engine: local "
+                             "(the simulator replays data.dataset)")
+        allowed = ("shape", "num_classes", "target_dim")
+        extra = sorted(k for k in data.model_fields_set if k not in allowed)
+        if extra:
+            raise ValueError(f"data.{extra[0]}: external streams bring their own records; data takes only "
+                             f"{', '.join(allowed)} (the records' input shape and their targets)")
+        if data.shape is None:
+            raise ValueError("data.shape: required for external streams (each record's input shape, e.g. [8])")
+        labels = get_task(self.task).labels
+        if labels and data.num_classes is None:
+            raise ValueError(f"data.num_classes: required for external streams of task {self.task!r} (class "
+                             "indices 0..num_classes-1)")
+        if not labels and data.num_classes is not None:
+            raise ValueError(f"data.num_classes: task {self.task!r} has float targets; give data.target_dim for a "
+                             "vector target (default: a scalar)")
+        if labels and data.target_dim is not None:
+            raise ValueError(f"data.target_dim: task {self.task!r} has class targets (data.num_classes)")
+        if self.kafka.topics.layout == "partitioned":
+            raise ValueError("kafka.topics.layout: partitioned lays out the run's own stream topics; external "
+                             "streams are where streams.topic says")
+        if ev.path is None and ev.holdout is None:
+            stop = self.stop
+            if stop.target_metric is not None or "target_accuracy" in stop.model_fields_set \
+                    and stop.target_accuracy is not None:
+                raise ValueError("stop: a target metric needs an evaluation set: give eval.path (a file) or "
+                                 "eval.holdout (a share of the streams)")
+            stop.target_accuracy = None
+        return self
+
     def target(self) -> tuple[str, float] | None:
         """(metric, value) a run stops at, or None: stop.target_metric, else stop.target_accuracy."""
         if self.stop.target_metric is not None:
@@ -599,7 +665,8 @@ class ExperimentConfig(_Model):
         this is what `config show` prints and run directories store; the object keeps the real values.
         """
         raw = self.model_dump(mode="json")
-        for section in (raw["devices"]["rates"], raw["devices"]["variation"], raw["algorithm"]["batch"]):
+        for section in (raw["devices"]["rates"], raw["devices"]["variation"], raw["algorithm"]["batch"],
+                        raw["streams"]):
             for key in [k for k, v in section.items() if v is None]:
                 del section[key]
         if not reveal_secrets:

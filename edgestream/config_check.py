@@ -118,7 +118,16 @@ def _peak_problems(model: Any, spec: dict, dev: Any, read_trace: Any) -> list[st
 
 
 def _dataset_problems(cfg: Any) -> list[str]:
-    """The cheap file checks, then the dataset loaded as the run loads it (one line per problem)."""
+    """The cheap file checks, then the dataset loaded as the run loads it (one line per problem). External
+    streams: the eval.path file and the record decoder (streams.format with its fields), as the run builds them."""
+    if cfg.streams.external:
+        from edgestream.runner.plan import RunPlan
+
+        try:
+            RunPlan.resolve(cfg).record_decoder()
+        except ValueError as exc:
+            return [_line(p) for p in str(exc).splitlines() if p.strip()]
+        return []
     problems = _dataset_file_problems(cfg.data)
     if problems:
         return problems

@@ -66,6 +66,7 @@ class _Taking:
     dlq: int = 0
     wait_s: float = 0.0
     topped_up: bool = False
+    held: int = 0
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +91,8 @@ class KafkaStreamDataset(IterableDataset):
                  pin_memory: bool = False, commit: str = "sync", broker_timeout_s: float = BROKER_TIMEOUT_S,
                  serde: SampleSerde | None = None, torch_device: torch.device | str | None = None,
                  outage: Outage | None = None, max_lag_s: float | None = None,
-                 lag_warning_s: float | None = 60.0, layout: StreamLayout | None = None) -> None:
+                 lag_warning_s: float | None = 60.0, layout: StreamLayout | None = None,
+                 start: str | int = "earliest", holdout: float | None = None) -> None:
         super().__init__()
         if serde is None:
             if spec is None:
@@ -112,7 +114,9 @@ class KafkaStreamDataset(IterableDataset):
         self.stream = KafkaDeviceStream(bootstrap, run, device, batch_policy=build_batch_policy(batch),
                                         buffer_policy=build_buffer_policy(buffer, window_s=window_s),
                                         window_s=window_s, security=security, outage=self.outage,
-                                        max_lag_s=max_lag_s, layout=layout)
+                                        max_lag_s=max_lag_s, layout=layout, start=start)
+        #: eval.holdout: the share of this device's records held out for evaluation (edgestream.data.holdout)
+        self.holdout = holdout
         try:
             # the algorithm decides what to inject (its Inject request -> `inject`); the dataset only opens
             # the channel when the run injects, and mixes what others injected into its next batch
@@ -126,7 +130,7 @@ class KafkaStreamDataset(IterableDataset):
         self.commit_wait = commit == "sync"
         self.step = 0
         self.totals = {"samples": 0, "dropped": 0, "injected_in": 0, "injected_out": 0, "injected_bytes": 0,
-                       "dlq": 0}
+                       "dlq": 0, "held_out": 0}
         self._taking: _Taking | None = None  # a batch being taken (its rejected samples being replaced)
         # runtime.lag_warning_s: one warning when the lag has kept growing this long (None: never)
         self.lag_watch = LagWatch(lag_warning_s) if lag_warning_s is not None else None
@@ -145,7 +149,19 @@ class KafkaStreamDataset(IterableDataset):
         return out, len(bad)
 
     def _accept(self, taking: _Taking, messages: list) -> None:
-        """Decode own-stream `messages` into the batch being taken (the rejected ones to the DLQ)."""
+        """Decode own-stream `messages` into the batch being taken (the rejected ones to the DLQ; the held-out
+        ones, eval.holdout, are skipped: never trained on, acknowledged with the batch like the rejected)."""
+        if self.holdout is not None and messages:
+            from edgestream.data.holdout import held_out
+
+            offsets = np.fromiter((m.offset() for m in messages), np.int64, len(messages))
+            mask = held_out(self.device, offsets, self.holdout)
+            if mask.any():
+                taking.held += int(mask.sum())
+                self.totals["held_out"] += int(mask.sum())
+                messages = [m for m, h in zip(messages, mask.tolist(), strict=True) if not h]
+                if not messages:
+                    return
         own, bad = self._decode(messages, self._own_rule, self.stream.reader.topic)
         taking.dlq += bad
         if own is not None:

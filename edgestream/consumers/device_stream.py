@@ -4,7 +4,8 @@ groups' names (`trainer_group`) and `commit_offset`. The batches of a device str
 `edgestream.consumers.kafka_stream.KafkaDeviceStream` on top of it.
 
 The consumer belongs to a group named for the run and device, starts at the group's committed offset
-(or the topic's first offset: data produced before the trainer connects is not lost), never
+(or the topic's first offset: data produced before the trainer connects is not lost; an external stream's
+`start` may say latest or a time instead), never
 auto-commits, and commits only when the trainer acknowledges a batch (at-least-once).
 """
 
@@ -78,7 +79,8 @@ class PartitionReader:
     def __init__(self, bootstrap: str, topic: str, group: str, security: dict | None = None,
                  overrides: dict | None = None, broker_timeout_s: float = BROKER_TIMEOUT_S,
                  outage: Outage | None = None, partition: int = 0,
-                 keep: Callable[[bytes | None], bool] | None = None, share: float = 1.0) -> None:
+                 keep: Callable[[bytes | None], bool] | None = None, share: float = 1.0,
+                 start: str | int = "earliest") -> None:
         self.topic, self.bootstrap, self.partition = topic, bootstrap, partition
         self.tp = TopicPartition(topic, partition)
         # a shared partition (kafka/layout.py, partitioned): only the messages whose key `keep` accepts are
@@ -108,8 +110,16 @@ class PartitionReader:
         except BaseException:
             self.consumer.close()
             raise
-        if committed == OFFSET_INVALID or committed < 0:
-            committed = low
+        if committed == OFFSET_INVALID or committed < 0:  # a new group: where `start` says (external streams)
+            committed = low if start == "earliest" else high if start == "latest" else None
+            if committed is None:
+                try:
+                    committed = self.calls(lambda t: self._offset_at(int(start), t),
+                                           f"looking up offsets by time on {topic}")
+                except BaseException:
+                    self.consumer.close()
+                    raise
+                committed = high if committed < 0 else max(low, committed)
         self._high_seen, self._high_at = high, time.monotonic()  # until a fetch response brings the live one
         self.next_offset = committed        # oldest sample not yet handed out
         self.consumer.assign([TopicPartition(topic, partition, committed)])
@@ -146,6 +156,12 @@ class PartitionReader:
         with contextlib.suppress(KafkaException, RuntimeError):
             old.close()
         return self.consumer.list_topics(self.topic, timeout=timeout)
+
+    def _offset_at(self, ts_ms: int, timeout: float) -> int:
+        res = self.consumer.offsets_for_times([TopicPartition(self.topic, self.partition, ts_ms)], timeout=timeout)[0]
+        if res.error is not None:
+            raise KafkaException(res.error)
+        return res.offset
 
     def _committed(self, timeout: float) -> int:
         tp = self.consumer.committed([TopicPartition(self.topic, self.partition)], timeout=timeout)[0]

@@ -29,7 +29,8 @@ class InjectionChannel:
         topic, partition = layout.injection(device)
         self.reader = PartitionReader(bootstrap, topic, trainer_group(run, device, "inj"), security,
                                       broker_timeout_s=broker_timeout_s, outage=outage, partition=partition,
-                                      keep=layout.keep(device), share=layout.share(device))
+                                      keep=layout.injection_keep(device),
+                                      share=1.0 if layout.external is not None else layout.share(device))
         self.outage = self.reader.outage
         self._producer = Producer(producer_config(bootstrap, security, outage_s=self.outage.budget_s,
                                                   **{"linger.ms": 1}))

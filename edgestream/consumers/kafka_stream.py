@@ -58,7 +58,8 @@ class KafkaDeviceStream:
     def __init__(self, bootstrap: str, run: str, device: int, *, batch_policy, buffer_policy,
                  window_s: float = 1.0, security: dict | None = None, group: str | None = None,
                  broker_timeout_s: float = BROKER_TIMEOUT_S, outage: Outage | None = None,
-                 max_lag_s: float | None = None, layout: StreamLayout | None = None) -> None:
+                 max_lag_s: float | None = None, layout: StreamLayout | None = None,
+                 start: str | int = "earliest") -> None:
         self.device, self.window_s = device, window_s
         self.rule = TakeRule(buffer_policy, batch_policy, window_s, max_lag_s)
         layout = layout if layout is not None else StreamLayout(run, device + 1)
@@ -66,7 +67,7 @@ class KafkaDeviceStream:
         # a shared partition (layout partitioned): counts are of this device's messages (`PartitionReader.own`)
         self.reader = PartitionReader(bootstrap, topic, group or trainer_group(run, device), security,
                                       broker_timeout_s=broker_timeout_s, outage=outage, partition=partition,
-                                      keep=layout.keep(device), share=layout.share(device))
+                                      keep=layout.keep(device), share=layout.share(device), start=start)
         self.dropped_total = 0
         self._avg_msg_bytes = 0.0
         self._high: int | None = None

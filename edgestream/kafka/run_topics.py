@@ -28,11 +28,12 @@ def ensure_run_topics(bootstrap: str, run: str, devices: Iterable[int],
                       security: Mapping[str, str] | None = None, layout: StreamLayout | None = None, *,
                       settings: TopicSettings | None = None) -> list[str]:
     """Create `<run>.dev.<i>`, `<run>.inj.<i>` (one partition each, ordered per device) and `<run>.dlq`;
-    with a partitioned `layout` (kafka/layout.py), its `<run>.streams` and `<run>.inj` instead of those.
+    with a partitioned `layout` (kafka/layout.py), its `<run>.streams` and `<run>.inj` instead of those; with
+    external streams, only the injection topics (the streams are the user's: `check_external_topics`).
     `settings`: the run's resolved kafka.topics (create_topics: replication, configs, the existing-topic check,
     create: false); none: replication factor 1, existing topics reused (tests)."""
     names = {}
-    if layout is not None and layout.partitioned:
+    if layout is not None and (layout.partitioned or layout.external is not None):
         names.update(layout.topics())
     else:
         for d in devices:

@@ -399,21 +399,26 @@ class LocalRun:
         from confluent_kafka import KafkaException
 
         from edgestream.kafka.admin import KafkaUnavailable
+        from edgestream.kafka.external import ExternalTopicError
         from edgestream.kafka.run_topics import prepare_run_topics, run_settings
         from edgestream.kafka.security import denied
         from edgestream.kafka.topic_check import TopicMismatch
         from edgestream.kafka.topic_settings import TopicSettingsError
 
         try:
+            if self.plan.external:  # the streams are the devices' own topics: they must be there as configured
+                self.plan.external_topics(self.bootstrap)
             self.topic_settings = run_settings(self.cfg.kafka.topics, self.bootstrap, self.plan.security,
                                                resumed_dir=self.path if self.resumed else None)
             if not self.resumed:
                 self._check_no_topics()
             prepare_run_topics(self.bootstrap, self.run_name, self.world, self.plan.security,
-                               settings=self.topic_settings, layout=self.plan.layout(self.run_name),
+                               settings=self.topic_settings, layout=self.plan.layout(self.run_name, self.bootstrap),
                                ps=self.ps_family)
         except TopicSettingsError as exc:
             raise LaunchError(str(exc), 2) from None
+        except ExternalTopicError as exc:
+            raise LaunchError(exc.lines[0], 2, detail=exc.lines[1:]) from None
         except TopicMismatch as exc:
             raise LaunchError(exc.lines[0], 2, detail=exc.lines[1:]) from None
         except (KafkaUnavailable, KafkaException) as exc:
@@ -528,7 +533,8 @@ class LocalRun:
                           *(["--resume"] if self.resumed else []))
             self.trainers[rank] = self.children.start(f"trainer {rank}", cmd, self.path / "ranks" / f"{rank}.out",
                                                       env=tenv, device=rank)
-        self._start_producer()
+        if not self.plan.external:  # external streams: the devices publish themselves, no producer
+            self._start_producer()
         self._write_pids()
 
     def _start_ps(self) -> None:
@@ -576,7 +582,8 @@ class LocalRun:
         ranks/<rank>.ready), so the streams begin when training can: the simulator's t = 0. A producer
         streaming from its own start would stream for the trainers' start-up time (seconds of torch
         imports) into a backlog the simulated run never has."""
-        if self._released or not all(is_ready(self.path / "ranks", r) for r in range(self.world)):
+        if self._released or self.producer is None or not all(is_ready(self.path / "ranks", r)
+                                                              for r in range(self.world)):
             return
         self._go_file.touch()
         self._released = True
@@ -704,8 +711,10 @@ class LocalRun:
                     self._console = Console(stderr=True)
                 view = View(state, live=live, echo=self.echo if self.progress else None, console=self._console)
                 if not live and self.progress:
-                    self.echo(f"run {self.run_name}: producer and {self.world} trainer(s) started (pids in "
-                              f"{self.path / 'pids.json'}); Kafka at {self.bootstrap}")
+                    what = (f"{self.world} trainer(s) started on external streams ({self.cfg.streams.topic})"
+                            if self.plan.external else f"producer and {self.world} trainer(s) started")
+                    self.echo(f"run {self.run_name}: {what} (pids in {self.path / 'pids.json'}); Kafka at "
+                              f"{self.bootstrap}")
                 outcome = self._watch(signals, state, view, RanksTail(self.path / "ranks", offsets))
                 if outcome.kind == "failed":  # Kafka silent past runtime.kafka_outage_s: named, with how to go on
                     self._name_kafka_outage(outcome)
@@ -761,7 +770,8 @@ class LocalRun:
                  "session_wall_s": round(wall, 3),
                  "children_stop_s": round(outcome.stop_s, 3) if outcome.stop_s is not None else None,
                  "children_killed": outcome.killed,
-                 "producer": account(producer_summary, self.path / PRODUCER_STATUS, started=self._released)}
+                 "producer": ({"source": f"none: external streams ({self.cfg.streams.topic})"} if self.plan.external
+                              else account(producer_summary, self.path / PRODUCER_STATUS, started=self._released))}
         if self.ps_family:
             extra["ps"] = {**(ps_summary or {"status": "no summary (the parameter server did not finish)"}),
                            "restarts": self.ps_restarts}

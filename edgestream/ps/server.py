@@ -405,16 +405,20 @@ class ParameterServer:
         if at is not None and self.now() >= at:
             self.coord.timer(self.now())
 
-    def _score(self) -> tuple[float, float]:
-        """(accuracy, loss) of W on the test split (the run's one `evaluate`)."""
+    def _score(self) -> dict[str, float] | None:
+        """The metrics of W on the evaluation data (the run's one `evaluate`); None while there is none (a
+        stream hold-out still empty)."""
         from edgestream.runner.evaluate import evaluate
 
+        data = self.eval_data.get()
+        if data is None:
+            return None
         with torch.no_grad():
             for p, w in zip(self.params, self.coord.model(), strict=True):
                 p.copy_(w)
         if self.buffers:  # the trained statistics, not the model's initial ones
             load_buffers(self.buffers, self.coord.buffers())
-        return evaluate(self.model, self.x_test, self.y_test, task=self.plan.task)
+        return evaluate(self.model, *data, task=self.plan.task)
 
     def _eval_due(self) -> bool:
         last = self.evaluation.last_time
@@ -437,6 +441,7 @@ class ParameterServer:
         from edgestream.metrics import EventLog
 
         run_dir = self.run_dir
+        closes: list = []  # what else closes with the PS (an evaluation source)
         (run_dir / "ranks").mkdir(parents=True, exist_ok=True)
         self.events = EventLog(run_dir / "ranks" / "ps.jsonl", append=True, live=True)
         self.outage.listener.record, self.outage.listener.now = self.events.record, self.stream_now
@@ -447,10 +452,9 @@ class ParameterServer:
         if self._evaluate:
             from edgestream.runner.evaluate import Evaluation
 
-            ds = self.plan.dataset
-            self.x_test = ds.normalize(torch.from_numpy(ds.x_test))
-            self.y_test = torch.from_numpy(ds.y_test)  # float targets: regression (the evaluation's task)
-            self.y_test = self.y_test.long() if self.plan.task.labels else self.y_test.float()
+            # the test split or eval.path; eval.holdout: the external streams' held-out records, read as they come
+            self.eval_data = self.plan.eval_data(self.bootstrap, self.run_name)
+            closes.append(self.eval_data.close)
             self.stop_rule = self.plan.stop_rule()
             self.evaluation = Evaluation(self._score, self.events, self.stop_rule, self.plan.eval_every_s,
                                          on_eval=lambda t, v, acc: log.info("eval t=%.1fs version %d accuracy %.4f",
@@ -514,7 +518,7 @@ class ParameterServer:
             try:
                 self.checkpoint(wait=True)
             finally:
-                for close in (receiver.close, self.sender.close, self.dlq.flush, self.events.close):
+                for close in (receiver.close, self.sender.close, self.dlq.flush, self.events.close, *closes):
                     try:
                         close()
                     except Exception as exc:  # noqa: BLE001 - close the rest; the first error stays the one raised

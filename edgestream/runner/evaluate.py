@@ -92,9 +92,13 @@ class Evaluation:
         self.primary: str | None = None
         self.count = 0
 
-    def run(self, now: float, step: int) -> float:
-        """Evaluate at engine time `now` (after `step` steps); returns the primary metric's value."""
-        metrics = as_metrics(self.score())
+    def run(self, now: float, step: int) -> float | None:
+        """Evaluate at engine time `now` (after `step` steps); returns the primary metric's value (None, and
+        nothing recorded, while `score` has nothing to score on: a stream hold-out still empty)."""
+        score = self.score()
+        if score is None:
+            return None
+        metrics = as_metrics(score)
         now = float(now)
         self.events.evaluation(now, step, **metrics)
         self.primary = primary_of(metrics)
@@ -131,16 +135,27 @@ class BackgroundEvaluation:
     parameters and buffers under `lock` and the thread scores the snapshot on its own copy of the
     model. `final(now, step)` waits for a running one, then evaluates once more unless one already
     happened at `now`. The schedule, eval lines and stop rule are `Evaluation`'s; task: whose metrics
-    (default: from the targets' dtype).
+    (default: from the targets' dtype). `x` may instead be an evaluation source (`y` None: an object whose
+    `get()` gives (x, y) or None, and `close()`; edgestream.consumers.holdout), asked at each evaluation in
+    the thread and closed with this object.
     """
 
-    def __init__(self, model: nn.Module, x: Tensor, y: Tensor, events: Any, stop: StopRule, every_s: float,
-                 lock: Any = None, on_eval: Callable[[float, int, float], None] | None = None,
+    def __init__(self, model: nn.Module, x: Tensor | Any, y: Tensor | None, events: Any, stop: StopRule,
+                 every_s: float, lock: Any = None, on_eval: Callable[[float, int, float], None] | None = None,
                  task: Task | None = None) -> None:
         self.model, self.lock = model, lock if lock is not None else threading.Lock()
         self.scratch = copy.deepcopy(model)
-        self.evaluation = Evaluation(lambda: evaluate(self.scratch, x, y, task=task), events, stop, every_s,
-                                     on_eval)
+        self.source = x if y is None else None
+
+        def score() -> dict[str, float] | None:
+            if y is not None:
+                return evaluate(self.scratch, x, y, task=task)
+            if self.source is None:  # closed
+                return None
+            data = self.source.get()
+            return None if data is None else evaluate(self.scratch, *data, task=task)
+
+        self.evaluation = Evaluation(score, events, stop, every_s, on_eval)
         self.next_at = 0.0
         self._job: tuple[float, int, dict[str, Tensor]] | None = None
         self._cv = threading.Condition()
@@ -181,8 +196,7 @@ class BackgroundEvaluation:
                     self._busy = False
                     self._cv.notify_all()
 
-    def close(self) -> None:
-        """Wait for a running evaluation and stop the thread."""
+    def _stop_thread(self) -> None:
         with self._cv:
             while self._busy:
                 self._cv.wait()
@@ -190,8 +204,21 @@ class BackgroundEvaluation:
             self._cv.notify_all()
         self.thread.join()
 
+    def _release(self) -> None:
+        if self.source is not None:
+            source, self.source = self.source, None
+            source.close()
+
+    def close(self) -> None:
+        """Wait for a running evaluation, stop the thread (and close an evaluation source)."""
+        self._stop_thread()
+        self._release()
+
     def final(self, now: float, step: int) -> None:
         """The end of the run: wait for a running evaluation, then the last one (see `Evaluation.final`)."""
-        self.close()
-        if self.evaluation.last_time is None or self.evaluation.last_time < float(now):
-            self._score(now, step, self._snapshot())
+        self._stop_thread()
+        try:
+            if self.evaluation.last_time is None or self.evaluation.last_time < float(now):
+                self._score(now, step, self._snapshot())
+        finally:
+            self._release()

@@ -190,10 +190,25 @@ class RunPlan:
                          kwargs=d.kwargs)
 
     @property
+    def external(self) -> bool:
+        """Whether the run reads external streams (streams.source: external): no producer, no dataset to replay."""
+        return bool(self.cfg.streams.external)
+
+    @property
     def dataset(self) -> Any:
-        """The run's `Dataset` (loaded once per plan)."""
+        """The run's `Dataset` (loaded once per plan); external streams: the samples' spec and the eval.path
+        split only (edgestream.data.external)."""
         if "dataset" not in self._cache:
             try:
+                if self.external:
+                    from edgestream.data.external import external_dataset
+
+                    d = self.cfg.data
+                    target = None if self.task.labels else ((int(d.target_dim),) if d.target_dim else ())
+                    self._cache["dataset"] = external_dataset(
+                        f"stream:{self.cfg.streams.topic}", tuple(d.shape), int(d.num_classes or 0), target,
+                        self.cfg.eval.path)
+                    return self._cache["dataset"]
                 self._cache["dataset"] = self.dataset_of(self.cfg)
             except ValueError as exc:
                 raise PlanError([p if p.startswith(("data.", "task:")) else f"data.{p}"
@@ -203,12 +218,32 @@ class RunPlan:
     @property
     def serde(self) -> Any:
         """The run's `SampleSerde`: how producer, consumer, DLQ and injection turn samples into message
-        values and back, validated against the dataset's spec and normalised as the dataset says."""
+        values and back, validated against the dataset's spec and normalised as the dataset says. External
+        streams: the record decoder of streams.format (edgestream.data.records), the same `decode` contract."""
         if "serde" not in self._cache:
-            from edgestream.data import SampleSerde
+            if self.external:
+                self._cache["serde"] = self._check(self.record_decoder)
+            else:
+                from edgestream.data import SampleSerde
 
-            self._cache["serde"] = SampleSerde.of(self.dataset)
+                self._cache["serde"] = SampleSerde.of(self.dataset)
         return self._cache["serde"]
+
+    def record_decoder(self) -> Any:
+        """The decoder of an external run's records: streams.format with its fields, checked against data.*."""
+        import numpy as np
+
+        from edgestream.data.records import RecordFormat, build_decoder
+        from edgestream.data.validate import SampleSpec
+
+        s, ds = self.cfg.streams, self.dataset
+        dtype = np.dtype(s.dtype) if s.dtype else np.dtype(np.float32)
+        spec = (SampleSpec(dtype, ds.shape, ds.num_classes) if ds.target_shape is None
+                else SampleSpec(dtype, ds.shape, 0, tuple(ds.target_shape), np.float32))
+        fields = s.format_fields()
+        fmt = RecordFormat(name=s.format, spec=spec, keyed=not s.per_device,
+                           **{k: v for k, v in fields.items()})
+        return build_decoder(fmt)
 
     @property
     def sample_spec(self) -> Any:
@@ -246,8 +281,11 @@ class RunPlan:
                 base_dir=self.base_dir))
         return self._cache["rates"]
 
-    def due_time(self, device: int) -> Callable[[int], float]:
-        """seq -> when the rate model had sample seq of `device` due (seconds since the streams began)."""
+    def due_time(self, device: int) -> Callable[[int], float] | None:
+        """seq -> when the rate model had sample seq of `device` due (seconds since the streams began); None for
+        external streams (no rate model paces them)."""
+        if self.external:
+            return None
         rates = self.rate_model
         return lambda seq: float(rates.due_time(device, seq))
 
@@ -400,11 +438,57 @@ class RunPlan:
                 "devices": {"count": raw["devices"]["count"], "rates": rates, "variation": variation},
                 **self.layout("").identity()}
 
-    def layout(self, run: str) -> Any:
-        """Run `run`'s `StreamLayout` (kafka.topics.layout / partitions): where each device's samples travel."""
+    def layout(self, run: str, bootstrap: str | None = None) -> Any:
+        """Run `run`'s `StreamLayout` (kafka.topics.layout / partitions, or streams.topic): where each device's
+        samples travel. One keyed external topic: its partition count is asked of the cluster at `bootstrap`
+        (`external_topics`, once per process)."""
         from edgestream.kafka.layout import StreamLayout
 
-        return StreamLayout.of(run, self.world, self.cfg.kafka.topics)
+        streams = self.cfg.streams
+        partitions = None
+        if streams.external and not streams.per_device:
+            if "external_partitions" not in self._cache:
+                if bootstrap is None:
+                    raise PlanError(["streams.topic: one keyed topic: its partition count needs the cluster"])
+                self.external_topics(bootstrap)
+            partitions = self._cache["external_partitions"]
+        return StreamLayout.of(run, self.world, self.cfg.kafka.topics, streams, partitions)
+
+    def external_topics(self, bootstrap: str) -> int | None:
+        """Check the external topics on the cluster (kafka.external: each exists, a topic per device has one
+        partition); the keyed topic's partition count (None for a topic per device). ExternalTopicError."""
+        from edgestream.kafka.external import external_partitions
+
+        got = external_partitions(bootstrap, self.cfg.streams, self.world, self.security)
+        self._cache["external_partitions"] = got
+        return got
+
+    @property
+    def start(self) -> str | int:
+        """Where a new run's consumers begin: earliest (internal streams: always), latest or unix ms."""
+        return self.cfg.streams.start_at if self.external else "earliest"
+
+    @property
+    def holdout(self) -> float | None:
+        """eval.holdout: the share of each external stream held out for evaluation (None: none)."""
+        return self.cfg.eval.holdout
+
+    def eval_data(self, bootstrap: str, run: str, device: Any = None) -> Any:
+        """What the run is scored on (`EvalData.get() -> (x, y) | None`, edgestream.consumers.holdout): the
+        dataset's test split or eval.path normalised, on `device`; with eval.holdout the streams' held-out
+        records as they arrive."""
+        import torch
+
+        from edgestream.consumers.holdout import FixedEvalSet, HoldoutSet
+
+        if self.external and self.holdout is not None:
+            return HoldoutSet(bootstrap, run, self.layout(run, bootstrap), self.serde, self.world, self.holdout,
+                              int(self.cfg.eval.holdout_max), start=self.start, security=self.security,
+                              task_labels=self.task.labels, device=device)
+        ds = self.dataset
+        y = torch.from_numpy(ds.y_test)
+        return FixedEvalSet(ds.normalize(torch.from_numpy(ds.x_test)), y.long() if self.task.labels else y.float(),
+                            device)
 
     def topic_settings(self, bootstrap: str) -> Any:
         """The run's kafka.topics resolved (a `TopicSettings`): as the orchestrator handed them to this process,
@@ -421,6 +505,10 @@ class RunPlan:
         the run's stream identity is pinned in `<run>.meta` (RunConfigConflict when it differs)."""
         from edgestream.producers.stream_producer import StreamProducer
 
+        if self.external:
+            raise PlanError(["streams.source: external: the run reads streams others write; there is nothing for "
+                             "edgestream's producer to replay (devices publish with their own clients, or "
+                             "edgestream.DeviceProducer)"])
         ds = self.dataset
         kw.setdefault("run_config", self.stream_identity())
         kw.setdefault("layout", self.layout(run))
@@ -435,7 +523,10 @@ class RunPlan:
 
         kw.setdefault("max_lag_s", self.max_lag_s)
         kw.setdefault("lag_warning_s", float(self.cfg.runtime.lag_warning_s))
-        kw.setdefault("layout", self.layout(run))
+        kw.setdefault("layout", self.layout(run, bootstrap))
+        kw.setdefault("start", self.start)
+        if self.external:
+            kw.setdefault("holdout", self.holdout)
         return KafkaStreamDataset(bootstrap, run, device, num_devices=self.world, serde=self.serde, batch=self.batch,
                                   buffer=self.buffer, injection=self.injection, seed=self.seed,
                                   security=self.security, **kw)

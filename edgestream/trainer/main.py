@@ -394,12 +394,10 @@ def _train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: bo
     waits.attach(events, lambda: performer.now(env.rank), lambda: session.ctx.step)
     evaluation = None
     if env.rank == 0 and not ps_run:  # a PS run is scored at the PS (its W)
-        ds = plan.dataset
-        x_test = ds.normalize(torch.from_numpy(ds.x_test)).to(device)
         task = plan.task
-        y_test = torch.from_numpy(ds.y_test)
-        y_test = (y_test.long() if task.labels else y_test.float()).to(device)
-        evaluation = BackgroundEvaluation(model, x_test, y_test, _GuardedEvents(events), stop, plan.eval_every_s,
+        # the test split or eval.path on `device`; eval.holdout: the streams' held-out records, read as they come
+        source = plan.eval_data(bootstrap, run, device)
+        evaluation = BackgroundEvaluation(model, source, None, _GuardedEvents(events), stop, plan.eval_every_s,
                                           lock=performer.model_lock, task=task,
                                           on_eval=lambda now, step, value: log.info("eval t=%.1fs step %d %s %.4f",
                                                                                     now, step, task.primary, value))
