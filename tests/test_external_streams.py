@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
 import time
 from pathlib import Path
 
@@ -221,6 +222,13 @@ def test_json_topics_per_device_train_learn_and_dead_letter_what_is_malformed(bo
     for r in dlq:  # each reason names what was wrong
         want = dict((v, w) for v, w in BAD_JSON)[r["value"]]
         assert want in r["reason"], r
+    from edgestream.kafka.status import run_status
+
+    st = run_status(bootstrap, run_dir.name, interval_s=0)  # status finds the run and each device's stream
+    assert st["layout"] == "external" and [r["device"] for r in st["devices"]] == [0, 1]
+    for r in st["devices"]:
+        assert r["topic"] == f"{pattern.format(device=r['device'])}[0]" and r["produced"] == 705
+        assert r["acknowledged"] >= 30 * 16 and r["lag"] == r["produced"] - r["acknowledged"]
     for d in range(2):  # the malformed offsets never counted as trained samples
         lines = step_lines(run_dir / "ranks" / f"{d}.jsonl")
         assert len(lines) == 30
@@ -366,3 +374,37 @@ def test_kill_and_resume_continue_at_the_checkpointed_offsets(bootstrap, run_pre
         seqs = [(e["seq_first"], e["seq_last"]) for e in done + lines]
         assert seqs[0][0] == 0 and lines[0]["seq_first"] == ck[r]["stream"]["offsets"]["dev"]
         assert all(b[0] == a[1] + 1 for a, b in zip(seqs, seqs[1:], strict=False))  # each record once, in order
+
+
+@pytest.mark.timeout(600)
+def test_the_json_example_trains_on_a_plain_script_and_scadles_follows_the_real_rates(bootstrap, run_prefix,
+                                                                                      tmp_path):
+    """examples/json-sensors: publish.py (plain confluent-kafka) writes while the run trains; ScaDLES' batch of
+    each device follows its measured stream rate (40 vs 160 records/s)."""
+    import sys
+
+    example = Path(__file__).parent.parent / "examples" / "json-sensors"
+    raw = yaml.safe_load((example / "sensors.yaml").read_text())
+    pattern = f"{run_prefix}.sensor-{{device}}"
+    raw.update(name=run_prefix, devices={"count": 2}, stop={"max_steps": 14, "max_time_s": 200})
+    raw["streams"]["topic"] = pattern
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(raw))
+    pub = subprocess.Popen([sys.executable, str(example / "publish.py"), "--bootstrap", bootstrap, "--topic", pattern,
+                            "--devices", "2", "--rates", "40,160", "--seconds", "60"], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30  # the script creates its topics
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        while time.monotonic() < deadline and pattern.format(device=1) not in admin.list_topics(timeout=10).topics:
+            time.sleep(0.2)
+        out = tmp_path / "runs"
+        code, _, err = run(tmp_path / "c.yaml", bootstrap, out=out)
+        assert code == 0, err
+    finally:
+        pub.kill()
+        pub.communicate()
+    run_dir = out / f"{run_prefix}-scadles-r1"
+    batches = {d: [e["batch"] for e in step_lines(run_dir / "ranks" / f"{d}.jsonl")][4:] for d in range(2)}
+    slow, fast = float(np.median(batches[0])), float(np.median(batches[1]))
+    assert 25 <= slow <= 60 and 100 <= fast <= 220, batches   # b_i = the records of the last second
+    assert _evals(run_dir), "the hold-out was scored"

@@ -37,7 +37,10 @@ class StatusError(ValueError):
 
 def find_run(topics: list[str], run: str) -> str:
     """The run name (`<name>-<algorithm>-<run id>`) that `run` means: itself, or the one run whose id it is."""
-    runs = sorted({m.group("run") for t in topics if (m := DEVICE.match(t) or SHARED.match(t))})
+    from edgestream.kafka.status_external import external_runs
+
+    runs = sorted({m.group("run") for t in topics if (m := DEVICE.match(t) or SHARED.match(t))}
+                  | set(external_runs(topics)))
     if run in runs:
         return run
     matches = [r for r in runs if r.endswith(f"-{run}")]
@@ -59,6 +62,13 @@ def run_status(bootstrap: str, run: str, *, interval_s: float = 2.0,
     metadata = admin_client(bootstrap, security).list_topics(timeout=timeout_s)
     topics = sorted(metadata.topics)
     run = find_run(topics, run)
+    from edgestream.kafka.status_external import external_runs, external_status
+
+    external = external_runs(topics)
+    if run in external:  # external streams: each device's topic from what its trainer group committed
+        return _with_dlq(bootstrap, run, topics, external_status(bootstrap, run, external[run], interval_s=interval_s,
+                                                                 security=security, timeout_s=timeout_s),
+                         security, timeout_s)
     if streams_topic(run) in topics:  # the partitioned layout: per-device figures from the shared partitions
         partitions = len(metadata.topics[streams_topic(run)].partitions)
         try:
