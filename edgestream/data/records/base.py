@@ -109,12 +109,15 @@ class RecordDecoder:
         for j, (v, m) in enumerate(zip(values, messages, strict=True)):
             try:
                 x, y = self.record(v, m)
-                xs.append(check.as_input(x, "input", self.spec.shape))
-                ys.append(check.as_target(y, "target", self.spec))
+                x, y = check.as_input(x, "input", self.spec.shape), check.as_target(y, "target", self.spec)
             except RecordError as exc:
                 bad.append((j, str(exc)))
+                continue
             except Exception as exc:  # noqa: BLE001 - a user's record() may raise anything
                 bad.append((j, f"decode_error: {type(exc).__name__}: {' '.join(str(exc).split())}"[:300]))
+                continue
+            xs.append(x)
+            ys.append(y)
         if not xs:
             return None, None, bad
         return np.stack(xs).astype(np.float32, copy=False), check.stack_targets(ys, self.spec), bad

@@ -17,6 +17,8 @@ from edgestream.data.records.base import RecordError
 from edgestream.data.validate import SampleSpec
 
 _NUMERIC = "iuf"
+#: an input's values: numbers, and bools as 0 / 1 (a switch's state is a feature; a batch converts them so)
+_INPUT = "biuf"
 
 
 def kind_of(v: Any) -> str:
@@ -43,15 +45,16 @@ def _shape_text(shape: tuple[int, ...]) -> str:
 
 
 def as_input(v: Any, what: str, shape: tuple[int, ...]) -> np.ndarray:
-    """A record's input as a numeric array of `shape` (a number stands for shape (1,)); RecordError otherwise."""
-    if isinstance(v, bool) or v is None or isinstance(v, str | dict | bytes | bytearray):
+    """A record's input as a numeric array of `shape` (a number stands for shape (1,); bools are 0 / 1);
+    RecordError otherwise."""
+    if v is None or isinstance(v, str | dict | bytes | bytearray):
         raise RecordError("bad_field", f"{what} is {kind_of(v)}; must be numbers of shape {_shape_text(shape)}")
     try:
         a = np.asarray(v)
     except ValueError:
         raise RecordError("shape_mismatch", f"{what} is a ragged list; must have shape {_shape_text(shape)}") from None
-    if a.dtype.kind not in _NUMERIC:
-        what_kind = {"b": "bools", "U": "strings", "S": "bytes"}.get(a.dtype.kind, "non-numbers (null, objects, "
+    if a.dtype.kind not in _INPUT:
+        what_kind = {"U": "strings", "S": "bytes"}.get(a.dtype.kind, "non-numbers (null, objects, "
                                                                                    "mixed or huge values)")
         if a.dtype.kind == "O" and a.ndim == 1 and len(a) and isinstance(a[0], list | tuple):
             raise RecordError("shape_mismatch", f"{what} is a ragged list; must have shape {_shape_text(shape)}")
@@ -90,6 +93,8 @@ def as_target(v: Any, what: str, spec: SampleSpec) -> int | np.ndarray:
         if not (a.size == 1 and a.ndim <= 1 and math.prod(tshape) == 1):
             raise RecordError("shape_mismatch", f"{what} has shape {_shape_text(a.shape)}; must be {must}")
         a = a.reshape(tshape)
+    with np.errstate(over="ignore"):
+        a = a.astype(np.float32)  # a float64 beyond float32's range is as infinite as the batch would see it
     if not np.isfinite(a).all():
         raise RecordError("bad_target", f"{what} is not finite ({a.tolist()})")
     return a
@@ -108,7 +113,7 @@ def batch_inputs(vals: list, shape: tuple[int, ...]) -> np.ndarray | None:
         a = np.asarray(vals)
     except (ValueError, TypeError):
         return None
-    if a.dtype.kind not in _NUMERIC:
+    if a.dtype.kind not in _INPUT:
         return None
     if a.shape[1:] != shape:
         if shape == (1,) and a.ndim == 1:
@@ -145,7 +150,8 @@ def batch_targets(vals: list, spec: SampleSpec) -> np.ndarray | None:
             a = a.reshape(len(a), *tshape)
         else:
             return None
-    a = a.astype(np.float32)
+    with np.errstate(over="ignore"):
+        a = a.astype(np.float32)
     if not np.isfinite(a).all():
         return None
     return a
