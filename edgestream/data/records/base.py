@@ -131,6 +131,36 @@ class RecordDecoder:
         if not n:
             return None, []
         bad: list[tuple[int, str]] = []
+        got = None if self.keyed or rule.injected else _plain(messages)
+        if got is not None:
+            keep, (values, seqs, times) = range(n), got
+            devs = [rule.device] * n
+        else:
+            keep, values, devs, seqs, times = self._meta(messages, rule, bad)
+        if not keep:
+            return None, bad
+        items = [messages[i] for i in keep]
+        try:
+            x, y, rec_bad = self.records(values, items)
+        except Exception:  # noqa: BLE001 - a batch path's surprise: the records one by one
+            x, y, rec_bad = RecordDecoder.records(self, values, items)
+        if rec_bad:
+            dropped = {j for j, _ in rec_bad}
+            bad.extend((keep[j], r) for j, r in rec_bad)
+            bad.sort(key=lambda b: b[0])
+            rows = [j for j in range(len(keep)) if j not in dropped]
+        else:
+            rows = range(len(keep))
+        if x is None or not len(rows):
+            return None, bad
+        accepted = [items[j] for j in rows]
+        if rec_bad:
+            devs, seqs, times = ([a[j] for j in rows] for a in (devs, seqs, times))
+        return DecodedBatch(self._place(x, device), y, np.asarray(devs, np.int64), np.asarray(seqs, np.uint64),
+                            np.asarray(times, np.float64), accepted), bad
+
+    def _meta(self, messages: Sequence, rule: DeviceRule, bad: list) -> tuple[list, ...]:
+        """Per message: (the kept indices, values, devices, seqs, times); a bad key's reason into `bad`."""
         keep, values, devs, seqs, times = [], [], [], [], []
         want = str(rule.device).encode()
         for i, m in enumerate(messages):
@@ -167,27 +197,7 @@ class RecordDecoder:
             devs.append(d)
             seqs.append(offset)
             times.append(ts)
-        if not keep:
-            return None, bad
-        items = [messages[i] for i in keep]
-        try:
-            x, y, rec_bad = self.records(values, items)
-        except Exception:  # noqa: BLE001 - a batch path's surprise: the records one by one
-            x, y, rec_bad = RecordDecoder.records(self, values, items)
-        if rec_bad:
-            dropped = {j for j, _ in rec_bad}
-            bad.extend((keep[j], r) for j, r in rec_bad)
-            bad.sort(key=lambda b: b[0])
-            rows = [j for j in range(len(keep)) if j not in dropped]
-        else:
-            rows = range(len(keep))
-        if x is None or not len(rows):
-            return None, bad
-        accepted = [items[j] for j in rows]
-        if rec_bad:
-            devs, seqs, times = ([a[j] for j in rows] for a in (devs, seqs, times))
-        return DecodedBatch(self._place(x, device), y, np.asarray(devs, np.int64), np.asarray(seqs, np.uint64),
-                            np.asarray(times, np.float64), accepted), bad
+        return keep, values, devs, seqs, times
 
     @staticmethod
     def _place(x: np.ndarray, device):
@@ -196,6 +206,22 @@ class RecordDecoder:
         import torch
 
         return torch.from_numpy(np.ascontiguousarray(x)).to(torch.device(device), non_blocking=True)
+
+
+def _plain(messages: Sequence) -> tuple[list, list, list] | None:
+    """(values, offsets, times) of messages whose keys do not matter, in one pass each; None when some item
+    is odd (the per-message path then tells which)."""
+    try:
+        if all(isinstance(m, bytes) for m in messages):
+            return list(messages), list(range(len(messages))), [0.0] * len(messages)
+        values = [m.value() or b"" for m in messages]
+        offsets = [m.offset() for m in messages]
+        stamps = [m.timestamp() for m in messages]
+    except Exception:  # noqa: BLE001 - bytearrays, broken message objects
+        return None
+    if min(offsets) < 0:
+        return None
+    return values, offsets, [ms / 1000.0 if kind and ms >= 0 else 0.0 for kind, ms in stamps]
 
 
 def _show(key: bytes | None) -> str:

@@ -57,6 +57,10 @@ class _ValueDecoder(RecordDecoder):
     def targets(self, messages: list, bad: list, skip: set[int]) -> list:
         """Each message's target (None where bad; the reason appended to `bad`)."""
         tf, spec = self.target_from, self.spec
+        if spec.target_shape is None and not skip:
+            fast = self._class_indices([tf.text(m) for m in messages])
+            if fast is not None:
+                return fast
         out = []
         for j, m in enumerate(messages):
             if j in skip:
@@ -68,6 +72,16 @@ class _ValueDecoder(RecordDecoder):
                 bad.append((j, str(exc)))
                 out.append(None)
         return out
+
+    def _class_indices(self, texts: list) -> list | None:
+        """Every text a decimal class index in range (the common case, one pass): the indices; else None."""
+        try:
+            if not all(t.isdigit() and len(t) < 19 for t in texts):
+                return None
+            ys = list(map(int, texts))
+        except (AttributeError, ValueError):  # a missing header (None), ...: one by one, with the reason
+            return None
+        return ys if max(ys) < self.spec.num_classes else None
 
     def assemble(self, arrays: list, ys: list, bad: list):
         rows = [j for j, y in enumerate(ys) if y is not None and arrays[j] is not None]
