@@ -28,10 +28,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 from common import record  # noqa: E402
 
-from edgestream.data.records import (  # noqa: E402
-    RecordFormat,
-    build_decoder,  # noqa: E402
-)
+from edgestream.data.records import RecordFormat, build_decoder  # noqa: E402
 from edgestream.data.serde import SampleSerde  # noqa: E402
 from edgestream.data.validate import DeviceRule, SampleSpec  # noqa: E402
 
