@@ -142,6 +142,14 @@ def test_json_malformed_records_name_the_field_and_a_mixed_batch_keeps_order():
     assert bad == [] and b.x.tolist() == [[1, 0] * 4, [1.5, 1] * 4]
     b, bad = dec.decode([jrec(v=[True, False] * 4, cls=0), b"[]"], RULE)
     assert len(bad) == 1 and b.x.tolist() == [[1, 0] * 4]
+    # odd items: a bytearray, a message without an offset (its index stands in), a broken message object
+    class Broken(Msg):
+        def value(self):
+            raise RuntimeError("gone")
+
+    odd = [bytearray(good[0]), Msg(good[1], offset=None), Broken(good[2])]
+    b, bad = dec.decode(odd, RULE)
+    assert b.seqs.tolist() == [0, 1] and bad == [(2, "decode_error: RuntimeError: gone")]
     # one bad record alone: no batch
     assert dec.decode([JSON_BAD[0][0]], RULE) == (None, [(0, JSON_BAD[0][1])])
 

@@ -217,11 +217,11 @@ def _plain(messages: Sequence) -> tuple[list, list, list] | None:
         values = [m.value() or b"" for m in messages]
         offsets = [m.offset() for m in messages]
         stamps = [m.timestamp() for m in messages]
-    except Exception:  # noqa: BLE001 - bytearrays, broken message objects
+        if min(offsets) < 0:
+            return None
+        return values, offsets, [ms / 1000.0 if kind and ms >= 0 else 0.0 for kind, ms in stamps]
+    except Exception:  # noqa: BLE001 - bytearrays, broken message objects, offsets of None
         return None
-    if min(offsets) < 0:
-        return None
-    return values, offsets, [ms / 1000.0 if kind and ms >= 0 else 0.0 for kind, ms in stamps]
 
 
 def _show(key: bytes | None) -> str:
