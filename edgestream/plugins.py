@@ -7,8 +7,8 @@
 3. an **entry point** named `name` in the group ``edgestream.<kind>`` of an installed package
    (``[project.entry-points."edgestream.models"] sensor-cnn = "mypkg.models:sensor_cnn"``).
 
-Kinds (`REGISTRIES`): ``models``, ``datasets``, ``algorithms``, ``compressors``, ``tasks``. Built-ins are registered
-as import-path strings, so looking a built-in name up imports nothing (the config schema loads
+Kinds (`REGISTRIES`): ``models``, ``datasets``, ``algorithms``, ``compressors``, ``tasks``, ``decoders``.
+Built-ins are registered as import-path strings, so looking a built-in name up imports nothing (the config schema loads
 without torch); the object is imported on `load`.
 
 Errors are `PluginError` (a ValueError) with one line: an unknown name lists the built-ins and shows
@@ -205,7 +205,10 @@ def _task(obj: Any) -> str | None:
 #: tasks: an edgestream.tasks.Task (the loss and the metrics)
 TASKS = Registry("tasks", "task", _task)
 
-REGISTRIES: dict[str, Registry] = {r.kind: r for r in (MODELS, DATASETS, ALGORITHMS, COMPRESSORS, TASKS)}
+#: decoders: factory(fmt: edgestream.data.records.RecordFormat) -> a record decoder (streams.format)
+DECODERS = Registry("decoders", "record decoder", _callable)
+
+REGISTRIES: dict[str, Registry] = {r.kind: r for r in (MODELS, DATASETS, ALGORITHMS, COMPRESSORS, TASKS, DECODERS)}
 
 for _name, _target in (("mlp", "edgestream.models.mlp:mlp"), ("cnn-small", "edgestream.models.cnn:cnn_small"),
                        ("resnet18", "edgestream.models.resnet:resnet18"),
@@ -219,3 +222,10 @@ for _name in ("digits", "synthetic", "cifar10", "cifar100", "mnist", "npz", "fol
     DATASETS.register(_name, f"edgestream.data.formats:{_name}")
 for _name, _target in (("classification", "CLASSIFICATION"), ("regression", "REGRESSION")):
     TASKS.register(_name, f"edgestream.tasks:{_target}")
+for _name, _target, _summary in (
+        ("edgestream", "wire_records:edgestream_decoder", "edgestream's binary wire"),
+        ("json", "json_records:json_decoder", "a JSON object a message; streams.input / target name its fields"),
+        ("avro", "avro_records:avro_decoder", "schemaless Avro binary (streams.schema: an .avsc)"),
+        ("raw", "raw_records:raw_decoder", "the input's bytes; the target from a header or the key"),
+        ("npy", "raw_records:npy_decoder", "a .npy file's bytes; the target from a header or the key")):
+    DECODERS.register(_name, f"edgestream.data.records.{_target}", _summary)

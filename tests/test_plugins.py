@@ -110,6 +110,7 @@ def test_builtins_resolve_without_importing_them():
     assert set(plugins.MODELS.builtins) == {"mlp", "cnn-small", "resnet18", "resnet20", "vgg-small"}
     assert {"digits", "synthetic", "npz", "folder", "csv", "parquet", "windows"} <= set(plugins.DATASETS.builtins)
     assert "topk" in plugins.COMPRESSORS.builtins
+    assert plugins.DECODERS.builtins == ("edgestream", "json", "avro", "raw", "npy")
     code = ("import sys; from edgestream.config import validate_dict; validate_dict({'model': {'name': 'resnet18'}, "
             "'compression': {'name': 'topk'}}); print('torch' in sys.modules, 'edgestream.models.resnet' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
@@ -225,8 +226,9 @@ def test_cli_plugins_lists_builtins_and_entry_points(userpkg):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(userpkg), os.environ.get("PYTHONPATH", "")]))
     out = subprocess.run([*EDGESTREAM, "plugins", "--json"], capture_output=True, text=True, env=env, check=True)
     listing = json.loads(out.stdout)
-    assert set(listing) == {"models", "datasets", "algorithms", "compressors", "tasks"}
+    assert set(listing) == {"models", "datasets", "algorithms", "compressors", "tasks", "decoders"}
     assert [t["name"] for t in listing["tasks"]] == ["classification", "regression"]
+    assert [d["name"] for d in listing["decoders"]] == ["edgestream", "json", "avro", "raw", "npy"]
     models = {m["name"]: m for m in listing["models"]}
     assert models["mlp"]["source"] == "built-in"
     assert models["tiny-ep"] == {"name": "tiny-ep", "source": "entry point (userpkg-dist 1.2.3)",
@@ -236,7 +238,7 @@ def test_cli_plugins_lists_builtins_and_entry_points(userpkg):
     assert "half" in text and "entry point (userpkg-dist 1.2.3)" in text and "adaptive-topk" in text
     bad = subprocess.run([*EDGESTREAM, "plugins", "optimizers"], capture_output=True, text=True, env=env)
     assert bad.returncode == 2
-    assert bad.stderr.strip() == "kind: 'optimizers' is not allowed; must be one of models, datasets, algorithms, compressors, tasks"
+    assert bad.stderr.strip() == "kind: 'optimizers' is not allowed; must be one of models, datasets, algorithms, compressors, tasks, decoders"
 
 
 def test_config_validate_takes_set(tmp_path):
