@@ -623,7 +623,9 @@ class ExperimentConfig(_Model):
             raise ValueError("streams.source: external streams are read by real trainers; set runtime.engine: local "
                              "(the simulator replays data.dataset)")
         allowed = ("shape", "num_classes", "target_dim")
-        extra = sorted(k for k in data.model_fields_set if k not in allowed)
+        # a field that differs from its default (config.yaml round trips write every field)
+        extra = sorted(k for k, f in DataConfig.model_fields.items()
+                       if k not in allowed and getattr(data, k) != f.get_default(call_default_factory=True))
         if extra:
             raise ValueError(f"data.{extra[0]}: external streams bring their own records; data takes only "
                              f"{', '.join(allowed)} (the records' input shape and their targets)")

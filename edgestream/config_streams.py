@@ -48,7 +48,7 @@ def parse_start(value: str | int | None) -> str | int:
         raise ValueError("must be earliest, latest, an ISO-8601 time or unix milliseconds, not true/false")
     if isinstance(value, int):
         if value < 0:
-            raise ValueError(f"{value} is not allowed; unix milliseconds must be >= 0")
+            raise ValueError("must be >= 0 (unix milliseconds)")
         return value
     text = str(value).strip()
     if text in ("earliest", "latest"):
@@ -58,8 +58,8 @@ def parse_start(value: str | int | None) -> str | int:
     try:
         when = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
-        raise ValueError(f"{value!r} is not allowed; must be earliest, latest, an ISO-8601 time "
-                         "(2026-11-26T10:00:00Z) or unix milliseconds") from None
+        raise ValueError("must be earliest, latest, an ISO-8601 time (2026-11-26T10:00:00Z) or unix "
+                         "milliseconds") from None
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
     return int(when.timestamp() * 1000)

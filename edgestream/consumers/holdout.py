@@ -7,9 +7,10 @@
   run with its own assigned consumer (no group offsets: it never commits), from where the run's `start` says
   (earliest: each stream's first record; latest: its end when the evaluator starts; a time), decodes the
   held-out records with the run's record decoder and keeps the newest `max_samples`. Each `get()` first takes
-  what arrived since the last one (at most `refresh_s` of reading), so the set grows with the streams. Malformed
-  held-out records are counted (`rejected`) and left out; the trainers never see them, so they do not reach
-  the DLQ. The extra reader costs one more read of every stream (the hold-out cannot be found otherwise).
+  what arrived since the last one (up to each partition's end then; at most `refresh_s` of reading), so the
+  set grows with the streams. Malformed held-out records are counted (`rejected`) and left out; the trainers
+  never see them, so they do not reach the DLQ. The extra reader costs one more read of every stream (the
+  hold-out cannot be found otherwise).
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ class HoldoutSet:
 
     def __init__(self, bootstrap: str, run: str, layout: Any, decoder: Any, devices: int, fraction: float,
                  max_samples: int, *, start: str | int = "earliest", security: dict | None = None,
-                 task_labels: bool = True, device: Any = None, refresh_s: float = 1.0) -> None:
+                 task_labels: bool = True, device: Any = None, refresh_s: float = 5.0) -> None:
         from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, TopicPartition
 
         from edgestream.kafka.clients import consumer_config
@@ -77,6 +78,10 @@ class HoldoutSet:
             tps = [tp if tp.offset >= 0 else TopicPartition(tp.topic, tp.partition, OFFSET_END)
                    for tp in self.consumer.offsets_for_times(tps, timeout=10.0)]
         self.consumer.assign(tps)
+        self._parts = [(tp.topic, tp.partition) for tp in tps]
+        # the next offset to read per partition (a time's resolved offset; earliest: the low end, latest: the end)
+        self._next: dict[tuple[str, int], int] = {(tp.topic, tp.partition): tp.offset for tp in tps if tp.offset >= 0}
+        self._start = start
 
     def _device_of(self, m: Any) -> int | None:
         d = self._topic_device.get(m.topic())
@@ -89,16 +94,30 @@ class HoldoutSet:
         return d if 0 <= d < self.devices else None
 
     def refresh(self) -> int:
-        """Take what arrived (at most `refresh_s` of reading); return how many held-out records were added."""
+        """Take what arrived, up to each partition's end as of now (at most `refresh_s` of reading); return
+        how many held-out records were added."""
+        from confluent_kafka import TopicPartition
+
         from edgestream.data.holdout import held_out
         from edgestream.data.validate import DeviceRule
 
         deadline = time.monotonic() + self.refresh_s
+        # read up to each partition's end as of now (a fresh assignment's first fetch takes a moment)
+        ends = {}
+        for part in self._parts:
+            low, high = self.consumer.get_watermark_offsets(TopicPartition(*part), timeout=self.refresh_s)
+            ends[part] = (low, high)
         added = 0
         while time.monotonic() < deadline:
-            msgs = self.consumer.consume(5000, timeout=0.05)
+            behind = any(self._next.get(p, hi if self._start == "latest" else lo) < hi
+                         for p, (lo, hi) in ends.items())
+            msgs = self.consumer.consume(5000, timeout=0.05 if not behind else 0.2)
             msgs = [m for m in msgs if m.error() is None]
+            for m in msgs:
+                self._next[(m.topic(), m.partition())] = m.offset() + 1
             if not msgs:
+                if behind:
+                    continue
                 break
             by_device: dict[int, list] = {}
             for m in msgs:
