@@ -340,12 +340,19 @@ def test_held_out_records_never_reach_a_batch(bootstrap, run_prefix, tmp_path):
 
 @pytest.mark.timeout(600)
 def test_kill_and_resume_continue_at_the_checkpointed_offsets(bootstrap, run_prefix, tmp_path):
-    pattern = f"{run_prefix}.k-{{device}}"
-    _topics(bootstrap, {pattern.format(device=d): 1 for d in range(2)})
+    """One keyed JSON topic whose producer puts device d in partition d (partitioner: modulo); the orchestrator
+    and its trainers are SIGKILLed mid-run; --resume continues each device at its checkpointed offset."""
+    topic = f"{run_prefix}.k"
+    _topics(bootstrap, {topic: 2})
+    p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
     for d in range(2):
         x, y = _samples(1500, seed=30 + d)
-        _produce(bootstrap, _json_items(pattern.format(device=d), x, y))
-    cfg = _cfg(tmp_path, run_prefix, {"topic": pattern, "format": "json", "input": "v", "target": "cls"},
+        for _, key, value, _ in _json_items(topic, x, y, str(d).encode()):
+            p.produce(topic, value, key=key, partition=d)
+            p.poll(0)
+    assert p.flush(30) == 0
+    cfg = _cfg(tmp_path, run_prefix, {"topic": topic, "partitioner": "modulo", "format": "json", "input": "v",
+                                      "target": "cls"},
                max_steps=60, every_steps=4, eval_={"path": str(_test_file(tmp_path))})
     out = tmp_path / "runs"
     proc = start(cfg, bootstrap, out=out)
