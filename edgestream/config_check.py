@@ -288,7 +288,10 @@ def check_runnable(cfg: Any) -> list[str]:
 
     try:
         plan = RunPlan.resolve(cfg)
-        plan.shards  # noqa: B018 - loads the dataset, then splits it over the devices
+        if plan.external:  # external streams: the eval file and the record decoder, no shards to split
+            plan.serde  # noqa: B018
+        else:
+            plan.shards  # noqa: B018 - loads the dataset, then splits it over the devices
     except PlanError as exc:
         return [_line(p) for p in exc.problems]
     try:

@@ -143,6 +143,17 @@ def test_an_external_config_survives_the_run_directory_round_trip(tmp_path):
     assert again.streams == cfg.streams and again.eval.holdout == 0.2 and again.stop == cfg.stop
 
 
+def test_config_validate_takes_the_example_and_names_a_format_field_it_does_not_take():
+    import sys
+
+    example = Path(__file__).parent.parent / "examples" / "json-sensors" / "sensors.yaml"
+    cli = [sys.executable, "-m", "edgestream.cli", "config", "validate", str(example)]
+    ok = subprocess.run(cli, capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 0, ok.stderr
+    bad = subprocess.run([*cli, "--set", "streams.schema=x.avsc"], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "streams.schema: format 'json' does not take it" in bad.stderr + bad.stdout
+
+
 def test_the_layout_maps_devices_to_their_topics_and_partitions():
     per = StreamLayout("r", 3, external="plant.s-{device}")
     assert [per.stream(d) for d in range(3)] == [("plant.s-0", 0), ("plant.s-1", 0), ("plant.s-2", 0)]
