@@ -462,7 +462,7 @@ class LocalRun:
 
     def _check_checkpoints(self) -> None:
         """A resumed run needs a checkpoint of every rank to continue from."""
-        if self.plan.checkpoint_every is None:
+        if not self.plan.checkpoints:
             raise LaunchError(f"--resume {self.path}: checkpoint.every_steps is null, so the run saved no checkpoint "
                               "to continue from", 2)
         missing = [str(r) for r in range(self.world) if not (self.path / "checkpoints" / f"rank{r}.pt").is_file()]
@@ -585,11 +585,23 @@ class LocalRun:
     def _poll_trainers(self, died: dict[int, float]) -> dict[int, int | None]:
         """{rank: exit status or None}; `died` gets the time each trainer was first seen exited."""
         codes = {r: c.poll() for r, c in self.trainers.items()}
+        for r, code in codes.items():  # a trainer signalled on its own stopped cleanly (143/130): not a failure
+            if code in (128 + signal.SIGTERM, 128 + signal.SIGINT) and self._stopped_by_signal(r):
+                codes[r] = 0
         now = time.monotonic()
         for r, code in codes.items():
             if code is not None:
                 died.setdefault(r, now)
         return codes
+
+    def _stopped_by_signal(self, rank: int) -> bool:
+        """Whether trainer `rank`'s summary says a signal stopped it at a step boundary (its checkpoint
+        written): `edgestream train` then exits 128 + the signal."""
+        try:
+            summary = json.loads((self.path / "ranks" / f"{rank}.summary.json").read_text())
+        except (OSError, ValueError):
+            return False
+        return bool(summary.get("signal")) and summary.get("stop_reason") == "signal"
 
     def _watch(self, signals: _Signals, state: LiveState, view: View, tail: RanksTail) -> _Outcome:
         first_done: float | None = None
@@ -651,7 +663,8 @@ class LocalRun:
         found = kafka_failure([outcome.child, *self.trainers.values(), self.ps, self.producer])
         if found is not None:
             outcome.child, outcome.reason = found
-            outcome.hint = resume_hint(self.path, self.world, self.plan.checkpoint_every)
+            outcome.hint = resume_hint(self.path, self.world, self.plan.checkpoint_every,
+                                       self.plan.checkpoint_every_s)
 
     def _stop_producer(self, grace_s: float, hurry=None) -> tuple[dict | None, list[str]]:
         """SIGTERM the producer (it flushes and prints its summary), SIGKILL after `grace_s`; returns
