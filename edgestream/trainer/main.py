@@ -518,8 +518,8 @@ def _train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: bo
                 evaluation.final(performer.now(env.rank), session.ctx.step)
             else:
                 evaluation.close()
-        if status == "finished" and ckpts:
-            checkpoint(session)
+        if status == "finished" and ckpts and schedule.last_step != session.ctx.step:
+            checkpoint(session)  # (none when the schedule's checkpoint of this very step was the last)
         elif not ckpts:
             try:
                 performer.commit_pending()  # the newest acknowledged batch not yet committed (ACK_INTERVAL_S)
