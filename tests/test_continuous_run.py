@@ -93,3 +93,40 @@ def test_a_continuous_run_stops_on_sigterm_with_a_checkpoint_and_resumes_exactly
         assert _trained_once(lines, target) == target * 16
         assert load_ckpt(run_dir / "checkpoints" / f"rank{r}.pt")["step"] == target
     assert_no_child_left(run_dir)
+
+
+SSP = {"name": "ssp", "params": {"s": 3}, "batch": {"policy": "fixed", "size": 16}, "buffer": "persist"}
+
+
+@pytest.mark.timeout(900)
+def test_a_continuous_parameter_server_run_stops_on_sigterm_and_resumes_exactly_once(bootstrap, run_prefix, tmp_path):
+    """PS family: each worker checkpoints on its own clock (no agreement needed) and at its signal stop;
+    the parameter server keeps its own checkpoint; --resume trains every sample exactly once."""
+    cfg = write_cfg(tmp_path / "c.yaml", run_prefix, max_steps=1, stop={}, checkpoint={"every_s": 1.0}, algorithm=SSP)
+    out = tmp_path / "runs"
+    run_dir = out / f"{run_prefix}-ssp-r1"
+    proc = start(cfg, bootstrap, out=out)
+    try:
+        wait_steps(run_dir, proc, 2, 10)
+        os.kill(proc.pid, signal.SIGTERM)
+        code, stdout, err = finish(proc)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert code == 143 and "interrupted by SIGTERM" in err, err
+    assert_no_child_left(run_dir)
+    before = {r: step_lines(run_dir / "ranks" / f"{r}.jsonl") for r in range(2)}
+    ck = {r: load_ckpt(run_dir / "checkpoints" / f"rank{r}.pt")["step"] for r in range(2)}
+    assert (run_dir / "checkpoints" / "ps.pt").is_file()
+    for r in range(2):
+        assert ck[r] == len(before[r])  # each worker's stop checkpoint covers its last step
+    code, stdout, err = resume(cfg, bootstrap, run_dir, "stop.max_steps=" + str(max(ck.values()) + 6))
+    assert code == 0, err
+    target = max(ck.values()) + 6
+    for r in range(2):
+        lines = step_lines(run_dir / "ranks" / f"{r}.jsonl")
+        assert lines[len(before[r])]["step"] == ck[r]
+        _trained_once(lines, len(lines))  # every own sample once, in order, across both sessions
+        assert len(lines) <= target
+    assert_no_child_left(run_dir)
