@@ -788,7 +788,8 @@ class LocalRun:
             self._note_disk(Path(exc.filename) if exc.filename else self.path, exc)
             summary = {**extra, "stop_reason": reason}
         disk = self._disk_line()
-        self._cleanup(outcome.kind == "done" and self._disk_trouble is None)
+        # a run its trainers stopped on a signal of their own (stop_reason "signal") did not finish: it resumes
+        self._cleanup(outcome.kind == "done" and reason != "signal" and self._disk_trouble is None)
         if outcome.kind == "failed":
             child = outcome.child
             detail = []
