@@ -130,3 +130,33 @@ def test_a_continuous_parameter_server_run_stops_on_sigterm_and_resumes_exactly_
         _trained_once(lines, len(lines))  # every own sample once, in order, across both sessions
         assert len(lines) <= target
     assert_no_child_left(run_dir)
+
+
+@pytest.mark.timeout(600)
+def test_sigterm_to_one_trainer_stops_the_group_at_one_step_with_checkpoints(bootstrap, run_prefix, tmp_path):
+    """A signal to one trainer (a container runtime stopping its pod): it finishes its step, the group stops
+    after one agreed step, every rank checkpoints there; the signalled trainer exits 143 with its summary, which
+    the orchestrator does not count as a failure; the run keeps what it needs to resume."""
+    from test_launch import pids_of
+
+    cfg = write_cfg(tmp_path / "c.yaml", run_prefix, max_steps=1, stop={}, checkpoint={"every_steps": 1000})
+    out = tmp_path / "runs"
+    run_dir = out / f"{run_prefix}-ddl-r1"
+    proc = start(cfg, bootstrap, out=out)
+    try:
+        wait_steps(run_dir, proc, 2, 5)
+        os.kill(pids_of(run_dir)["trainers"]["1"], signal.SIGTERM)
+        code, stdout, err = finish(proc)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert code == 0, err
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["stop_reason"] == "signal"
+    ranks = {r: json.loads((run_dir / "ranks" / f"{r}.summary.json").read_text()) for r in range(2)}
+    assert ranks[1]["signal"] == "SIGTERM" and "signal" not in ranks[0]  # rank 0 stopped on the group's vote
+    assert ranks[1]["stop_reason"] == "signal"  # rank 0's own rule did not fire: it says "finished"
+    steps = {r: load_ckpt(run_dir / "checkpoints" / f"rank{r}.pt")["step"] for r in range(2)}
+    assert steps[0] == steps[1] == ranks[0]["steps"] == ranks[1]["steps"] == len(step_lines(run_dir / "ranks" / "0.jsonl"))
+    assert_no_child_left(run_dir)

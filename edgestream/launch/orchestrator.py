@@ -770,6 +770,8 @@ class LocalRun:
                 reason = json.loads((ranks_dir / "0.summary.json").read_text()).get("stop_reason") or reason
             if ps_summary and ps_summary.get("stop_reason") and reason in ("finished", None):
                 reason = ps_summary["stop_reason"]
+            if any(self._stopped_by_signal(r) for r in self.trainers):  # a trainer's own SIGTERM/SIGINT stopped
+                reason = "signal"  # the group (its peers stopped on its vote): not finished, it resumes
         extra = {"run_dir": str(self.path), "bootstrap": self.bootstrap, "resumed": self.resumed,
                  "session_wall_s": round(wall, 3),
                  "children_stop_s": round(outcome.stop_s, 3) if outcome.stop_s is not None else None,
