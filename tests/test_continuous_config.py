@@ -93,7 +93,7 @@ def test_the_time_schedule_agrees_through_rank_0_and_counts_steps_too():
                 saved[r].append(step)
                 scheds[r].saved(step)
     assert saved[0] == saved[1] and len(saved[0]) >= 4
-    gaps = [b - a for a, b in zip(saved[0], saved[0][1:])]
+    gaps = [b - a for a, b in zip(saved[0], saved[0][1:], strict=False)]
     assert all(9 <= g <= 11 for g in gaps), saved[0]  # about every_s (1 s) of rank 0's 0.1 s steps
     assert scheds[0].decisions < 59 / 2  # not a broadcast per step
     # every_steps alone needs no agreement; with every_s, either fires
