@@ -4,6 +4,8 @@ checkpoint field; the simulator refuses it in one line naming `stop`; checkpoint
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import yaml
 from typer.testing import CliRunner
@@ -101,3 +103,16 @@ def test_the_time_schedule_agrees_through_rank_0_and_counts_steps_too():
     assert [s for s in range(1, 21) if alone.due(s)] == [5, 10, 15, 20]
     resumed = CheckpointSchedule(5, None, 10)
     assert not resumed.due(10) and resumed.due(15)
+
+
+def test_compare_and_the_end_summary_state_a_run_without_a_target_or_limit():
+    from edgestream.runner.compare import _limits
+    from edgestream.runner.report import end_lines, target_text
+
+    assert _limits(validate_dict({"name": "x", "stop": {}}).stop) == "no time or step limit"
+    assert _limits(validate_dict({"name": "x"}).stop) == "max time 600.0 s"
+    assert _limits(validate_dict({"name": "x", "stop": {"max_steps": 40}}).stop) == "max time 600.0 s, max 40 steps"
+    summary = {"target": None, "stop_reason": "interrupted", "engine": "local", "algorithm": "ddl", "steps": 12,
+               "final_accuracy": 0.5, "interrupted": True, "interrupted_by": "SIGTERM"}
+    assert target_text(summary) == "no target"
+    assert any("no target" in line for line in end_lines(summary, Path("runs/x")))
