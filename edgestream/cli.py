@@ -424,6 +424,10 @@ def train_cmd(config: Path = typer.Argument(..., help="experiment YAML file"),
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
     print(json.dumps(summary))
+    if summary.get("signal"):  # SIGTERM / SIGINT: stopped at a step boundary with its checkpoint; 143 / 130
+        import signal
+
+        raise typer.Exit(128 + int(signal.Signals[summary["signal"]]))
 
 
 # ---------------------------------------------------------------- ps (the parameter server of a real run)

@@ -436,16 +436,27 @@ class TargetMetricConfig(_Model):
 
 
 class StopConfig(_Model):
+    """When a run ends: the first of max_steps, max_time_s and the target (target_accuracy, or
+    target_metric). A config without `stop` gets the defaults (target_accuracy 0.9, max_time_s 600);
+    `stop: {}` (or `stop:` with nothing) is continuous training: no target, no time or step limit, the
+    run trains until it is interrupted (SIGTERM / Ctrl-C: a resumable checkpoint, `--resume`). Fields
+    set to null spell the same: with none left the run is continuous; with only a target it trains
+    until the target or an interrupt. Real runs only: the simulator needs max_time_s or max_steps."""
+
     target_accuracy: Float | None = Field(0.9, gt=0, le=1)
     target_metric: TargetMetricConfig | None = None
     max_time_s: Float | None = Field(600.0, gt=0)
     max_steps: Int | None = Field(None, ge=1)
 
-    @model_validator(mode="after")
-    def _some_stop(self) -> StopConfig:
-        if self.max_time_s is None and self.max_steps is None:
-            raise ValueError("give max_time_s or max_steps (or both) so a run ends")
-        return self
+    @property
+    def bounded(self) -> bool:
+        """Whether the run has a time or step limit (it ends even if it never reaches its target)."""
+        return self.max_time_s is not None or self.max_steps is not None
+
+    @property
+    def continuous(self) -> bool:
+        """Continuous training: no target, no time or step limit (`stop: {}`)."""
+        return not self.bounded and self.target_accuracy is None and self.target_metric is None
 
 
 class EvalConfig(_Model):
@@ -471,6 +482,18 @@ class CheckpointConfig(_Model):
     committed offsets every `every_steps` steps (null: never); acks are committed with each checkpoint."""
 
     every_steps: Int | None = Field(None, ge=1)
+    #: seconds of training between checkpoints (alongside every_steps: either or both; null: no timer). A
+    #: run without a time or step limit (`stop: {}`) that gives neither field gets CONTINUOUS_EVERY_S (`config show`).
+    #: Collective algorithms: the ranks agree on the step (rank 0's clock decides, edgestream.trainer.schedule)
+    every_s: Float | None = Field(None, gt=0)
+
+    @property
+    def enabled(self) -> bool:
+        return self.every_steps is not None or self.every_s is not None
+
+
+#: checkpoint.every_s of a continuous run that gives neither checkpoint field
+CONTINUOUS_EVERY_S = 60.0
 
 
 class RuntimeConfig(_Model):
@@ -572,6 +595,15 @@ class ExperimentConfig(_Model):
 
         return _plugin_name(TASKS, name)
 
+    @field_validator("stop", mode="before")
+    @classmethod
+    def _continuous(cls, v: Any) -> Any:
+        """`stop: {}` / `stop:` (null): continuous training, every field null (not the defaults, which only a
+        config without `stop` gets)."""
+        if v is None or (isinstance(v, dict) and not v):
+            return {"target_accuracy": None, "target_metric": None, "max_time_s": None, "max_steps": None}
+        return v
+
     @model_validator(mode="after")
     def _task_fits(self) -> ExperimentConfig:
         """The stop target names a metric of the task; a regression run has no accuracy to stop at (the
@@ -650,6 +682,15 @@ class ExperimentConfig(_Model):
                 raise ValueError("stop: a target metric needs an evaluation set: give eval.path (a file) or "
                                  "eval.holdout (a share of the streams)")
             stop.target_accuracy = None
+        return self
+
+    @model_validator(mode="after")
+    def _continuous_checkpoints(self) -> ExperimentConfig:
+        """A run without a time or step limit (continuous, or a target alone: either may train for days) that
+        sets neither checkpoint field checkpoints every CONTINUOUS_EVERY_S seconds (an explicit
+        `checkpoint: {every_steps: null, every_s: null}` keeps none)."""
+        if not self.stop.bounded and not self.checkpoint.model_fields_set & {"every_steps", "every_s"}:
+            self.checkpoint.every_s = CONTINUOUS_EVERY_S
         return self
 
     def target(self) -> tuple[str, float] | None:

@@ -45,7 +45,7 @@ def test_examples_validate(path):
         ({"runtime": {"bootstrap": "nohost"}}, "runtime.bootstrap: nohost is not allowed; must be HOST:PORT"),
         ({"runtime": {"kafka_client": {"bootstrap.servers": "x:1"}}}, "is not a pass-through client setting"),
         ({"devices": {"variation": {"kind": "sinusoid", "sigma": 1}}}, "variation 'sinusoid' takes only period_s, amplitude"),
-        ({"stop": {"max_time_s": None, "max_steps": None}}, "stop: give max_time_s or max_steps"),
+        ({"checkpoint": {"every_s": 0}}, "checkpoint.every_s: 0 is not allowed; must be > 0"),
         ({"algorithm": {"name": "local-sgd", "params": {"tau": 0}}}, "algorithm.params.tau: 0 is not allowed; must be >= 1"),
     ],
 )

@@ -467,7 +467,7 @@ class LocalRun:
 
     def _check_checkpoints(self) -> None:
         """A resumed run needs a checkpoint of every rank to continue from."""
-        if self.plan.checkpoint_every is None:
+        if not self.plan.checkpoints:
             raise LaunchError(f"--resume {self.path}: checkpoint.every_steps is null, so the run saved no checkpoint "
                               "to continue from", 2)
         missing = [str(r) for r in range(self.world) if not (self.path / "checkpoints" / f"rank{r}.pt").is_file()]
@@ -592,11 +592,23 @@ class LocalRun:
     def _poll_trainers(self, died: dict[int, float]) -> dict[int, int | None]:
         """{rank: exit status or None}; `died` gets the time each trainer was first seen exited."""
         codes = {r: c.poll() for r, c in self.trainers.items()}
+        for r, code in codes.items():  # a trainer signalled on its own stopped cleanly (143/130): not a failure
+            if code in (128 + signal.SIGTERM, 128 + signal.SIGINT) and self._stopped_by_signal(r):
+                codes[r] = 0
         now = time.monotonic()
         for r, code in codes.items():
             if code is not None:
                 died.setdefault(r, now)
         return codes
+
+    def _stopped_by_signal(self, rank: int) -> bool:
+        """Whether trainer `rank`'s summary says a signal stopped it at a step boundary (its checkpoint
+        written): `edgestream train` then exits 128 + the signal."""
+        try:
+            summary = json.loads((self.path / "ranks" / f"{rank}.summary.json").read_text())
+        except (OSError, ValueError):
+            return False
+        return bool(summary.get("signal")) and summary.get("stop_reason") == "signal"
 
     def _watch(self, signals: _Signals, state: LiveState, view: View, tail: RanksTail) -> _Outcome:
         first_done: float | None = None
@@ -658,7 +670,8 @@ class LocalRun:
         found = kafka_failure([outcome.child, *self.trainers.values(), self.ps, self.producer])
         if found is not None:
             outcome.child, outcome.reason = found
-            outcome.hint = resume_hint(self.path, self.world, self.plan.checkpoint_every)
+            outcome.hint = resume_hint(self.path, self.world, self.plan.checkpoint_every,
+                                       self.plan.checkpoint_every_s)
 
     def _stop_producer(self, grace_s: float, hurry=None) -> tuple[dict | None, list[str]]:
         """SIGTERM the producer (it flushes and prints its summary), SIGKILL after `grace_s`; returns
@@ -766,6 +779,8 @@ class LocalRun:
                 reason = json.loads((ranks_dir / "0.summary.json").read_text()).get("stop_reason") or reason
             if ps_summary and ps_summary.get("stop_reason") and reason in ("finished", None):
                 reason = ps_summary["stop_reason"]
+            if any(self._stopped_by_signal(r) for r in self.trainers):  # a trainer's own SIGTERM/SIGINT stopped
+                reason = "signal"  # the group (its peers stopped on its vote): not finished, it resumes
         extra = {"run_dir": str(self.path), "bootstrap": self.bootstrap, "resumed": self.resumed,
                  "session_wall_s": round(wall, 3),
                  "children_stop_s": round(outcome.stop_s, 3) if outcome.stop_s is not None else None,
@@ -785,7 +800,8 @@ class LocalRun:
             self._note_disk(Path(exc.filename) if exc.filename else self.path, exc)
             summary = {**extra, "stop_reason": reason}
         disk = self._disk_line()
-        self._cleanup(outcome.kind == "done" and self._disk_trouble is None)
+        # a run its trainers stopped on a signal of their own (stop_reason "signal") did not finish: it resumes
+        self._cleanup(outcome.kind == "done" and reason != "signal" and self._disk_trouble is None)
         if outcome.kind == "failed":
             child = outcome.child
             detail = []

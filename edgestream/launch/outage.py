@@ -73,13 +73,14 @@ def kafka_failure(children: Iterable[Any]) -> tuple[Any, str] | None:
     return None
 
 
-def resume_hint(run_dir: Path, world: int, every_steps: int | None) -> str:
+def resume_hint(run_dir: Path, world: int, every_steps: int | None, every_s: float | None = None) -> str:
     """How to go on after the run stopped for an outage: resume from the checkpoints, or why it cannot."""
-    if every_steps is None:
+    if every_steps is None and every_s is None:
         return ("; the run cannot be resumed: checkpoint.every_steps is null, so it saved no checkpoint (set it to "
                 "make a run resumable)")
     missing = [r for r in range(world) if not (run_dir / "checkpoints" / f"rank{r}.pt").is_file()]
     if missing:
-        return (f"; the run cannot be resumed: it stopped before its first checkpoint (checkpoint.every_steps "
-                f"{every_steps})")
+        schedule = " and ".join(([f"checkpoint.every_steps {every_steps}"] if every_steps is not None else [])
+                                + ([f"checkpoint.every_s {every_s:g}"] if every_s is not None else []))
+        return f"; the run cannot be resumed: it stopped before its first checkpoint ({schedule})"
     return f"; continue with --resume {run_dir} once Kafka answers"

@@ -78,6 +78,11 @@ class Reply:
     buffers: list[Tensor] = field(default_factory=list)
 
 
+#: seconds a worker asked to stop (SIGTERM / SIGINT) still waits for the reply it is waiting for (the PS
+#: answers within milliseconds while it runs), so that it ends at a step boundary with its checkpoint
+STOP_REPLY_WAIT_S = 4.0
+
+
 class PSClient:
     """Worker `worker`'s connection to the PS of run `run` (module doc)."""
 
@@ -115,9 +120,12 @@ class PSClient:
         """The first reply `match` accepts (its envelope and the bytes of its chunks)."""
         t0 = last_note = time.monotonic()
         nbytes = 0
-        while True:
+        asked = None  # when a stop request (a signal) was first seen: the reply may still come (the PS is stopped
+        while True:   # after the workers), so the worker waits STOP_REPLY_WAIT_S for it to end at a step boundary
             if self.stop():
-                raise PSStopped(f"stopped while waiting for {what}")
+                asked = time.monotonic() if asked is None else asked
+                if time.monotonic() - asked >= STOP_REPLY_WAIT_S:
+                    raise PSStopped(f"stopped while waiting for {what}")
             for raw in self.receiver.poll(0.05):
                 if raw.value is None:
                     continue

@@ -167,8 +167,14 @@ class ParameterServer:
         self.starts = 1
         self.elapsed0 = 0.0
         self.origin_wall: float | None = None   # wall time of the streams' start (from the workers' pushes)
+        # the run's session: 0, then +1 per `edgestream run --resume` (ranks/sessions.json, written by the
+        # orchestrator before it starts the children); an in-session restart of the PS keeps it
+        from edgestream.runner.rundir import read_sessions
+
+        self.session = len(read_sessions(self.run_dir / "ranks").get(0, []))
         ckpt = ps_checkpoint_path(self.run_dir)
         self.resumed = ckpt.exists()
+        self.reason: str | None = None
         if self.resumed:
             self._load(ckpt)
         self.t0 = time.monotonic() - self.elapsed0
@@ -178,7 +184,6 @@ class ParameterServer:
         self.outage = ps_outage(plan, bootstrap)
         self.error: str | None = None  # why it stopped, when it failed (Kafka away past the budget)
         self._evaluate = evaluate
-        self.reason: str | None = None
         self.replay_until: int | None = None
 
     # ------------------------------------------------------------------ time
@@ -199,7 +204,8 @@ class ParameterServer:
                 "pending": {int(w): [int(s), float(t)] for w, (s, t) in self.pending.items()},
                 "staleness_since": list(self.staleness_since), "told_stop": list(self.told_stop),
                 "counts": dict(self.counts), "blocked_s": list(self.blocked_s), "starts": self.starts,
-                "elapsed_s": self.now(), "origin_wall": self.origin_wall, "reason": self.reason}
+                "elapsed_s": self.now(), "origin_wall": self.origin_wall, "reason": self.reason,
+                "session": self.session}
 
     def checkpoint(self, *, wait: bool = False) -> None:
         """Take the state now (a deep copy: consistent with its replay offset whatever is applied after) and
@@ -265,6 +271,13 @@ class ParameterServer:
         self.elapsed0 = float(st["elapsed_s"])
         self.origin_wall = st.get("origin_wall")
         self.reason = st.get("reason")
+        if int(st.get("session", 0)) != self.session and (self.coord.stopping or any(self.told_stop)):
+            # a resumed run's new session: the previous session's stop (a signal, its max_steps) is over; the
+            # resumed workers say hello and train on from their checkpoints
+            log.info("session %d: the previous session's stop (%s) is cleared", self.session, self.reason)
+            self.coord.stopping = False
+            self.told_stop = [False] * self.world
+            self.reason = None
 
     # ------------------------------------------------------------------ messages
     def _reject(self, raw: Any, reason: str, *, keep_value: bool = True) -> None:

@@ -170,7 +170,7 @@ def run_compare(cfg: Any, variants: list[Variant], out: str | Path | None = None
     lines = [f"# {cfg.name}: {', '.join(summaries)}", "",
              f"{cfg.devices.count} devices, rates {cfg.devices.rates.spec()}, model {cfg.model.name}, "
              f"dataset {cfg.data.dataset}, target {f'{target[0]} {target[1]:g}' if target else 'none'}, "
-             f"max time {cfg.stop.max_time_s} s; engine {engine}, times are {unit}.", "", table, ""]
+             f"{_limits(cfg.stop)}; engine {engine}, times are {unit}.", "", table, ""]
     for label, s in summaries.items():
         t = engine_time_s(s)
         lines.append(f"- {label}: batch {s['batch']}, stop {s.get('stop_reason')}"
@@ -178,6 +178,14 @@ def run_compare(cfg: Any, variants: list[Variant], out: str | Path | None = None
     (folder / "compare.md").write_text("\n".join(lines) + "\n")
     accuracy_plot(curves, folder / "compare.png", title=f"{cfg.name}: test {metric}")
     return folder, summaries, table
+
+
+def _limits(stop: Any) -> str:
+    """The stop limits as compare.md states them: "max time 600.0 s", "max 50 steps", both, or "no time or
+    step limit" (a continuous run: it ran until interrupted)."""
+    parts = ([f"max time {stop.max_time_s} s"] if stop.max_time_s is not None else []) + \
+        ([f"max {stop.max_steps} steps"] if stop.max_steps is not None else [])
+    return ", ".join(parts) or "no time or step limit"
 
 
 def eval_curve(run_dir: Path, metric: str) -> list[tuple[float, float]]:

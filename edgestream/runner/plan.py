@@ -146,6 +146,15 @@ class RunPlan:
         return self.cfg.checkpoint.every_steps
 
     @property
+    def checkpoint_every_s(self) -> float | None:
+        return getattr(self.cfg.checkpoint, "every_s", None)
+
+    @property
+    def checkpoints(self) -> bool:
+        """Whether real runs write checkpoints (checkpoint.every_steps or checkpoint.every_s)."""
+        return self.checkpoint_every is not None or self.checkpoint_every_s is not None
+
+    @property
     def eval_every_s(self) -> float:
         return float(self.cfg.eval.every_s)
 

@@ -123,6 +123,16 @@ class SimConfigError(EngineError):
     holds one line per problem, as `ConfigError` does."""
 
 
+def unbounded_problem(cfg: Any) -> None:
+    """SimConfigError when the run has no time or step limit (`stop: {}`, continuous training, or a target
+    alone): a simulation must end, even when it never reaches its target."""
+    stop = getattr(cfg, "stop", None)
+    if stop is not None and not stop.bounded:
+        what = "continuous training (stop: {})" if stop.continuous else "a target alone"
+        raise SimConfigError([f"stop: {what} runs only on engine local (it trains until interrupted); the simulator "
+                              "needs an end: give stop.max_time_s or stop.max_steps"])
+
+
 #: the cyclic garbage collector's youngest-generation threshold while a simulation runs (Python's
 #: default is 700): every request allocates a few container objects (SimPy events, generator frames,
 #: dicts), so at the default a young collection ran every ~100 requests and each one walked the
@@ -182,6 +192,7 @@ class SimEngine:
         try:
             if not isinstance(plan, RunPlan):  # an ExperimentConfig: resolve it here
                 plan = RunPlan.resolve(plan, base_dir=base_dir)
+            unbounded_problem(plan.cfg)
             self.plan = plan
             self.spec = plan.algorithm
             self.data = SimData(plan.dataset, plan.shards, plan.seed)
@@ -610,6 +621,7 @@ def run_sim(cfg: Any, *, out: str | Path | None = None, run_id: str | None = Non
         plan = RunPlan.resolve(cfg, base_dir=base_dir)
     except EngineError as exc:
         raise SimConfigError(exc.problems) from None
+    unbounded_problem(plan.cfg)  # before the run directory is written
     path, summary = write_run(plan, "sim", lambda events: SimEngine(plan, events, progress=progress), out=out,
                               run_id=run_id)
     if summary.get("stop_reason") == "diverged":  # the run directory is written; the run failed

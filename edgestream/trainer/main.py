@@ -10,7 +10,12 @@ sum). Rank 0 hosts the run's evaluation in a background thread (`runner.Backgrou
 
 Files, under `<out>/<name>-<algorithm>-<run id>/`: `ranks/<rank>.jsonl` (this rank's events.jsonl lines, flushed
 per line; rank 0 adds the eval lines), `ranks/<rank>.log` (its log, Kafka client logs included),
-`ranks/<rank>.summary.json` at a normal exit, `checkpoints/rank<rank>.pt` (checkpoint.every_steps).
+`ranks/<rank>.summary.json` at a normal exit, `checkpoints/rank<rank>.pt` (checkpoint.every_steps and/or
+checkpoint.every_s: edgestream.trainer.schedule; and at the end of a run, a stop by a signal included).
+
+SIGTERM / SIGINT: the rank finishes its step, the group stops after one agreed step (the stop vote rides on
+the algorithm's collective), the rank writes its checkpoint there and commits its acks, and `edgestream
+train` exits 128 + the signal (143 / 130): a resumable stop at a step boundary.
 The orchestrator (`edgestream run --engine local`) merges them into the run directory.
 
 Errors a user can cause end with one line naming the problem (`TrainerError`): an unreachable broker,
@@ -308,7 +313,8 @@ def _train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: bo
     ckpt = None
     if resume:
         if not ckpt_file.exists():
-            raise TrainerError(f"--resume: no checkpoint {ckpt_file} (set checkpoint.every_steps to write them)")
+            raise TrainerError(f"--resume: no checkpoint {ckpt_file} (set checkpoint.every_steps or "
+                               "checkpoint.every_s to write them)")
         try:  # checksum, run, rank and config pin: one line naming the file when any differs
             ckpt = load_checkpoint(ckpt_file, map_location=device, expect=ckpt_ident)
             model.load_state_dict(ckpt["model"])
@@ -320,15 +326,22 @@ def _train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: bo
                                f"({' '.join(str(exc).split())[:160]})") from None
 
     stop_event = threading.Event()
+    signalled: list[int] = []  # the first signal's number (the exit status says which: 128 + it)
+
+    def on_signal(signum: int, frame: Any) -> None:
+        if not signalled:
+            signalled.append(signum)
+        stop_event.set()
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda signum, frame: stop_event.set())
+        signal.signal(sig, on_signal)
 
     # acks: with checkpoints, committed with each checkpoint and durable before it counts (sync). Without
     # them no run can resume from a mid-run position: the newest ack is committed asynchronously at most
     # once a second (ACK_INTERVAL_S; at least once), and the last one when the trainer ends, made durable
     # when the dataset closes. (A synchronous commit per step cost the step 5-10 ms and the broker more
     # CPU than the trainer's own per-step overhead: benchmarks/bench_vs_ddp.py.)
-    commit = "sync" if plan.checkpoint_every is not None else "async"
+    commit = "sync" if plan.checkpoints else "async"
     waits = OutageRecords(env.rank)  # every Kafka client of this rank waits through one outage
     outage = Outage(bootstrap, cfg.runtime.kafka_outage_s, listener=waits)
     write_phase(ranks, env.rank, "opening the device stream")
@@ -370,6 +383,7 @@ def _train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: bo
     write_phase(ranks, env.rank, None)
     meters: dict[int, StepMeter] = {}
     every = plan.checkpoint_every
+    ckpts = plan.checkpoints  # every_steps and/or every_s
     compute = plan.compute
     performer = TrainerPerformer(env.rank, model, optimizer, dataset,
                                  None if ps_run else DistCollectives(env.rank, env.world,
@@ -379,8 +393,8 @@ def _train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: bo
                                  meters,
                                  device=device, static=compute.factor(env.rank), dynamic=compute.dynamic,
                                  curve=compute.curve,
-                                 seed=plan.seed, defer_acks=every is not None,
-                                 ack_interval_s=ACK_INTERVAL_S if every is None else 0.0,
+                                 seed=plan.seed, defer_acks=ckpts,
+                                 ack_interval_s=0.0 if ckpts else ACK_INTERVAL_S,
                                  time_offset=ckpt["elapsed_s"] if ckpt else 0.0, stop_event=stop_event,
                                  due_time=None if ckpt else plan.due_time(env.rank), ps=ps_client, task=plan.task,
                                  graphed=GraphedForward(model, env.rank)
@@ -403,7 +417,20 @@ def _train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: bo
                                                                                     now, step, task.primary, value))
     params = performer.params
     take_digest = DigestTaker(params)
-    saved_at = {"step": ckpt["step"] if ckpt else 0}
+    saved_at: dict[str, Any] = {}
+    schedule = None
+    if ckpts:
+        agree = None
+        if not ps_run and plan.checkpoint_every_s is not None and env.world > 1:
+            # the timer's verdicts: rank 0's, broadcast in a group of their own (trainer/schedule.py)
+            from edgestream.trainer.schedule import broadcast_agree
+
+            group = dist.new_group(backend="gloo", timeout=timedelta(
+                seconds=collective_timeout_s(cfg.runtime.kafka_outage_s, timeout_s)))
+            agree = broadcast_agree(group)
+        from edgestream.trainer.schedule import CheckpointSchedule
+
+        schedule = CheckpointSchedule(every, plan.checkpoint_every_s, int(ckpt["step"]) if ckpt else 0, agree=agree)
 
     def checkpoint(session: WorkerSession) -> None:
         # taken at a Log: ctx.step steps are applied and ctx.state is complete (the sync/ state
@@ -417,7 +444,7 @@ def _train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: bo
         except CheckpointError as exc:  # a full or read-only disk: one line naming the file and the device
             raise TrainerError(str(exc)) from None
         performer.commit_pending()  # acks become durable only with the checkpoint that holds their model
-        saved_at["step"] = ctx.step
+        schedule.saved(ctx.step)
         log.info("checkpoint: step %d", ctx.step)
 
     def at_log(session: WorkerSession) -> None:
@@ -426,7 +453,7 @@ def _train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: bo
             meters[env.rank].gauge(digest=take_digest())  # hashed off the step (trainer/digest.py)
         if evaluation is not None:
             evaluation.offer(performer.now(env.rank), step)
-        if every is not None and step != saved_at["step"] and step % every == 0:
+        if schedule is not None and schedule.due(step):
             saved_at["due"] = True  # taken once this step's line is written (after_line)
 
     def after_line(line: dict) -> None:
@@ -440,7 +467,7 @@ def _train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: bo
 
     session = WorkerSession(plan, env.rank, performer, stop=stop, events=events, meters=meters,
                             param_names=param_names(model), signal=stop_event.is_set, on_log=[at_log],
-                            on_line=after_line if every is not None else None)
+                            on_line=after_line if ckpts else None)
     performer.push_id = lambda: session.ctx.step  # a push's id: the worker's step (the PS drops repeats)
     performer.stop_reason = lambda: session.stop.reason
     performer.step = lambda: session.ctx.step  # the step an error names (as the step lines count it)
@@ -489,9 +516,9 @@ def _train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: bo
                 evaluation.final(performer.now(env.rank), session.ctx.step)
             else:
                 evaluation.close()
-        if status == "finished" and every is not None:
-            checkpoint(session)
-        elif every is None:
+        if status == "finished" and ckpts and schedule.last_step != session.ctx.step:
+            checkpoint(session)  # (none when the schedule's checkpoint of this very step was the last)
+        elif not ckpts:
             try:
                 performer.commit_pending()  # the newest acknowledged batch not yet committed (ACK_INTERVAL_S)
             except KafkaUnavailable:
@@ -511,6 +538,7 @@ def _train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: bo
     summary = {**session.summary(), **ps_stop, "device": str(device), "backend": backend, "samples": performer.samples,
                "acked_samples": performer.acked_samples, "dropped": totals["dropped"], "dlq": totals["dlq"],
                "injected_in": totals["injected_in"], "injected_out": totals["injected_out"],
-               "wall_s": round(time.monotonic() - t_start, 3), "resumed": resume}
+               "wall_s": round(time.monotonic() - t_start, 3), "resumed": resume,
+               **({"signal": signal.Signals(signalled[0]).name} if signalled else {})}
     (ranks / f"{env.rank}.summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     return summary

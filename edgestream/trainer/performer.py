@@ -84,6 +84,13 @@ class Stopped(RuntimeError):
     """The trainer was asked to stop (signal) while it waited."""
 
 
+#: seconds a trainer asked to stop (SIGTERM / SIGINT) still waits for the data of the step it is taking, so
+#: that it ends at a step boundary with its checkpoint (the stop vote rides on the step's collective); past
+#: it, `Stopped` (a stream that went quiet: the previous checkpoint is the one a resume starts from). Under
+#: the orchestrator's grace period (EDGESTREAM_LAUNCH_GRACE_S, 10 s) with room for the step and the checkpoint
+STOP_DATA_WAIT_S = 4.0
+
+
 class InjectedFailure(Exception):
     """The test-only failure of EDGESTREAM_TEST_FAIL_AT_STEP (deliberately not a RuntimeError)."""
 
@@ -173,9 +180,12 @@ class TrainerPerformer:
 
     # ------------------------------------------------------------------ data
     def _take(self, req: TakeBatch) -> TrainerBatch:
+        asked = None  # when a stop request was first seen while waiting
         while True:
             if self.stop_event.is_set():
-                raise Stopped("stopped while waiting for stream data")
+                asked = time.monotonic() if asked is None else asked
+                if time.monotonic() - asked >= STOP_DATA_WAIT_S:
+                    raise Stopped("stopped while waiting for stream data")
             item = self.dataset.next_batch(size=req.size)
             if item is not None:
                 break
