@@ -285,6 +285,10 @@ def produce(config: Path = typer.Argument(..., help="experiment YAML file"),
 
     _produce_flags(duration, report_every, flush_timeout)
     cfg = _load(config, set_)
+    if cfg.streams.external:  # the devices publish themselves (the testbed's producer service ends here)
+        typer.echo(f"streams.source: external: the devices publish to {cfg.streams.topic} themselves; nothing to "
+                   "produce", err=True)
+        raise typer.Exit(0)
     try:
         plan = RunPlan.resolve(cfg)
         ids = parse_device_range(devices, plan.world)

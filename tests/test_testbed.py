@@ -195,7 +195,9 @@ def test_compose_commands_are_real_edgestream_commands(path):
     env = _env_example() | {"RANK": "0", "MASTER_ADDR": "10.0.0.11", "KAFKA_ADVERTISED_HOST": "10.0.0.5",
                             "KAFKA_BOOTSTRAP": "10.0.0.5:9094"}
     for name, s in _edgestream_services(doc).items():
-        cmd = [_interpolate(x, env) for x in s["command"]]
+        # the external profile's trainers read an external-streams EXPERIMENT (as documented)
+        senv = env | ({"EXPERIMENT": "testbed-external.yaml"} if "external" in (s.get("profiles") or []) else {})
+        cmd = [_interpolate(x, senv) for x in s["command"]]
         sub = cmd[0]
         assert sub in {"produce", "train", "ps", "collect"}, f"{name}: {sub}"
         text = _help(sub)
@@ -769,6 +771,47 @@ def test_compose_services_train_across_network_hosts(hosts, tmp_path):
         assert f"bootstrap {tb.bootstrap}" in log
     print(f"\nnetns testbed: broker up {t_broker:.1f} s, trained at {t_train:.1f} s, "
           f"total {time.monotonic() - t0:.1f} s", file=sys.stderr)
+
+
+@pytest.mark.timeout(420)
+def test_compose_external_profile_trains_on_topics_a_plain_client_writes(hosts, tmp_path):
+    """Profile external: the devices' own JSON topics, written by examples/json-sensors/publish.py (a plain
+    confluent-kafka script, from the producer's host); the producer service ends at once (nothing to produce);
+    external-trainer-0/-1 train on STREAMS_TOPIC across the hosts; collect writes the run directory."""
+    run_id = f"tbx{os.getpid()}{int(time.time()) % 100000}"
+    pattern = f"{run_id}.sensor-{{device}}"
+    tb = Testbed(hosts, tmp_path, {"RUN_ID": run_id, "EXPERIMENT": "testbed-external.yaml",
+                                   "STREAMS_TOPIC": pattern, "STREAMS_FORMAT": "json"})
+    cfg = yaml.safe_load((ROOT / "examples" / "testbed-external.yaml").read_text())
+    cfg.update(stop={"max_steps": 5, "max_time_s": 120}, eval={"every_s": 30, "holdout": 0.1})
+    (tb.cfg_dir / "testbed-external.yaml").write_text(yaml.safe_dump(cfg))
+    tb.start_broker()
+    try:
+        pub = hosts.run("producer", [sys.executable, str(ROOT / "examples" / "json-sensors" / "publish.py"),
+                                     "--bootstrap", tb.bootstrap, "--topic", pattern, "--devices", "2",
+                                     "--records", "600"], tb.base, timeout=120)
+        assert pub.returncode == 0 and "0 record(s) not acknowledged" in pub.stdout, pub.stderr[-2000:]
+        producer = tb.popen("producer")
+        assert tb.wait(producer, 120) == 0, tb.out("producer")[-2000:]
+        assert "nothing to produce" in tb.out("producer")
+        trainers = {r: hosts.popen(f"trainer-{r}", tb.command(f"external-trainer-{r}"),
+                                   tb.environment(f"external-trainer-{r}"), tmp_path / f"trainer-{r}.out")
+                    for r in (0, 1)}
+        for r, p in trainers.items():
+            rc = tb.wait(p, 240)
+            assert rc == 0, f"external-trainer-{r} exit {rc}:\n{(tmp_path / f'trainer-{r}.out').read_text()[-3000:]}"
+        col = hosts.run("trainer-0", tb.command("collect"), tb.environment("collect"), timeout=120)
+        assert col.returncode == 0, col.stderr[-2000:]
+    finally:
+        tb.stop_broker()
+    run_dir = tb.runs / f"testbed-ext-scadles-{run_id}"
+    s = json.loads((run_dir / "summary.json").read_text())
+    assert s["devices"] == 2 and s["stop_reason"] == "max_steps" and s["device_steps"] == {"0": 5, "1": 5}
+    for r in (0, 1):
+        lines = [json.loads(x) for x in (run_dir / "ranks" / f"{r}.jsonl").read_text().splitlines()
+                 if '"kind":"step"' in x]
+        assert len(lines) == 5 and all(e["batch"] > 0 for e in lines)
+        assert f"bootstrap {tb.bootstrap}" in (run_dir / "ranks" / f"{r}.log").read_text()
 
 
 @pytest.mark.timeout(420)
