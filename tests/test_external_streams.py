@@ -9,6 +9,7 @@ Real broker (the session's `bootstrap`), real `edgestream run --engine local` or
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import time
@@ -427,3 +428,23 @@ def test_the_json_example_trains_on_a_plain_script_and_scadles_follows_the_real_
     slow, fast = float(np.median(batches[0])), float(np.median(batches[1]))
     assert 25 <= slow <= 60 and 100 <= fast <= 220, batches   # b_i = the records of the last second
     assert _evals(run_dir), "the hold-out was scored"
+
+
+def test_an_eval_file_is_checked_against_the_records_spec(tmp_path):
+    from edgestream.data.external import eval_file
+
+    x, y = _samples(50, seed=1)
+    np.savez(tmp_path / "ok.npz", x_test=x, y_test=y)
+    got_x, got_y = eval_file(str(tmp_path / "ok.npz"), (4,), 3, None)
+    assert got_x.dtype == np.float32 and (got_y == y).all()
+    cases = {"shape.npz": ({"x": x[:, :3], "y": y}, "samples of shape (3,); data.shape is [4]"),
+             "class.npz": ({"x": x, "y": y + 1}, "y has class 3; data.num_classes is 3"),
+             "names.npz": ({"a": x}, "needs x and y (or x_test and y_test)")}
+    for name, (arrays, words) in cases.items():
+        np.savez(tmp_path / name, **arrays)
+        with pytest.raises(ValueError, match=re.escape(words)):
+            eval_file(str(tmp_path / name), (4,), 3, None)
+    with pytest.raises(ValueError, match="eval.path: .* does not exist"):
+        eval_file(str(tmp_path / "none.npz"), (4,), 3, None)
+    np.savez(tmp_path / "reg.npz", x=x, y=np.zeros((50, 2), np.float32))
+    assert eval_file(str(tmp_path / "reg.npz"), (4,), 0, (2,))[1].shape == (50, 2)

@@ -9,7 +9,6 @@ be in the records' units. Every refusal is one line naming the field.
 
 from __future__ import annotations
 
-import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -42,22 +41,11 @@ def eval_file(path: str, shape: tuple[int, ...], num_classes: int, target_shape:
     label = repr(str(p))
     if not p.is_file():
         raise ValueError(f"eval.path: {label} does not exist")
-    try:
-        with np.load(p, allow_pickle=False) as z:
-            if not hasattr(z, "files"):
-                raise ValueError("a single .npy array, not an .npz archive")
-            keys = set(z.files)
-            pair = ("x_test", "y_test") if {"x_test", "y_test"} <= keys else ("x", "y")
-            if not set(pair) <= keys:
-                raise KeyError(f"has arrays {sorted(keys)}; needs x and y (or x_test and y_test)")
-            x, y = z[pair[0]], z[pair[1]]
-    except KeyError as exc:
-        raise ValueError(f"eval.path: {label} {exc.args[0]}") from None
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
-        detail = " ".join(str(exc).split())
-        if "allow_pickle" in detail:
-            detail = "an array holds Python objects (stored with pickle); store arrays of numbers"
-        raise ValueError(f"eval.path: {label} is not a readable .npz file ({detail})") from None
+    from edgestream.data.formats import npz_arrays
+
+    arrays = npz_arrays(p, "eval.path", lambda keys: None if {"x", "y"} <= keys or {"x_test", "y_test"} <= keys
+                        else "needs x and y (or x_test and y_test)")
+    x, y = (arrays["x_test"], arrays["y_test"]) if {"x_test", "y_test"} <= set(arrays) else (arrays["x"], arrays["y"])
     if x.dtype.kind not in "iuf" or x.ndim < 1:
         raise ValueError(f"eval.path: {label} x holds {x.dtype} values; must be numbers")
     if tuple(x.shape[1:]) != shape:

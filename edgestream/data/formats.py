@@ -324,31 +324,36 @@ def _file(spec: DataSpec, attr: str = "path") -> Path:
     return p
 
 
-@builtin("path", "test_fraction", requires=("path",))
-def npz(spec: DataSpec) -> Loaded:
+def npz_arrays(p: Path, field: str, check: Callable[[set[str]], str | None]) -> dict[str, np.ndarray]:
+    """Every array of the .npz file `p` (read without pickle); `check(names)` -> why they do not serve (or None).
+    ValueError: one line starting with `field` and the file."""
     import zipfile
 
-    p = _file(spec)
     label = repr(str(p))
     try:
         with np.load(p, allow_pickle=False) as z:
             if not hasattr(z, "files"):
                 raise ValueError("a single .npy array, not an .npz archive")
-            keys = set(z.files)
-            missing = [k for k in ("x", "y") if k not in keys]
-            if missing or ("x_test" in keys) != ("y_test" in keys):
-                raise KeyError(f"has arrays {sorted(keys)}; needs x and y (and x_test with y_test for a held-out "
-                               "split)")
-            arrays = {k: z[k] for k in ("x", "y", "x_test", "y_test") if k in keys}
+            problem = check(set(z.files))
+            if problem:
+                raise KeyError(f"has arrays {sorted(z.files)}; {problem}")
+            return {k: z[k] for k in z.files}
     except KeyError as exc:
-        raise ValueError(f"data.path: {label} {exc.args[0]}") from None
+        raise ValueError(f"{field}: {label} {exc.args[0]}") from None
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
         detail = " ".join(str(exc).split())
         if "allow_pickle" in detail:
             detail = "an array holds Python objects (stored with pickle); store arrays of numbers"
-        raise ValueError(f"data.path: {label} is not a readable .npz file ({detail})") from None
+        raise ValueError(f"{field}: {label} is not a readable .npz file ({detail})") from None
+
+
+@builtin("path", "test_fraction", requires=("path",))
+def npz(spec: DataSpec) -> Loaded:
+    p = _file(spec)
+    arrays = npz_arrays(p, "data.path", lambda keys: "needs x and y (and x_test with y_test for a held-out split)"
+                        if not {"x", "y"} <= keys or ("x_test" in keys) != ("y_test" in keys) else None)
     return Loaded(arrays["x"], arrays["y"], arrays.get("x_test"), arrays.get("y_test"), field="data.path",
-                  label=label)
+                  label=repr(str(p)))
 
 
 @builtin("test_fraction", requires=("root",))
