@@ -25,7 +25,7 @@ task: regression with target_dim), checked against every record.
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from typing import Any, Literal
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
@@ -91,6 +91,13 @@ class StreamsConfig(_Model):
             raise ValueError(f"{v!r} is not a Kafka topic name (letters, digits, '.', '_', '-'; {{device}} "
                              "for the device id)")
         return v
+
+    @field_validator("start", mode="before")
+    @classmethod
+    def _start_time(cls, v: Any) -> Any:
+        # YAML reads an unquoted ISO time (start: 2026-11-26T10:00:00Z, or --set streams.start=...) as a
+        # datetime / date: its ISO text (no zone = UTC, as for the string)
+        return v.isoformat() if isinstance(v, date) else v
 
     @field_validator("start")
     @classmethod

@@ -23,7 +23,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from test_faults_run import HANG_S, load_ckpt, run, start, step_lines, wait_steps
 from test_launch import finish
 
-from edgestream.config import ConfigError, load_dict
+from edgestream.config import ConfigError, load_config, load_dict
 from edgestream.data.holdout import held_out
 from edgestream.kafka.layout import StreamLayout, key_partition
 
@@ -142,6 +142,19 @@ def test_an_external_config_survives_the_run_directory_round_trip(tmp_path):
     assert cfg.streams.schema_ == str(schema) and cfg.streams.start == 1795687200000
     again = load_dict(yaml.safe_load(cfg.to_yaml()))  # what the children read
     assert again.streams == cfg.streams and again.eval.holdout == 0.2 and again.stop == cfg.stop
+
+
+@pytest.mark.parametrize("text, ms", [("2026-11-26T10:00:00Z", 1795687200000), ("2026-11-26T11:00:00+01:00", 1795687200000),
+                                       ("2026-11-26T10:00:00", 1795687200000), ("2026-11-26", 1795651200000)])
+def test_an_unquoted_start_time_is_read_as_its_iso_text(text, ms, tmp_path):
+    """YAML reads an unquoted ISO time as a datetime (a date): in a config file, and through
+    `--set streams.start=...` (the testbed's STREAMS_START); the same instant as the quoted string."""
+    f = tmp_path / "c.yaml"
+    f.write_text(yaml.safe_dump(BASE))
+    raw = yaml.safe_load(f.read_text().replace("source: external", f"source: external\n  start: {text}"))
+    assert not isinstance(raw["streams"]["start"], str)
+    assert load_dict(raw, base=tmp_path).streams.start == ms
+    assert load_config(f, [f"streams.start={text}"]).streams.start == ms
 
 
 def test_config_validate_takes_the_example_and_names_a_format_field_it_does_not_take():
