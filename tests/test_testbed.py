@@ -164,7 +164,7 @@ def test_compose_services_health_and_profiles():
         aliases = zero.get("networks", {}).get("default", {}).get("aliases", [])
         assert "trainer-0" in (ranks[0], zero.get("hostname"), *aliases), f"{kind}: MASTER_ADDR trainer-0 resolves nowhere"
     # the first profile starts a complete world: 2 = TRAINERS' default
-    for prof in ("cpu", "gpu"):
+    for prof in ("cpu", "gpu", "external"):
         assert sum(prof in s["profiles"] for s in trainers.values()) == int(_env_example()["TRAINERS"])
 
     # the parameter server: its own profile, the trainers' image and volumes, reached only through Kafka
@@ -196,7 +196,8 @@ def test_compose_commands_are_real_edgestream_commands(path):
                             "KAFKA_BOOTSTRAP": "10.0.0.5:9094"}
     for name, s in _edgestream_services(doc).items():
         # the external profile's trainers read an external-streams EXPERIMENT (as documented)
-        senv = env | ({"EXPERIMENT": "testbed-external.yaml"} if "external" in (s.get("profiles") or []) else {})
+        external = {"external", "external4"} & set(s.get("profiles") or [])
+        senv = env | ({"EXPERIMENT": "testbed-external.yaml"} if external else {})
         cmd = [_interpolate(x, senv) for x in s["command"]]
         sub = cmd[0]
         assert sub in {"produce", "train", "ps", "collect"}, f"{name}: {sub}"
@@ -239,6 +240,82 @@ def test_compose_every_variable_is_defined(path):
     env = _env_example() | {"RANK": "0", "MASTER_ADDR": "h", "KAFKA_ADVERTISED_HOST": "h", "KAFKA_BOOTSTRAP": "h:1"}
     for s in _strings(doc):
         assert "${" not in _interpolate(s, env), s
+
+
+EXTERNAL_VARS = {"STREAMS_TOPIC": "topic", "STREAMS_FORMAT": "format", "STREAMS_START": "start",
+                 "STREAMS_PARTITIONER": "partitioner"}
+
+
+def _external_config(service: dict, env: dict[str, str]):
+    """The config an external trainer's command loads (EXPERIMENT from CONFIG_DIR=examples, its --sets)."""
+    cmd = [_interpolate(x, env) for x in service["command"]]
+    sets = [cmd[i + 1] for i, x in enumerate(cmd) if x == "--set"]
+    return load_config(ROOT / "examples" / cmd[1].removeprefix("/config/"), sets)
+
+
+def test_compose_external_profiles():
+    """external / external4: the trainers' command on the devices' own topics, no producer waited for, the
+    STREAMS_* variables replacing the EXPERIMENT's streams fields, complete worlds of 2 and 4 ranks."""
+    doc = _load(COMPOSE)
+    svcs = doc["services"]
+    ext = {n: s for n, s in svcs.items() if {"external", "external4"} & set(s.get("profiles") or [])}
+    assert set(ext) == {f"external-trainer-{r}" for r in range(4)}
+    for prof, n in (("external", int(_env_example()["TRAINERS"])), ("external4", 4)):
+        ranks = sorted(int(s["environment"]["RANK"]) for s in ext.values() if prof in s["profiles"])
+        assert ranks == list(range(n)), (prof, ranks)
+    zero = ext["external-trainer-0"]
+    assert zero["hostname"] == "trainer-0" and "trainer-0" in zero["networks"]["default"]["aliases"]
+    base = svcs["trainer-0"]["command"]
+    for name, s in ext.items():
+        assert s["environment"] == {**svcs["trainer-0"]["environment"], "RANK": s["environment"]["RANK"]}, name
+        assert s["depends_on"] == {"broker": {"condition": "service_healthy"}}, f"{name} waits for the producer"
+        assert (s["image"], s["volumes"]) == (svcs["trainer-0"]["image"], svcs["trainer-0"]["volumes"])
+        cmd = s["command"]
+        # the cpu trainers' command (another default EXPERIMENT), then one --set per STREAMS_* variable
+        assert cmd[0] == "train" and cmd[1] == "/config/${EXPERIMENT:-testbed-external.yaml}"
+        assert cmd[2:len(base)] == base[2:], name
+        extra = cmd[len(base):]
+        assert extra[::2] == ["--set"] * len(EXTERNAL_VARS), extra
+        assert {x.split("=", 1)[0]: cc.variables(x)[0][0] for x in extra[1::2]} == \
+            {f"streams.{field}": var for var, field in EXTERNAL_VARS.items()}
+    # .env.example's values: the JSON sensors' topic per device (partitioner empty = consistent, refused
+    # with a topic per device otherwise)
+    example = _env_example()
+    env = example | {"EXPERIMENT": "testbed-external.yaml"}
+    cfg = _external_config(zero, env)
+    s = cfg.streams
+    assert s.external and s.per_device and (s.topic, s.format, s.start, s.partitioner) == \
+        (example["STREAMS_TOPIC"], "json", "earliest", None)
+    assert (s.input, s.target) == ("v", "cls") and cfg.eval.holdout and cfg.runtime.engine == "local"
+    # compose's defaults alone (no .env): one keyed topic "plant"
+    cfg = _external_config(zero, {"RUN_ID": "r"})
+    assert cfg.streams.topic == "plant" and not cfg.streams.per_device and cfg.devices.count == 2
+    # a keyed topic written by a Java client; 4 trainers
+    cfg = _external_config(ext["external-trainer-3"], env | {"STREAMS_TOPIC": "plant", "STREAMS_PARTITIONER": "murmur2",
+                                                            "STREAMS_START": "2026-11-26T10:00:00Z", "TRAINERS": "4"})
+    assert (cfg.streams.partitioner, cfg.streams.start, cfg.devices.count) == ("murmur2", 1795687200000, 4)
+    with pytest.raises(Exception, match="partitioner"):
+        _external_config(zero, env | {"STREAMS_PARTITIONER": "murmur2"})  # a topic per device has one partition
+    # the documented external commands: each started trainer's config loads as Compose v2 fills it in
+    documented = [c for _, c in DOCUMENTED if "external" in c.assignments.get("COMPOSE_PROFILES", "")]
+    assert len(documented) >= 3, [c.text for c in documented]
+    for c in documented:
+        project = _documented_project(c)
+        profiles = set(c.assignments["COMPOSE_PROFILES"].split(","))
+        started = [n for n, s in project.services.items() if profiles & set(s.get("profiles") or [])]
+        assert len(started) == int(project.env.get("TRAINERS", "2")), (c.text, started)
+        for name in started:
+            cmd = project.services[name]["command"]
+            config_dir = next(m.path for m in project.mounts(name) if m.target == "/config")
+            sets = [cmd[i + 1] for i, x in enumerate(cmd) if x == "--set"]
+            cfg = load_config(config_dir / cmd[1].removeprefix("/config/"), sets)
+            assert cfg.streams.external and cfg.devices.count == len(started), c.text
+            assert cfg.streams.topic == c.assignments["STREAMS_TOPIC"], c.text
+    # every variable is in .env.example and documented
+    doc_text = DOC.read_text()
+    for var in EXTERNAL_VARS:
+        assert var in example and f"`{var}`" in doc_text, var
+    assert "external4" in doc_text and "external4" in (ROOT / ".env.example").read_text()
 
 
 def test_split_deployment_files():
