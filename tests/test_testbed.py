@@ -136,7 +136,7 @@ def test_compose_services_health_and_profiles():
     project = _project(COMPOSE)
     for name, s in _edgestream_services(doc).items():
         deps = s.get("depends_on", {})
-        if name != "collect":
+        if name not in ("collect", "external-collect"):
             assert deps.get("broker", {}).get("condition") == "service_healthy", name
         mounts = _volume_targets(project, name)
         assert "/config" in mounts and mounts["/config"].path and mounts["/config"].read_only, \
@@ -195,9 +195,8 @@ def test_compose_commands_are_real_edgestream_commands(path):
     env = _env_example() | {"RANK": "0", "MASTER_ADDR": "10.0.0.11", "KAFKA_ADVERTISED_HOST": "10.0.0.5",
                             "KAFKA_BOOTSTRAP": "10.0.0.5:9094"}
     for name, s in _edgestream_services(doc).items():
-        # the external profile's trainers read an external-streams EXPERIMENT (as documented)
-        external = {"external", "external4"} & set(s.get("profiles") or [])
-        senv = env | ({"EXPERIMENT": "testbed-external.yaml"} if external else {})
+        # the external profiles' trainers and external-collect read an external-streams EXPERIMENT (as documented)
+        senv = env | ({"EXPERIMENT": "testbed-external.yaml"} if name.startswith("external-") else {})
         cmd = [_interpolate(x, senv) for x in s["command"]]
         sub = cmd[0]
         assert sub in {"produce", "train", "ps", "collect"}, f"{name}: {sub}"
@@ -278,11 +277,18 @@ def test_compose_external_profiles():
         assert extra[::2] == ["--set"] * len(EXTERNAL_VARS), extra
         assert {x.split("=", 1)[0]: cc.variables(x)[0][0] for x in extra[1::2]} == \
             {f"streams.{field}": var for var, field in EXTERNAL_VARS.items()}
+    # external-collect: collect's command with the trainers' --sets (the run directory's config.yaml names the
+    # topics the trainers read)
+    col, ecol = svcs["collect"]["command"], svcs["external-collect"]["command"]
+    assert ecol[:3] == col[:3] and ecol[3] == "/config/${EXPERIMENT:-testbed-external.yaml}"
+    assert ecol[4:len(col)] == col[4:] and ecol[len(col):] == zero["command"][len(base):]
+    assert svcs["external-collect"]["profiles"] == ["collect"]
     # .env.example's values: the JSON sensors' topic per device (partitioner empty = consistent, refused
     # with a topic per device otherwise)
     example = _env_example()
     env = example | {"EXPERIMENT": "testbed-external.yaml"}
     cfg = _external_config(zero, env)
+    assert _external_config({"command": ["collect", *ecol[3:]]}, env) == cfg  # its config: the trainers'
     s = cfg.streams
     assert s.external and s.per_device and (s.topic, s.format, s.start, s.partitioner) == \
         (example["STREAMS_TOPIC"], "json", "earliest", None)
@@ -877,18 +883,90 @@ def test_compose_external_profile_trains_on_topics_a_plain_client_writes(hosts, 
         for r, p in trainers.items():
             rc = tb.wait(p, 240)
             assert rc == 0, f"external-trainer-{r} exit {rc}:\n{(tmp_path / f'trainer-{r}.out').read_text()[-3000:]}"
-        col = hosts.run("trainer-0", tb.command("collect"), tb.environment("collect"), timeout=120)
+        col = hosts.run("trainer-0", tb.command("external-collect"), tb.environment("external-collect"), timeout=120)
         assert col.returncode == 0, col.stderr[-2000:]
     finally:
         tb.stop_broker()
     run_dir = tb.runs / f"testbed-ext-scadles-{run_id}"
     s = json.loads((run_dir / "summary.json").read_text())
     assert s["devices"] == 2 and s["stop_reason"] == "max_steps" and s["device_steps"] == {"0": 5, "1": 5}
+    saved = yaml.safe_load((run_dir / "config.yaml").read_text())["streams"]  # what --resume would read
+    assert (saved["topic"], saved["format"], saved.get("partitioner")) == (pattern, "json", None)
     for r in (0, 1):
         lines = [json.loads(x) for x in (run_dir / "ranks" / f"{r}.jsonl").read_text().splitlines()
                  if '"kind":"step"' in x]
         assert len(lines) == 5 and all(e["batch"] > 0 for e in lines)
         assert f"bootstrap {tb.bootstrap}" in (run_dir / "ranks" / f"{r}.log").read_text()
+
+
+# a device's producer as a user writes it: plain confluent-kafka, the Java client's partitioner, JSON readings
+# like examples/json-sensors/publish.py's, keyed with the device id, on ONE topic of two partitions
+_KEYED_PUBLISHER = """
+import json, random, sys
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+sys.path.insert(0, sys.argv[4])
+from publish import reading
+bootstrap, topic, records = sys.argv[1], sys.argv[2], int(sys.argv[3])
+admin = AdminClient({"bootstrap.servers": bootstrap})  # kept: its futures fail once it is collected
+for f in admin.create_topics([NewTopic(topic, 2, 1)]).values():
+    f.result(30)
+p = Producer({"bootstrap.servers": bootstrap, "partitioner": "murmur2_random", "enable.idempotence": True})
+parts, failed = {}, []
+def done(err, msg):
+    failed.append(err) if err else parts.setdefault(msg.key().decode(), set()).add(msg.partition())
+for d in (0, 1):
+    rng = random.Random(d)
+    for _ in range(records):
+        p.produce(topic, json.dumps(reading(rng)).encode(), key=str(d).encode(), on_delivery=done)
+        p.poll(0)
+left = p.flush(60)
+print(json.dumps({"left": left, "failed": len(failed), "partitions": {k: sorted(v) for k, v in parts.items()}}))
+"""
+
+
+@pytest.mark.timeout(420)
+def test_compose_external_profile_trains_on_one_keyed_topic(hosts, tmp_path):
+    """Profile external on ONE topic keyed by the device id: an inline confluent-kafka producer on the producer's
+    host writes both devices' JSON readings with the Java client's partitioner (murmur2_random) to a topic of
+    two partitions; external-trainer-0/-1 read it with STREAMS_PARTITIONER=murmur2 (no producer service: the
+    trainers do not wait for one), each training on its own device's records."""
+    run_id = f"tbk{os.getpid()}{int(time.time()) % 100000}"
+    topic = f"{run_id}.plant"
+    tb = Testbed(hosts, tmp_path, {"RUN_ID": run_id, "EXPERIMENT": "testbed-external.yaml", "STREAMS_TOPIC": topic,
+                                   "STREAMS_FORMAT": "json", "STREAMS_PARTITIONER": "murmur2"})
+    cfg = yaml.safe_load((ROOT / "examples" / "testbed-external.yaml").read_text())
+    cfg.update(stop={"max_steps": 5, "max_time_s": 120}, eval={"every_s": 30, "holdout": 0.1})
+    (tb.cfg_dir / "testbed-external.yaml").write_text(yaml.safe_dump(cfg))
+    tb.start_broker()
+    try:
+        pub = hosts.run("producer", [sys.executable, "-c", _KEYED_PUBLISHER, tb.bootstrap, topic, "600",
+                                     str(ROOT / "examples" / "json-sensors")], tb.base, timeout=120)
+        assert pub.returncode == 0, pub.stderr[-2000:]
+        published = json.loads(pub.stdout.strip().splitlines()[-1])
+        assert published["left"] == 0 and published["failed"] == 0 and set(published["partitions"]) == {"0", "1"}
+        trainers = {r: hosts.popen(f"trainer-{r}", tb.command(f"external-trainer-{r}"),
+                                   tb.environment(f"external-trainer-{r}"), tmp_path / f"trainer-{r}.out")
+                    for r in (0, 1)}
+        for r, p in trainers.items():
+            rc = tb.wait(p, 240)
+            assert rc == 0, f"external-trainer-{r} exit {rc}:\n{(tmp_path / f'trainer-{r}.out').read_text()[-3000:]}"
+        col = hosts.run("trainer-0", tb.command("external-collect"), tb.environment("external-collect"), timeout=120)
+        assert col.returncode == 0, col.stderr[-2000:]
+    finally:
+        tb.stop_broker()
+    run_dir = tb.runs / f"testbed-ext-scadles-{run_id}"
+    s = json.loads((run_dir / "summary.json").read_text())
+    assert s["devices"] == 2 and s["stop_reason"] == "max_steps" and s["device_steps"] == {"0": 5, "1": 5}
+    saved = yaml.safe_load((run_dir / "config.yaml").read_text())["streams"]
+    assert (saved["topic"], saved["partitioner"]) == (topic, "murmur2")
+    for r in (0, 1):
+        lines = [json.loads(x) for x in (run_dir / "ranks" / f"{r}.jsonl").read_text().splitlines()
+                 if '"kind":"step"' in x]
+        assert len(lines) == 5 and all(e["batch"] > 0 for e in lines)
+    # every record went where the trainers looked: nothing dead-lettered as another device's
+    assert not any('"device_mismatch"' in x for r in (0, 1)
+                   for x in (run_dir / "ranks" / f"{r}.jsonl").read_text().splitlines())
 
 
 @pytest.mark.timeout(420)
