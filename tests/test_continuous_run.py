@@ -18,20 +18,10 @@ from pathlib import Path
 
 import pytest
 from test_faults_run import load_ckpt, resume, start, step_lines, wait_steps, write_cfg
+from test_kafka_outage import _trained_once
 from test_launch import assert_no_child_left, finish
 
 from edgestream.kafka.status import run_status
-
-
-def _trained_once(lines: list[dict], steps: int) -> int:
-    """A device's step lines are steps 0..steps-1 whose own samples are its sequence numbers 0, 1, 2, ...
-    each exactly once, in order; returns how many samples that is."""
-    assert [e["step"] for e in lines] == list(range(steps))
-    seqs = [(e["seq_first"], e["seq_last"], e["seq_count"]) for e in lines]
-    assert seqs[0][0] == 0
-    assert all(last - first + 1 == count for first, last, count in seqs)          # no gap inside a batch
-    assert all(b[0] == a[1] + 1 for a, b in zip(seqs, seqs[1:], strict=False))   # none twice, none skipped
-    return seqs[-1][1] + 1
 
 
 def _checkpoint_steps(log: Path) -> list[int]:
