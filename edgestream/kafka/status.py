@@ -105,10 +105,10 @@ def run_status(bootstrap: str, run: str, *, interval_s: float = 2.0,
             end = second[topic]
             rows.append({"device": d, "produced": end, "rate": (end - first[topic]) / dt if interval_s > 0 else None,
                          "acknowledged": committed, "lag": end - (committed or 0)})
-        ages = _oldest_ages(reader, {stream[r["device"]]: r["acknowledged"] or 0
+        ages = _oldest_ages(reader, {r["device"]: TopicPartition(stream[r["device"]], 0, r["acknowledged"] or 0)
                                      for r in rows if r["lag"] > 0}, timeout_s)
         for r in rows:
-            r["lag_s"] = ages.get(stream[r["device"]]) if r["lag"] > 0 else 0.0
+            r["lag_s"] = ages.get(r["device"]) if r["lag"] > 0 else 0.0
         dlq = dlq_topic(run)
         out: dict[str, Any] = {"run": run, "interval_s": round(dt, 3), "devices": rows,
                                "dlq": (reader.get_watermark_offsets(TopicPartition(dlq, 0), timeout=timeout_s)[1]
@@ -134,22 +134,27 @@ def _with_dlq(bootstrap: str, run: str, topics: list[str], out: dict[str, Any],
     return out
 
 
-def _oldest_ages(reader: Consumer, offsets: dict[str, int], timeout_s: float) -> dict[str, float]:
-    """Seconds since the message at each topic's offset was produced (its timestamp), read with one
-    assignment; a topic whose message does not come within `timeout_s` is left out."""
-    if not offsets:
+def _oldest_ages(reader: Consumer, at: Mapping[Any, TopicPartition], timeout_s: float) -> dict[Any, float]:
+    """Seconds since the message at each key's (topic, partition, offset) was produced (its timestamp), read with
+    one assignment (keys sharing a partition: its first position's); a partition whose message does not come
+    within `timeout_s` is left out."""
+    if not at:
         return {}
-    reader.assign([TopicPartition(t, 0, o) for t, o in offsets.items()])
-    stamps: dict[str, int] = {}
+    parts = {}
+    for tp in at.values():
+        parts.setdefault((tp.topic, tp.partition), tp)
+    reader.assign(list(parts.values()))
+    stamps: dict[tuple[str, int], int] = {}
     deadline = time.monotonic() + timeout_s
-    while len(stamps) < len(offsets) and time.monotonic() < deadline:
-        for m in reader.consume(len(offsets), timeout=0.2):
+    while len(stamps) < len(parts) and time.monotonic() < deadline:
+        for m in reader.consume(len(parts), timeout=0.2):
             kind, ts = m.timestamp() if m.error() is None else (TIMESTAMP_NOT_AVAILABLE, -1)
             if kind != TIMESTAMP_NOT_AVAILABLE and ts >= 0:
-                stamps.setdefault(m.topic(), ts)
+                stamps.setdefault((m.topic(), m.partition()), ts)
     reader.unassign()
     now = time.time()
-    return {t: round(max(0.0, now - ts / 1000.0), 3) for t, ts in stamps.items()}
+    return {k: round(max(0.0, now - stamps[(tp.topic, tp.partition)] / 1000.0), 3)
+            for k, tp in at.items() if (tp.topic, tp.partition) in stamps}
 
 
 def format_status(st: dict[str, Any]) -> str:

@@ -14,7 +14,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Consumer, ConsumerGroupTopicPartitions, TopicPartition
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartition
 
 from edgestream.kafka.admin import admin_client
 from edgestream.kafka.clients import consumer_config
@@ -46,6 +46,7 @@ def external_status(bootstrap: str, run: str, devices: list[int], *, interval_s:
                     security: Mapping[str, str] | None, timeout_s: float) -> dict[str, Any]:
     """status.py's figures for an external run (see the module doc)."""
     from edgestream.consumers.device_stream import trainer_group
+    from edgestream.kafka.status import _oldest_ages  # status.py imports this module lazily: no cycle
 
     admin = admin_client(bootstrap, security)
     where = {d: _committed(admin, trainer_group(run, d), timeout_s) for d in devices}
@@ -74,29 +75,10 @@ def external_status(bootstrap: str, run: str, devices: list[int], *, interval_s:
                          "acknowledged": tp.offset, "lag": lag})
             if lag:
                 behind[d] = TopicPartition(tp.topic, tp.partition, tp.offset)
-        ages = _ages(reader, behind, timeout_s)
+        ages = _oldest_ages(reader, behind, timeout_s)
         for r in rows:
             if r["acknowledged"] is not None:
                 r["lag_s"] = ages.get(r["device"]) if r["lag"] else 0.0
         return {"run": run, "interval_s": round(dt, 3), "devices": rows, "layout": "external"}
     finally:
         reader.close()
-
-
-def _ages(reader: Consumer, at: dict[int, TopicPartition], timeout_s: float) -> dict[int, float]:
-    """Seconds since the record at each device's committed offset was produced (one read per partition)."""
-    if not at:
-        return {}
-    by_part = {(tp.topic, tp.partition): tp for tp in at.values()}
-    reader.assign(list(by_part.values()))
-    stamps: dict[tuple[str, int], int] = {}
-    deadline = time.monotonic() + timeout_s
-    while len(stamps) < len(by_part) and time.monotonic() < deadline:
-        for m in reader.consume(len(by_part), timeout=0.2):
-            kind, ts = m.timestamp() if m.error() is None else (TIMESTAMP_NOT_AVAILABLE, -1)
-            if kind != TIMESTAMP_NOT_AVAILABLE and ts >= 0:
-                stamps.setdefault((m.topic(), m.partition()), ts)
-    reader.unassign()
-    now = time.time()
-    return {d: round(max(0.0, now - stamps[(tp.topic, tp.partition)] / 1000.0), 3)
-            for d, tp in at.items() if (tp.topic, tp.partition) in stamps}
