@@ -90,7 +90,7 @@ def edgestream_once(tmp: Path, bootstrap: str, world: int, n: int) -> dict:
         "algorithm": {"name": "ddl", "batch": {"policy": "fixed", "size": 64}},
         "stop": {"max_steps": 20, "target_accuracy": None}}))
     run_id = f"s{os.getpid()}-{n}-{int(time.time())}"
-    run_dir = tmp / f"startup-{run_id}"
+    run_dir = tmp / f"startup-ddl-{run_id}"  # <name>-<algorithm>-<run id>
     t0 = time.monotonic()
     proc = subprocess.Popen([sys.executable, "-m", "edgestream.cli", "run", str(cfg), "--engine", "local",
                              "--bootstrap", bootstrap, "--out", str(tmp), "--run-id", run_id],

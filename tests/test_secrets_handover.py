@@ -108,21 +108,27 @@ def _wait_children(run_dir: Path, proc, names: tuple[str, ...], steps: int) -> d
     pytest.fail("the children did not start training")
 
 
-def _assert_clean(children: list[int]) -> None:
-    """No process of these children's groups holds the secret in its environment or command line; each
-    child holds the descriptor number of its handover instead."""
+def _ppid(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def _assert_clean(children: list[int], server: int | None) -> None:
+    """No process of these children's groups, nor the fork server they came from (launch/zygote.py), holds
+    the secret in its environment or command line. Each child got its handover: a child forked from the
+    server (/proc/<pid>/environ shows the server's environment as it started) got the pipe with its
+    request; a child started as a new process holds the descriptor number in its environment."""
     seen = 0
     for child in children:
-        for pid in _group(child):
+        for pid in _group(child) + ([server] if server else []):
             try:
                 environ = Path(f"/proc/{pid}/environ").read_bytes()
                 cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
             except OSError:  # it exited meanwhile
                 continue
             assert SECRET.encode() not in environ and SECRET.encode() not in cmdline, pid
-            assert f"{SECRET_ENV}=".encode() not in environ, pid
+            assert f"{SECRET_ENV}=".encode() not in environ and f"{SECRET_FD_ENV}=".encode() not in cmdline, pid
             if pid == child:
-                assert f"{SECRET_FD_ENV}=".encode() in environ, pid
+                assert (_ppid(pid) == server if server else f"{SECRET_FD_ENV}=".encode() in environ), pid
                 seen += 1
     assert seen == len(children), (seen, children)
 
@@ -159,11 +165,12 @@ def test_no_child_holds_the_secret_in_its_environment_or_command_line(sasl_boots
         pids = _wait_children(run_dir, proc, names, 2)
         children = [pids["producer"], *pids["trainers"].values(), *([pids["ps"]] if pids.get("ps") else [])]
         assert len(children) == (4 if algorithm == "ssp" else 3)
-        _assert_clean(children)
+        assert pids.get("fork_server"), pids  # the run forks its children from a warm server
+        _assert_clean(children, pids["fork_server"])
         assert SECRET.encode() not in Path(f"/proc/{proc.pid}/environ").read_bytes()  # the orchestrator's own
         if algorithm == "ssp":  # a restarted parameter server gets the secrets again, the same way
             os.kill(pids["ps"], signal.SIGKILL)
-            _assert_clean([_restarted_ps(run_dir, proc, pids["ps"])])
+            _assert_clean([_restarted_ps(run_dir, proc, pids["ps"])], pids["fork_server"])
         code, _, err = finish(proc)
     finally:
         if proc.poll() is None:

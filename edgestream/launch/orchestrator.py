@@ -333,7 +333,9 @@ class LocalRun:
         data = {"orchestrator": os.getpid(), "broker": self.broker_pid,
                 "producer": self.producer.pid if self.producer else None,
                 "ps": self.ps.pid if self.ps else None,
-                "trainers": {str(r): c.pid for r, c in sorted(self.trainers.items())}}
+                "trainers": {str(r): c.pid for r, c in sorted(self.trainers.items())},
+                # the process the children were forked from (launch/zygote.py); null: started as new processes
+                "fork_server": self.children.zygote.pid if self.children.zygote is not None else None}
         tmp = self.path / "pids.json.tmp"
         try:
             tmp.write_text(json.dumps(data, indent=2) + "\n")
@@ -704,6 +706,8 @@ class LocalRun:
         producer_summary = None
         with _Signals() as signals:
             try:
+                # the fork server imports torch while the broker and topics are set up
+                self.children.warm((SECRET_ENV, SECRET_FD_ENV))
                 self._check_fresh()
                 self._connect(signals)
                 self._topics()

@@ -27,6 +27,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from edgestream.launch.zygote import CLI_MODULE, ForkedProc, Zygote, ZygoteError
+
 _PR_SET_PDEATHSIG = 1
 
 
@@ -57,7 +59,7 @@ class Child:
 
     name: str
     device: int | None
-    proc: subprocess.Popen
+    proc: subprocess.Popen | ForkedProc
     out_path: Path
     started: float = field(default_factory=time.monotonic)
 
@@ -124,22 +126,53 @@ class ChildSet:
     `handover`: (VAR, data) that every child started from then on gets on an inherited pipe
     (`filled_pipe`), the pipe's file descriptor number in its environment variable VAR: how the run's
     secrets reach the children without being on disk or in an environment (a process's environment
-    stays readable in /proc/<pid>/environ for its whole life); a restarted child gets a new pipe."""
+    stays readable in /proc/<pid>/environ for its whole life); a restarted child gets a new pipe.
+
+    `warm()` starts a fork server (launch/zygote.py) that imports torch and the other heavy libraries
+    once while the run sets up; from then on each `python -m edgestream.cli ...` child is forked from it
+    (other commands, and every command when the server cannot start, are started as new processes)."""
 
     def __init__(self) -> None:
         self.children: list[Child] = []
         self.handover: tuple[str, bytes] | None = None
+        self.zygote: Zygote | None = None
         ref = weakref.ref(self)
         self._atexit = lambda: (lambda s: s.kill_all() if s is not None else None)(ref())
         atexit.register(self._atexit)
+
+    def _preexec(self):
+        parent = os.getpid()
+        return (lambda: _die_with_parent(parent)) if _PRCTL is not None else None
+
+    def warm(self, secret_env: Sequence[str] = ()) -> None:
+        """Start the fork server now (its imports run while the caller goes on), without the variables
+        `secret_env` in its environment; idempotent."""
+        if self.zygote is None:
+            try:
+                self.zygote = Zygote(preexec_fn=self._preexec(), drop_env=secret_env)
+            except OSError:
+                self.zygote = None
+
+    def _fork(self, cmd: Sequence[str], out, env: dict, cwd, fds: tuple[int, ...]) -> ForkedProc | None:
+        """`cmd` forked from the fork server when it is `python -m edgestream.cli ...` of this interpreter
+        and the server is up; None otherwise (then it is started as a new process)."""
+        if self.zygote is None or list(cmd[:3]) != [sys.executable, "-m", CLI_MODULE]:
+            return None
+        handover = (self.handover[0], fds[0]) if fds and self.handover is not None else None
+        if handover is not None:
+            env = {k: v for k, v in env.items() if k != handover[0]}
+        try:
+            return self.zygote.spawn(list(cmd[3:]), out.fileno(), env, cwd, handover)
+        except ZygoteError:
+            self.zygote.close()
+            self.zygote = None
+            return None
 
     def start(self, name: str, cmd: Sequence[str], out_path: Path, env: Mapping[str, str] | None = None,
               device: int | None = None, cwd: str | Path | None = None) -> Child:
         """Start `cmd` as the leader of a new process group, stdout and stderr appended to `out_path`
         (and the `handover`, if any, on a pipe)."""
         out_path.parent.mkdir(parents=True, exist_ok=True)
-        parent = os.getpid()
-        preexec = (lambda: _die_with_parent(parent)) if _PRCTL is not None else None
         env = dict(env if env is not None else os.environ)
         fds: tuple[int, ...] = ()
         if self.handover is not None:
@@ -148,9 +181,11 @@ class ChildSet:
             env[var] = str(fds[0])
         try:
             with open(out_path, "ab") as out:
-                proc = subprocess.Popen(list(cmd), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                        env=env, cwd=cwd, start_new_session=True, preexec_fn=preexec,
-                                        pass_fds=fds)
+                proc = self._fork(cmd, out, env, cwd, fds)
+                if proc is None:
+                    proc = subprocess.Popen(list(cmd), stdout=out, stderr=subprocess.STDOUT,
+                                            stdin=subprocess.DEVNULL, env=env, cwd=cwd, start_new_session=True,
+                                            preexec_fn=self._preexec(), pass_fds=fds)
         finally:
             for fd in fds:  # the child holds its own copy now
                 os.close(fd)
@@ -187,8 +222,11 @@ class ChildSet:
                     c.proc.wait(timeout=10)
 
     def close(self) -> None:
-        """Kill what is left and drop the atexit hook."""
+        """Kill what is left, end the fork server and drop the atexit hook."""
         self.kill_all()
+        if self.zygote is not None:
+            self.zygote.close()
+            self.zygote = None
         atexit.unregister(self._atexit)
 
 
