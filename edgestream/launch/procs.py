@@ -9,13 +9,16 @@ Three layers keep orphans away:
   still alive;
 - on Linux each child asks the kernel for SIGKILL when the orchestrator dies (PR_SET_PDEATHSIG), which
   covers the one case no handler can: the orchestrator itself killed with SIGKILL.
+
+The edgestream children (trainers, parameter server, producer) are forked from the run's fork server
+(launch/zygote.py: torch imported once, not once per child), which keeps all of the above: a forked
+child leads its own session, and dies with the server, which dies with the orchestrator.
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
-import ctypes
 import fcntl
 import os
 import signal
@@ -27,29 +30,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from edgestream.launch.zygote import CLI_MODULE, ForkedProc, Zygote, ZygoteError
-
-_PR_SET_PDEATHSIG = 1
-
-
-def _load_prctl():
-    """libc's prctl, resolved in the parent (never dlopen between fork and exec); None off Linux."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        return ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-
-
-_PRCTL = _load_prctl()
-
-
-def _die_with_parent(parent: int) -> None:  # runs in the child between fork and exec
-    """Ask for SIGKILL when the parent dies (Linux); exit at once if it already has."""
-    _PRCTL(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
-    if os.getppid() != parent:  # the parent died before prctl took effect
-        os._exit(1)
+from edgestream.launch.zygote import (
+    ForkedProc,
+    Zygote,
+    ZygoteError,
+    die_with_parent_preexec,
+    take_prestarted,
+)
 
 
 @dataclass
@@ -140,29 +127,25 @@ class ChildSet:
         self._atexit = lambda: (lambda s: s.kill_all() if s is not None else None)(ref())
         atexit.register(self._atexit)
 
-    def _preexec(self):
-        parent = os.getpid()
-        return (lambda: _die_with_parent(parent)) if _PRCTL is not None else None
-
     def warm(self, secret_env: Sequence[str] = ()) -> None:
         """Start the fork server now (its imports run while the caller goes on), without the variables
         `secret_env` in its environment; idempotent."""
         if self.zygote is None:
             try:
-                self.zygote = Zygote(preexec_fn=self._preexec(), drop_env=secret_env)
+                self.zygote = take_prestarted() or Zygote(drop_env=secret_env)
             except OSError:
                 self.zygote = None
 
     def _fork(self, cmd: Sequence[str], out, env: dict, cwd, fds: tuple[int, ...]) -> ForkedProc | None:
-        """`cmd` forked from the fork server when it is `python -m edgestream.cli ...` of this interpreter
-        and the server is up; None otherwise (then it is started as a new process)."""
-        if self.zygote is None or list(cmd[:3]) != [sys.executable, "-m", CLI_MODULE]:
+        """`cmd` forked from the fork server when it is `python -m MODULE ...` of this interpreter and the
+        server is up; None otherwise (then it is started as a new process)."""
+        if self.zygote is None or len(cmd) < 3 or list(cmd[:2]) != [sys.executable, "-m"]:
             return None
         handover = (self.handover[0], fds[0]) if fds and self.handover is not None else None
         if handover is not None:
             env = {k: v for k, v in env.items() if k != handover[0]}
         try:
-            return self.zygote.spawn(list(cmd[3:]), out.fileno(), env, cwd, handover)
+            return self.zygote.spawn(cmd[2], list(cmd[3:]), out.fileno(), env, cwd, handover)
         except ZygoteError:
             self.zygote.close()
             self.zygote = None
@@ -185,7 +168,7 @@ class ChildSet:
                 if proc is None:
                     proc = subprocess.Popen(list(cmd), stdout=out, stderr=subprocess.STDOUT,
                                             stdin=subprocess.DEVNULL, env=env, cwd=cwd, start_new_session=True,
-                                            preexec_fn=self._preexec(), pass_fds=fds)
+                                            preexec_fn=die_with_parent_preexec(), pass_fds=fds)
         finally:
             for fd in fds:  # the child holds its own copy now
                 os.close(fd)

@@ -1,5 +1,6 @@
 """A fork server for a local run's children: one process imports torch and the other heavy libraries
-once, then forks each `edgestream train` / `ps` / `produce` child from that warm state, so a trainer
+once, then forks each `python -m MODULE ...` child (`edgestream train` / `ps` / `produce`: `python -m
+edgestream.cli ...`) from that warm state, so a trainer
 reaches its first step without paying ~4 s of CPU for its imports (on a 2-core machine two trainers
 and a producer importing at once cost most of a run's start-up).
 
@@ -18,9 +19,11 @@ its environment is in place (some read EDGESTREAM_* settings at import)."""
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import io
 import json
 import os
+import runpy
 import select
 import signal
 import socket
@@ -34,22 +37,44 @@ from pathlib import Path
 #: imported once by the server, shared copy-on-write by every child (CPU, no CUDA initialised)
 PRELOAD = ("numpy", "torch", "torch.distributed", "torch.optim", "torch._dynamo", "confluent_kafka", "pydantic",
            "typer", "yaml", "rich")
-#: the command lines the server can run: `python -m edgestream.cli ...`
-CLI_MODULE = "edgestream.cli"
 _MAX_MSG = 1 << 20
 _PR_SET_NAME = 15
 _PR_SET_PDEATHSIG = 1
 READY_S = 60.0  # longer than a cold torch import on a loaded machine; after it, children are started as before
 
 
-# --- the server ---------------------------------------------------------------------------------------------
+def _load_prctl():
+    """libc's prctl, resolved in the parent (never dlopen between fork and exec); None off Linux."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+_PRCTL = _load_prctl()
 
 
 def _prctl(option: int, value) -> None:
-    import ctypes
+    if _PRCTL is not None:
+        _PRCTL(option, value, 0, 0, 0)
 
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
+
+def _die_with_parent(parent: int) -> None:  # runs in the child between fork and exec
+    """Ask for SIGKILL when the parent dies (Linux); exit at once if it already has."""
+    _prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL))
+    if os.getppid() != parent:  # the parent died before prctl took effect
+        os._exit(1)
+
+
+def die_with_parent_preexec():
+    """A `preexec_fn` for Popen: the child is SIGKILLed when this process dies (None off Linux)."""
+    parent = os.getpid()
+    return (lambda: _die_with_parent(parent)) if _PRCTL is not None else None
+
+
+# --- the server ---------------------------------------------------------------------------------------------
 
 
 def _child(req: dict, fds: list[int], sock: socket.socket, wake_r: int, wake_w: int) -> None:
@@ -81,10 +106,11 @@ def _child(req: dict, fds: list[int], sock: socket.socket, wake_r: int, wake_w: 
         os.environ.clear()
         os.environ.update(env)
         os.chdir(req["cwd"])
-        extra = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p not in sys.path]
-        sys.path[1:1] = extra  # what a new interpreter would have put on its path
-        argv = list(req["argv"])
-        _prctl(_PR_SET_NAME, f"es-{argv[0] if argv else 'cli'}"[:15].encode())
+        # the path a new `python -m` would have: its working directory first, then PYTHONPATH
+        sys.path[0] = os.getcwd()
+        sys.path[1:1] = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p not in sys.path]
+        module, args = req["module"], list(req["args"])
+        _prctl(_PR_SET_NAME, f"es-{args[0] if module == 'edgestream.cli' and args else module}"[-15:].encode())
         threads = env.get("OMP_NUM_THREADS", "")
         if threads.isdigit() and int(threads) > 0 and "torch" in sys.modules:  # read by torch at its import
             sys.modules["torch"].set_num_threads(int(threads))
@@ -94,16 +120,19 @@ def _child(req: dict, fds: list[int], sock: socket.socket, wake_r: int, wake_w: 
             sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), write_through=True)
             sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), write_through=True,
                                           errors="backslashreplace")
-        sys.argv = [str(Path(__file__).resolve().parent.parent / "cli.py"), *argv]  # as `python -m edgestream.cli`
-        from edgestream.cli import main
-
+        sys.argv = [module, *args]  # runpy puts the module's file first, as `python -m MODULE ARGS` does
         try:
-            main(argv)
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
             code = 0
         except SystemExit as exc:
             code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
             if exc.code is not None and not isinstance(exc.code, int):
                 print(exc.code, file=sys.stderr)
+    except KeyboardInterrupt:  # as an interpreter ends on an unhandled SIGINT: killed by it
+        with contextlib.suppress(BaseException):
+            sys.stderr.flush()
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
     except BaseException:
         import traceback
 
@@ -199,18 +228,18 @@ class Zygote:
     """The orchestrator's handle on its fork server: `Zygote()` starts it (its imports run in the
     background), `spawn` forks a child from it, `close` ends it."""
 
-    def __init__(self, preexec_fn=None, drop_env: Sequence[str] = ()) -> None:
-        """`preexec_fn`: run in the server between fork and exec (the ChildSet's die-with-the-parent);
-        `drop_env`: variables left out of the server's environment. A forked child's /proc/<pid>/environ
-        shows the server's environment as it was at its start (its own is what `spawn` was given)."""
+    def __init__(self, drop_env: Sequence[str] = ()) -> None:
+        """`drop_env`: variables left out of the server's environment (a forked child's /proc/<pid>/environ
+        shows the server's environment as it was at its start; its own is what `spawn` was given). The
+        server is SIGKILLed when this process dies."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         env = {k: v for k, v in os.environ.items() if k not in drop_env}
         try:
             self._proc = subprocess.Popen([sys.executable or "python3", "-m", "edgestream.launch.zygote",
                                            str(theirs.fileno())], pass_fds=(theirs.fileno(),),
                                           stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                          stderr=subprocess.DEVNULL, start_new_session=True, preexec_fn=preexec_fn,
-                                          env=env)
+                                          stderr=subprocess.DEVNULL, start_new_session=True,
+                                          preexec_fn=die_with_parent_preexec(), env=env)
         finally:
             theirs.close()
         self._sock = ours
@@ -266,16 +295,16 @@ class Zygote:
             return -int(signal.SIGKILL)
         return None
 
-    def spawn(self, argv: Sequence[str], out_fd: int, env: Mapping[str, str], cwd: str | Path | None,
+    def spawn(self, module: str, args: Sequence[str], out_fd: int, env: Mapping[str, str], cwd: str | Path | None,
               handover: tuple[str, int] | None = None) -> ForkedProc:
-        """Fork `edgestream <argv>` with stdout and stderr on `out_fd` and, with `handover` (VAR, fd), the
+        """Fork `python -m <module> <args>` with stdout and stderr on `out_fd` and, with `handover` (VAR, fd), the
         file descriptor `fd` inherited and named in VAR. ZygoteError when the server cannot."""
         if not self.wait_ready():
             raise ZygoteError("the fork server did not start")
         with self._cond:
             self._next += 1
             rid = self._next
-        req = {"id": rid, "argv": list(argv), "env": dict(env), "cwd": str(cwd or os.getcwd()),
+        req = {"id": rid, "module": module, "args": list(args), "env": dict(env), "cwd": str(cwd or os.getcwd()),
                "handover_var": handover[0] if handover else None}
         fds = [out_fd] + ([handover[1]] if handover else [])
         try:
@@ -301,6 +330,24 @@ class Zygote:
         except subprocess.TimeoutExpired:
             self._proc.kill()
             self._proc.wait()
+
+
+_PRESTARTED: Zygote | None = None
+
+
+def prestart(drop_env: Sequence[str] = ()) -> None:
+    """Start this process's fork server before a run is even built (`edgestream run --engine local`: its
+    imports overlap the config's loading); the run's ChildSet takes it (`take_prestarted`)."""
+    global _PRESTARTED
+    if _PRESTARTED is None:
+        with contextlib.suppress(OSError):
+            _PRESTARTED = Zygote(drop_env)
+
+
+def take_prestarted() -> Zygote | None:
+    global _PRESTARTED
+    z, _PRESTARTED = _PRESTARTED, None
+    return z
 
 
 def _alive(pid: int) -> bool:
