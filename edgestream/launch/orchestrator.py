@@ -662,7 +662,7 @@ class LocalRun:
                 state.status = "training"
             elif state.status == "starting":  # what the trainers are doing meanwhile (ranks/<rank>.phase)
                 state.phase = starting_phase(self.path / "ranks", self.world)
-            time.sleep(0.1)
+            time.sleep(0.1 if self._released else 0.01)  # the streams go the moment every trainer is ready
 
     def _name_kafka_outage(self, outcome: _Outcome) -> None:
         """When a child ended because Kafka did not answer within runtime.kafka_outage_s (first the one

@@ -130,7 +130,8 @@ class EventLog:
                 if self._error is not None:  # a full disk met by the flusher: the writer's own line names it
                     raise self._error
                 self._pending.append(rec)
-                many = len(self._pending) >= LIVE_MAX_PENDING
+                # many pending, or the first step line: the run's start shows at once (status "training")
+                many = len(self._pending) >= LIVE_MAX_PENDING or self.steps == 1 and rec.get("kind") == "step"
             if now:
                 self._drain()
             elif many:

@@ -121,7 +121,9 @@ def claim_run(bootstrap: str, run: str, doc: Mapping[str, Any], security: Mappin
     if not records:
         value = json.dumps({"version": META_VERSION, "fingerprint": fp, "config": doc,
                             "created": time.time()}).encode()
-        p = Producer(producer_config(bootstrap, security))
+        # not idempotent: an idempotent producer's first record waits ~0.5 s for its producer id, on every
+        # run's start-up path; a retried duplicate of this one record is harmless (the first record wins)
+        p = Producer(producer_config(bootstrap, security, **{"enable.idempotence": False, "linger.ms": 0}))
         errors: list = []
         p.produce(meta_topic(run), key=PRODUCER_KEY + fp.encode(), value=value,
                   on_delivery=lambda err, msg: errors.append(err) if err is not None else None)
