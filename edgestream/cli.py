@@ -752,8 +752,8 @@ def run_cmd(config: Path = typer.Argument(None, help="experiment YAML file (opti
     if resume is not None and engine == "sim":
         _bad_input("--resume: only local runs resume; leave out --engine sim")
     if engine == "local" or resume is not None:  # the children's fork server imports while the config loads
+        from edgestream.forkserver import prestart
         from edgestream.launch.command import SECRET_ENV, SECRET_FD_ENV
-        from edgestream.launch.zygote import prestart
 
         prestart((SECRET_ENV, SECRET_FD_ENV))
     if config is None:

@@ -113,7 +113,7 @@ def _ppid(pid: int) -> int:
 
 
 def _assert_clean(children: list[int], server: int | None) -> None:
-    """No process of these children's groups, nor the fork server they came from (launch/zygote.py), holds
+    """No process of these children's groups, nor the fork server they came from (edgestream/forkserver.py), holds
     the secret in its environment or command line. Each child got its handover: a child forked from the
     server (/proc/<pid>/environ shows the server's environment as it started) got the pipe with its
     request; a child started as a new process holds the descriptor number in its environment."""

@@ -334,7 +334,7 @@ class LocalRun:
                 "producer": self.producer.pid if self.producer else None,
                 "ps": self.ps.pid if self.ps else None,
                 "trainers": {str(r): c.pid for r, c in sorted(self.trainers.items())},
-                # the process the children were forked from (launch/zygote.py); null: started as new processes
+                # the process the children were forked from (edgestream/forkserver.py); null: started as new processes
                 "fork_server": self.children.zygote.pid if self.children.zygote is not None else None}
         tmp = self.path / "pids.json.tmp"
         try:

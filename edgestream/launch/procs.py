@@ -11,7 +11,7 @@ Three layers keep orphans away:
   covers the one case no handler can: the orchestrator itself killed with SIGKILL.
 
 The edgestream children (trainers, parameter server, producer) are forked from the run's fork server
-(launch/zygote.py: torch imported once, not once per child), which keeps all of the above: a forked
+(edgestream/forkserver.py: torch imported once, not once per child), which keeps all of the above: a forked
 child leads its own session, and dies with the server, which dies with the orchestrator.
 """
 
@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from edgestream.launch.zygote import (
+from edgestream.forkserver import (
     ForkedProc,
     Zygote,
     ZygoteError,
@@ -115,7 +115,7 @@ class ChildSet:
     secrets reach the children without being on disk or in an environment (a process's environment
     stays readable in /proc/<pid>/environ for its whole life); a restarted child gets a new pipe.
 
-    `warm()` starts a fork server (launch/zygote.py) that imports torch and the other heavy libraries
+    `warm()` starts a fork server (edgestream/forkserver.py) that imports torch and the other heavy libraries
     once while the run sets up; from then on each `python -m edgestream.cli ...` child is forked from it
     (other commands, and every command when the server cannot start, are started as new processes)."""
 

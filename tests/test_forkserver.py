@@ -1,4 +1,4 @@
-"""The run's fork server (edgestream/launch/zygote.py): a child forked from it is what `subprocess.Popen`
+"""The run's fork server (edgestream/forkserver.py): a child forked from it is what `subprocess.Popen`
 would have started. Real processes throughout: a probe module written into a temp folder (on PYTHONPATH,
 the way a user's package reaches a child) reports what it sees; the same command started both ways must
 report the same thing."""
@@ -18,8 +18,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from edgestream.forkserver import ForkedProc
 from edgestream.launch.procs import ChildSet, describe_status
-from edgestream.launch.zygote import ForkedProc
 
 HANG_S = 60
 
@@ -197,3 +197,25 @@ def _alive(pid: int) -> bool:
     except OSError:
         return False
     return state != "Z"
+
+
+def test_the_preloaded_edgestream_modules_read_no_setting_at_import():
+    """The server imports PRELOAD once, in its own environment; a child's environment comes later, so no
+    edgestream module the preload brings in may read os.environ at import (module level)."""
+    script = textwrap.dedent("""
+        import re, sys
+        from edgestream.forkserver import PRELOAD
+        for name in PRELOAD:
+            __import__(name)
+        for name, mod in sorted(sys.modules.items()):
+            path = getattr(mod, "__file__", None)
+            if name.startswith("edgestream") and path and path.endswith(".py"):
+                for n, line in enumerate(open(path), 1):
+                    if re.match(r"^\\S.*(os\\.environ|getenv)", line):
+                        print(f"{name}:{n}: {line.strip()}")
+        print("checked", sum(n.startswith("edgestream") for n in sys.modules))
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=HANG_S)
+    lines = out.stdout.splitlines()
+    assert out.returncode == 0 and lines and lines[-1].startswith("checked"), out.stderr
+    assert int(lines[-1].split()[1]) > 10 and lines[:-1] == []

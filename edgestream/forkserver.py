@@ -4,7 +4,7 @@ edgestream.cli ...`) from that warm state, so a trainer
 reaches its first step without paying ~4 s of CPU for its imports (on a 2-core machine two trainers
 and a producer importing at once cost most of a run's start-up).
 
-The server (`python -m edgestream.launch.zygote`) is started by the orchestrator at the start of a
+The server (`python -m edgestream.forkserver`) is started by the orchestrator at the start of a
 run, so its imports overlap the broker and topic set-up. Requests travel on a private socketpair
 (SOCK_SEQPACKET, one JSON message each; the child's output file and the secrets pipe as passed file
 descriptors, SCM_RIGHTS), never on disk or the network. A forked child is what `subprocess.Popen`
@@ -13,8 +13,9 @@ exactly the environment and working directory asked for, SIGKILL when its parent
 and the server dies with the orchestrator, so no child outlives it. The server reaps each child and
 reports its exit status (`os.waitstatus_to_exitcode`: negative for a signal, as Popen's returncode).
 
-Only third-party modules are preloaded: edgestream's own modules are imported by each child after
-its environment is in place (some read EDGESTREAM_* settings at import)."""
+Of edgestream's own modules only the CLI and the config schema are preloaded (none of their modules
+reads a setting at import); the rest are imported by each child once its environment is in place
+(some read EDGESTREAM_* settings at import)."""
 
 from __future__ import annotations
 
@@ -34,9 +35,10 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-#: imported once by the server, shared copy-on-write by every child (CPU, no CUDA initialised)
+#: imported once by the server, shared copy-on-write by every child (CPU, no CUDA initialised); of edgestream
+#: only the CLI and the config schema, none of whose modules reads a setting at import (tests/test_forkserver.py)
 PRELOAD = ("numpy", "torch", "torch.distributed", "torch.optim", "torch._dynamo", "confluent_kafka", "pydantic",
-           "typer", "yaml", "rich")
+           "typer", "yaml", "rich", "edgestream.cli", "edgestream.config")
 _MAX_MSG = 1 << 20
 _PR_SET_NAME = 15
 _PR_SET_PDEATHSIG = 1
@@ -235,7 +237,7 @@ class Zygote:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         env = {k: v for k, v in os.environ.items() if k not in drop_env}
         try:
-            self._proc = subprocess.Popen([sys.executable or "python3", "-m", "edgestream.launch.zygote",
+            self._proc = subprocess.Popen([sys.executable or "python3", "-m", "edgestream.forkserver",
                                            str(theirs.fileno())], pass_fds=(theirs.fileno(),),
                                           stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                           stderr=subprocess.DEVNULL, start_new_session=True,
