@@ -124,7 +124,13 @@ def _child(req: dict, fds: list[int], sock: socket.socket, wake_r: int, wake_w: 
                                           errors="backslashreplace")
         sys.argv = [module, *args]  # runpy puts the module's file first, as `python -m MODULE ARGS` does
         try:
-            runpy.run_module(module, run_name="__main__", alter_sys=True)
+            preloaded = sys.modules.get(module)
+            if preloaded is not None and callable(getattr(preloaded, "main", None)):
+                # what its `if __name__ == "__main__": main()` does, without running the module a second time
+                sys.argv[0] = preloaded.__file__
+                preloaded.main()
+            else:
+                runpy.run_module(module, run_name="__main__", alter_sys=True)
             code = 0
         except SystemExit as exc:
             code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)

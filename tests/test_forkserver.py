@@ -219,3 +219,22 @@ def test_the_preloaded_edgestream_modules_read_no_setting_at_import():
     lines = out.stdout.splitlines()
     assert out.returncode == 0 and lines and lines[-1].startswith("checked"), out.stderr
     assert int(lines[-1].split()[1]) > 10 and lines[:-1] == []
+
+
+@pytest.mark.parametrize("args, code", [(("config", "validate", "{cfg}"), 0),
+                                        (("config", "validate", "{cfg}", "--set", "model.name=nope"), 2),
+                                        (("run", "--engine", "warp"), 2)])
+def test_the_preloaded_cli_answers_as_a_new_process(warm_set, tmp_path, args, code):
+    """`python -m edgestream.cli` is preloaded in the server: run through its `main`, once, the same output
+    and exit status as a new process, and no warning about a module run twice."""
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("name: fs\ndata: {dataset: digits}\nmodel: {name: mlp}\nalgorithm: {name: ddl}\n")
+    cmd = [sys.executable, "-m", "edgestream.cli", *(a.format(cfg=cfg) for a in args)]
+    forked = warm_set.start("forked", cmd, tmp_path / "f.out", env=dict(os.environ), cwd=tmp_path)
+    plain = ChildSet()
+    started = plain.start("started", cmd, tmp_path / "s.out", env=dict(os.environ), cwd=tmp_path)
+    assert isinstance(forked.proc, ForkedProc)
+    (fcode, flines), (scode, slines) = _finish(forked, tmp_path / "f.out"), _finish(started, tmp_path / "s.out")
+    plain.close()
+    assert fcode == scode == code and flines == slines and flines
+    assert not any("RuntimeWarning" in line for line in flines)
