@@ -5,8 +5,9 @@ EDGESTREAM_BOOTSTRAP) and train cnn-small on digits with the same world size (gl
 
 * **edgestream**: `edgestream run CONFIG --engine local` (ddl, fixed batch 64, 1,500 samples/s per device
   streamed by its producer, max 20 steps). Timed from the command's start to the first step line in
-  ranks/0.jsonl; also when the trainers were started (pids.json written) and when all of them were ready
-  (ranks/<rank>.ready: rendezvous done, device stream open: the producer streams from then on).
+  ranks/0.jsonl, with each phase on the way: the trainers started (pids.json: forked from the run's fork
+  server once it imported torch), all of them ready (ranks/<rank>.ready: rendezvous done, device stream
+  open), the streams released (ranks/streams.go) and the producer streaming (producer.status.json).
 * **torchrun + DDP**: `python -m torch.distributed.run --nproc-per-node W script.py`, the script a user
   writes: import torch, `sklearn.datasets.load_digits`, the same model (the zoo's cnn-small), DDP, SGD;
   timed from the command's start to the end of rank 0's first step (a marker file).
@@ -95,13 +96,25 @@ def edgestream_once(tmp: Path, bootstrap: str, world: int, n: int) -> dict:
     proc = subprocess.Popen([sys.executable, "-m", "edgestream.cli", "run", str(cfg), "--engine", "local",
                              "--bootstrap", bootstrap, "--out", str(tmp), "--run-id", run_id],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    started = _wait_for(lambda: (run_dir / "pids.json").exists() and time.monotonic()) - t0
-    ready = _wait_for(lambda: all((run_dir / "ranks" / f"{r}.ready").exists() for r in range(world))
-                      and time.monotonic()) - t0
-    first = _wait_for(lambda: _first_step(run_dir / "ranks" / "0.jsonl") and time.monotonic()) - t0
+    ranks = run_dir / "ranks"
+    phases = {  # in the order they happen; each timed when its file appears (polled every 2 ms)
+        "trainers_started_s": lambda: (run_dir / "pids.json").exists(),  # forked from the fork server
+        "ready_s": lambda: all((ranks / f"{r}.ready").exists() for r in range(world)),  # rendezvous, streams open
+        "released_s": lambda: (ranks / "streams.go").exists(),  # the producer may stream
+        "streaming_s": lambda: (run_dir / "producer.status.json").exists(),  # its first sample goes out
+        "first_step_s": lambda: _first_step(ranks / "0.jsonl"),  # rank 0's first step line
+    }
+    seen: dict[str, float] = {}
+    deadline = t0 + 180
+    while len(seen) < len(phases) and time.monotonic() < deadline and proc.poll() is None:
+        for name, check in phases.items():
+            if name not in seen and check():
+                seen[name] = round(time.monotonic() - t0, 2)
+        time.sleep(0.002)
+    if len(seen) < len(phases):
+        raise SystemExit(f"timed out waiting for the first step (seen: {seen})")
     proc.wait(timeout=300)
-    return {"trainers_started_s": round(started, 2), "ready_s": round(ready, 2), "first_step_s": round(first, 2),
-            "exit": proc.returncode, "wall_s": round(time.monotonic() - t0, 2)}
+    return {**{k: seen[k] for k in phases}, "exit": proc.returncode, "wall_s": round(time.monotonic() - t0, 2)}
 
 
 def torchrun_once(tmp: Path, world: int, n: int) -> dict:
@@ -132,7 +145,7 @@ def main() -> None:
             for name, go in (pair if n % 2 == 0 else pair[::-1]):
                 go()
                 print(f"round {n + 1} {name}: {(ours if name == 'edgestream' else theirs)[-1]}", flush=True)
-    med = {k: statistics.median(r[k] for r in ours) for k in ("trainers_started_s", "ready_s", "first_step_s")}
+    med = {k: statistics.median(r[k] for r in ours) for k in ours[0] if k.endswith("_s") and k != "wall_s"}
     ddp = statistics.median(r["first_step_s"] for r in theirs)
     record("startup", {"world": args.world, "cpus": os.cpu_count(), "rounds": args.rounds,
                        "edgestream_median": med, "torchrun_ddp_first_step_s": ddp,
