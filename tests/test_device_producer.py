@@ -164,9 +164,10 @@ def test_rate_paces_the_samples(bootstrap, run_prefix):
         took = time.monotonic() - t0
     assert took >= (n - 1) / rate  # sample k no earlier than start + k / rate
     b = _read(bootstrap, run_prefix, 0, SampleSpec(np.int32, (1,), n), n, 1)
-    gaps = np.diff(b.produce_times)
-    assert b.produce_times[-1] - b.produce_times[0] >= (n - 1) / rate - 0.005
-    assert (gaps >= 1 / rate - 0.005).all(), gaps  # the schedule is absolute: at most a clock tick early
+    # the schedule is absolute: sample k no earlier than sample 0 + k / rate, less a clock tick (one late sample
+    # under load is followed by a shorter gap, as the schedule catches up: gaps alone do not say early)
+    since = np.asarray(b.produce_times) - b.produce_times[0]
+    assert (since >= np.arange(n) / rate - 0.005).all(), since
 
 
 def test_delivery_failures_are_raised_not_lost(bootstrap, run_prefix):
