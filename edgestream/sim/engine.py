@@ -220,7 +220,7 @@ class SimEngine:
         self.compute_model, self.calibrated = self._compute_model()
         self.network = NetworkModel(plan.network.latency_s, plan.network.bandwidth_Bps)
         self.collectives = Collectives(m, self.network, self._schedule, self.env.event)
-        self.handles: dict[int, tuple[CollectiveOp, int, bool]] = {}
+        self.handles: dict[int, tuple[CollectiveOp, int]] = {}  # started collectives not yet handed over
         self.ps_handles: dict[int, tuple[int, Any]] = {}  # handle -> (rank, pull process | timer deadline)
         self._handle_ids = itertools.count()
         self.ps: PSNode | None = None
@@ -469,16 +469,13 @@ class SimEngine:
     def _op_of(self, rank: int, handle: Handle) -> CollectiveOp:
         entry = self.handles.get(handle.id)
         if entry is None or entry[1] != rank:
-            raise RuntimeError(f"worker {rank} used handle {handle.id}, which it did not start")
+            raise RuntimeError(f"worker {rank} used handle {handle.id}, which it did not start (or already spent)")
         return entry[0]
 
     def _collect(self, op: CollectiveOp, rank: int, handle_id: int | None = None) -> Any:
         """Worker `rank`'s result; the network time and the wait for the last worker are noted once."""
-        if handle_id is not None:
-            entry = self.handles[handle_id]
-            if entry[2]:
-                return self.collectives.result(op, rank)
-            self.handles[handle_id] = (op, rank, True)
+        if handle_id is not None:  # the Wait or done Poll hands the result over and spends the handle
+            del self.handles[handle_id]  # (kept, every started operation stayed alive: memory grew per step)
         arrived = op.arrived_at[rank] or 0.0
         self.meters[rank].count(net_s=op.comm_s,
                                 sync_wait_s=max(0.0, (op.complete_at or 0.0) - op.comm_s - arrived))
@@ -496,7 +493,7 @@ class SimEngine:
             self.ps_handles[handle.id] = (rank, self.env.process(self._pull(rank, inner)))
             return handle
         op = self.collectives.post(rank, inner, self.env.now)
-        self.handles[handle.id] = (op, rank, False)
+        self.handles[handle.id] = (op, rank)
         return handle
 
     def _ps_handle(self, rank: int, handle: Handle) -> tuple[int, Any]:
