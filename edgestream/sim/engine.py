@@ -78,6 +78,7 @@ from edgestream.sim.batched import BatchedCompute, batch_check
 from edgestream.sim.collectives import CollectiveOp, Collectives
 from edgestream.sim.costs import ComputeModel, NetworkModel, calibrate
 from edgestream.sim.data import SimBatch, SimData
+from edgestream.sim.footprint import memory_problem
 from edgestream.sim.ps import PSNode
 from edgestream.sim.replicas import Replicas
 from edgestream.sim.stream import VirtualStream
@@ -131,6 +132,19 @@ def unbounded_problem(cfg: Any) -> None:
         what = "continuous training (stop: {})" if stop.continuous else "a target alone"
         raise SimConfigError([f"stop: {what} runs only on engine local (it trains until interrupted); the simulator "
                               "needs an end: give stop.max_time_s or stop.max_steps"])
+
+
+def fits_problem(plan: RunPlan, model: torch.nn.Module, batch_policy: Any) -> None:
+    """SimConfigError (one line naming devices.count) when the run's devices would not fit in the memory
+    available, estimated from bytes per device (edgestream.sim.footprint)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    num_params = sum(p.numel() for p in params)
+    param_bytes = sum(p.numel() * p.element_size() for p in params)
+    batch = int(getattr(batch_policy, "size", 0) or getattr(batch_policy, "min", 0) or 1)
+    sample_floats = int(np.prod(plan.dataset.shape))
+    problem = memory_problem(plan.algorithm.name, plan.world, num_params, param_bytes, batch * sample_floats * 4)
+    if problem is not None:
+        raise SimConfigError([problem])
 
 
 #: the cyclic garbage collector's youngest-generation threshold while a simulation runs (Python's
@@ -195,9 +209,11 @@ class SimEngine:
             unbounded_problem(plan.cfg)
             self.plan = plan
             self.spec = plan.algorithm
+            batch_policy, buffer_policy = plan.batch_policy(), plan.buffer_policy()
+            model = plan.build_model()
+            fits_problem(plan, model, batch_policy)  # before anything per device is built
             self.data = SimData(plan.dataset, plan.shards, plan.seed)
             self.rate_model = plan.rate_model
-            batch_policy, buffer_policy = plan.batch_policy(), plan.buffer_policy()
         except EngineError as exc:
             raise SimConfigError(exc.problems) from None
         self.world = m = plan.world
@@ -205,10 +221,6 @@ class SimEngine:
         self.env = simpy.Environment()
         self.streams = [VirtualStream(d, self.rate_model, buffer_policy, batch_policy, plan.max_lag_s)
                         for d in range(m)]
-        try:
-            model = plan.build_model()
-        except EngineError as exc:
-            raise SimConfigError(exc.problems) from None
         self.task = plan.task
         self.replicas = Replicas(model, self.data.shape, plan.num_outputs, m, **plan.optim, seed=plan.seed,
                                  shared=self.spec.synchronous if share_replicas is None else share_replicas,
