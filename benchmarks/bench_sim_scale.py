@@ -13,7 +13,10 @@ which the target was reached, the final accuracy, and the peak resident memory o
 (`ru_maxrss`: the whole process, dataset and torch included). Runs in a fresh child process so the
 peak memory is this run's alone.
 
-    python benchmarks/bench_sim_scale.py [--devices 1000] [--target 0.9] [--n-train 64000]
+`--algorithm ddl` (or any other) runs that algorithm instead with a fixed batch of `--batch` (default 16)
+and the truncate buffer, on the same data, rates and model.
+
+    python benchmarks/bench_sim_scale.py [--devices 1000] [--target 0.9] [--n-train 64000] [--algorithm scadles]
 """
 
 from __future__ import annotations
@@ -31,15 +34,17 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 def config(args: argparse.Namespace) -> dict:
     return {
-        "name": f"scale-scadles-{args.devices}", "seed": 0,
+        "name": f"scale-{args.algorithm}-{args.devices}", "seed": 0,
         "data": {"dataset": "synthetic", "shape": [1, 8, 8], "num_classes": 10, "n_train": args.n_train,
                  "n_test": 2000, "signal": args.signal, "partition": "iid"},
         "devices": {"count": args.devices, "rates": {"distribution": "uniform", "low": 20, "high": 100},
                     "compute": {"base_s": 0.2, "per_sample_s": 0.002}},
         "model": {"name": "mlp"},
         "optim": {"lr": args.lr, "momentum": 0.9, "weight_decay": 0.0001},
-        "algorithm": {"name": "scadles", "batch": {"policy": "rate", "min": 8, "max": 64},
-                      "buffer": "truncate", "params": {"base_batch": 16}},
+        "algorithm": ({"name": "scadles", "batch": {"policy": "rate", "min": 8, "max": 64},
+                       "buffer": "truncate", "params": {"base_batch": 16}} if args.algorithm == "scadles" else
+                      {"name": args.algorithm, "batch": {"policy": "fixed", "size": args.batch},
+                       "buffer": "truncate"}),
         "stop": {"target_accuracy": args.target, "max_time_s": args.max_time},
         "eval": {"every_s": args.eval_every},
     }
@@ -65,7 +70,7 @@ def measure(args: argparse.Namespace) -> dict:
                              **engine.extra_summary(wall))
     n = engine.stats.device_steps
     return {
-        "devices": args.devices, "algorithm": "scadles", "model": "mlp", "dataset": "synthetic 1x8x8",
+        "devices": args.devices, "algorithm": args.algorithm, "model": "mlp", "dataset": "synthetic 1x8x8",
         "n_train": args.n_train, "target_accuracy": args.target, "compute_path": engine.compute_mode,
         "setup_s": round(setup, 2), "wall_s": round(wall, 2), "device_steps": n,
         "steps": min(c.step for c in engine.contexts),
@@ -88,6 +93,9 @@ if __name__ == "__main__":
     ap.add_argument("--max-time", type=float, default=600.0, help="virtual seconds")
     ap.add_argument("--eval-every", type=float, default=2.0, help="virtual seconds")
     ap.add_argument("--threads", type=int, default=1, help="torch threads")
+    ap.add_argument("--algorithm", default="scadles",
+                    help="scadles (rate batches 8..64) or any algorithm with a fixed batch (--batch, truncate)")
+    ap.add_argument("--batch", type=int, default=16, help="the fixed batch of an algorithm other than scadles")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -98,7 +106,7 @@ if __name__ == "__main__":
     if out.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed:\n{out.stderr[-4000:]}")
     row = json.loads(out.stdout.strip().splitlines()[-1])
-    print(f"{row['devices']} devices, ScaDLES/mlp on synthetic ({row['n_train']} samples): "
+    print(f"{row['devices']} devices, {row['algorithm']}/mlp on synthetic ({row['n_train']} samples): "
           f"{row['stop_reason']} at virtual {row['virtual_time_s']} s (target {row['target_accuracy']} at "
           f"{row['virtual_time_to_target_s']} s, final accuracy {row['final_accuracy']}); wall {row['wall_s']} s "
           f"(+{row['setup_s']} s setup), {row['device_steps']} device-steps = "

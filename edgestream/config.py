@@ -294,7 +294,7 @@ class NetworkConfig(_Model):
 
 
 class DevicesConfig(_Model):
-    count: Int = Field(16, ge=1, le=4096)
+    count: Int = Field(16, ge=1, le=100_000)
     rates: RatesConfig = Field(default_factory=lambda: RatesConfig(preset="S1"))
     variation: VariationConfig = Field(default_factory=VariationConfig)
     compute: ComputeConfig = Field(default_factory=ComputeConfig)

@@ -20,6 +20,7 @@ derived value) was modified in place (tensor version counters).
 from __future__ import annotations
 
 import time
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -99,6 +100,15 @@ class CollectiveOp:
         self.arrived_at = [None] * self.world
 
 
+class _Done:
+    """Stands for a completed operation that was already freed (see `Collectives._watcher`)."""
+
+    done = True
+
+
+_DONE = _Done()
+
+
 class Collectives:
     """Matches, times and resolves the collectives of `world` workers.
 
@@ -118,7 +128,7 @@ class Collectives:
         self.completed = 0
         self.bytes_moved = 0
         self.reduce_s = 0.0
-        self._shared: list[tuple[CollectiveOp, Tensor, int, str]] = []  # (op, tensor, version, what) to check
+        self._shared: list[tuple[Any, Tensor, int, str]] = []  # (op, tensor, version, what) to check
 
     def post(self, rank: int, request: AllReduce | AllGather, now: float) -> CollectiveOp:
         """Worker `rank` contributes its next collective at virtual time `now`."""
@@ -203,10 +213,19 @@ class Collectives:
                                    f"#{op.index}, which worker(s) {waiting} wait on")
 
     def _watcher(self, op: CollectiveOp, what: str) -> Callable[[Any], None]:
-        """A function that records the tensors of a value shared by `op`'s receivers, to check them."""
+        """A function that records the tensors of a value shared by `op`'s receivers, to check them.
+
+        It holds `op` weakly: `op.results` hold the function, so a strong reference would make every
+        operation a reference cycle (op -> results -> watch -> op) that only the cyclic collector frees,
+        with every receiver's copy of the model in it; the simulator raises that collector's thresholds
+        (engine.fewer_gc_passes), so memory grew with the steps. A receiver reads a result only once its
+        operation is done, so a collected op is a done one."""
+        ref = weakref.ref(op)
+
         def watch(value: Any) -> None:
+            owner = ref() or _DONE
             items = value if isinstance(value, (list, tuple)) else [value]
-            self._shared.extend((op, t, t._version, what) for t in items if isinstance(t, Tensor))
+            self._shared.extend((owner, t, t._version, what) for t in items if isinstance(t, Tensor))
         return watch
 
     def check_gathers(self) -> None:

@@ -78,6 +78,7 @@ from edgestream.sim.batched import BatchedCompute, batch_check
 from edgestream.sim.collectives import CollectiveOp, Collectives
 from edgestream.sim.costs import ComputeModel, NetworkModel, calibrate
 from edgestream.sim.data import SimBatch, SimData
+from edgestream.sim.footprint import memory_problem
 from edgestream.sim.ps import PSNode
 from edgestream.sim.replicas import Replicas
 from edgestream.sim.stream import VirtualStream
@@ -131,6 +132,19 @@ def unbounded_problem(cfg: Any) -> None:
         what = "continuous training (stop: {})" if stop.continuous else "a target alone"
         raise SimConfigError([f"stop: {what} runs only on engine local (it trains until interrupted); the simulator "
                               "needs an end: give stop.max_time_s or stop.max_steps"])
+
+
+def fits_problem(plan: RunPlan, model: torch.nn.Module, batch_policy: Any) -> None:
+    """SimConfigError (one line naming devices.count) when the run's devices would not fit in the memory
+    available, estimated from bytes per device (edgestream.sim.footprint)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    num_params = sum(p.numel() for p in params)
+    param_bytes = sum(p.numel() * p.element_size() for p in params)
+    batch = int(getattr(batch_policy, "size", 0) or getattr(batch_policy, "min", 0) or 1)
+    sample_floats = int(np.prod(plan.dataset.shape))
+    problem = memory_problem(plan.algorithm.name, plan.world, num_params, param_bytes, batch * sample_floats * 4)
+    if problem is not None:
+        raise SimConfigError([problem])
 
 
 #: the cyclic garbage collector's youngest-generation threshold while a simulation runs (Python's
@@ -195,9 +209,11 @@ class SimEngine:
             unbounded_problem(plan.cfg)
             self.plan = plan
             self.spec = plan.algorithm
+            batch_policy, buffer_policy = plan.batch_policy(), plan.buffer_policy()
+            model = plan.build_model()
+            fits_problem(plan, model, batch_policy)  # before anything per device is built
             self.data = SimData(plan.dataset, plan.shards, plan.seed)
             self.rate_model = plan.rate_model
-            batch_policy, buffer_policy = plan.batch_policy(), plan.buffer_policy()
         except EngineError as exc:
             raise SimConfigError(exc.problems) from None
         self.world = m = plan.world
@@ -205,10 +221,6 @@ class SimEngine:
         self.env = simpy.Environment()
         self.streams = [VirtualStream(d, self.rate_model, buffer_policy, batch_policy, plan.max_lag_s)
                         for d in range(m)]
-        try:
-            model = plan.build_model()
-        except EngineError as exc:
-            raise SimConfigError(exc.problems) from None
         self.task = plan.task
         self.replicas = Replicas(model, self.data.shape, plan.num_outputs, m, **plan.optim, seed=plan.seed,
                                  shared=self.spec.synchronous if share_replicas is None else share_replicas,
@@ -220,7 +232,7 @@ class SimEngine:
         self.compute_model, self.calibrated = self._compute_model()
         self.network = NetworkModel(plan.network.latency_s, plan.network.bandwidth_Bps)
         self.collectives = Collectives(m, self.network, self._schedule, self.env.event)
-        self.handles: dict[int, tuple[CollectiveOp, int, bool]] = {}
+        self.handles: dict[int, tuple[CollectiveOp, int]] = {}  # started collectives not yet handed over
         self.ps_handles: dict[int, tuple[int, Any]] = {}  # handle -> (rank, pull process | timer deadline)
         self._handle_ids = itertools.count()
         self.ps: PSNode | None = None
@@ -469,16 +481,13 @@ class SimEngine:
     def _op_of(self, rank: int, handle: Handle) -> CollectiveOp:
         entry = self.handles.get(handle.id)
         if entry is None or entry[1] != rank:
-            raise RuntimeError(f"worker {rank} used handle {handle.id}, which it did not start")
+            raise RuntimeError(f"worker {rank} used handle {handle.id}, which it did not start (or already spent)")
         return entry[0]
 
     def _collect(self, op: CollectiveOp, rank: int, handle_id: int | None = None) -> Any:
         """Worker `rank`'s result; the network time and the wait for the last worker are noted once."""
-        if handle_id is not None:
-            entry = self.handles[handle_id]
-            if entry[2]:
-                return self.collectives.result(op, rank)
-            self.handles[handle_id] = (op, rank, True)
+        if handle_id is not None:  # the Wait or done Poll hands the result over and spends the handle
+            del self.handles[handle_id]  # (kept, every started operation stayed alive: memory grew per step)
         arrived = op.arrived_at[rank] or 0.0
         self.meters[rank].count(net_s=op.comm_s,
                                 sync_wait_s=max(0.0, (op.complete_at or 0.0) - op.comm_s - arrived))
@@ -496,7 +505,7 @@ class SimEngine:
             self.ps_handles[handle.id] = (rank, self.env.process(self._pull(rank, inner)))
             return handle
         op = self.collectives.post(rank, inner, self.env.now)
-        self.handles[handle.id] = (op, rank, False)
+        self.handles[handle.id] = (op, rank)
         return handle
 
     def _ps_handle(self, rank: int, handle: Handle) -> tuple[int, Any]:
