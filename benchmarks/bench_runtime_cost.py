@@ -56,7 +56,8 @@ def real_run(bootstrap: str, devices: int, steps: int, work: Path) -> dict:
     cfg = load_config(cfg_path)
     run_id = f"b{int(time.time())}{devices}"
     need_s = (steps * BATCH) / 4000 + 0.5  # produce every sample the run needs before it starts
-    RunPlan.resolve(cfg).producer(bootstrap, f"{cfg.name}-{run_id}", list(range(devices))).run_for(need_s)
+    plan = RunPlan.resolve(cfg)
+    plan.producer(bootstrap, plan.run_name(run_id), list(range(devices))).run_for(need_s)
     port = _free_port()
     procs = []
     for r in range(devices):
@@ -71,7 +72,7 @@ def real_run(bootstrap: str, devices: int, steps: int, work: Path) -> dict:
         _, err = p.communicate(timeout=900)
         if p.returncode != 0:
             raise SystemExit(f"trainer failed: {err[-2000:]}")
-    ranks = work / "runs" / f"{cfg.name}-{run_id}" / "ranks"
+    ranks = work / "runs" / plan.run_name(run_id) / "ranks"
     per_rank = []
     for r in range(devices):
         lines = [json.loads(x) for x in open(ranks / f"{r}.jsonl")]

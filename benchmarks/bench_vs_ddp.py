@@ -254,8 +254,16 @@ def start_edgestream(bootstrap: str, cfg_path: Path, run_id: str, world: int, th
                                              "--out", str(work / "runs"), "--no-digest"],
                                       env=_env(r, world, port, threads), stdout=subprocess.DEVNULL,
                                       stderr=subprocess.PIPE, text=True))
-    ranks = work / "runs" / f"{cfg_path.stem}-{run_id}" / "ranks"
+    ranks = work / "runs" / _run_name(cfg_path, run_id) / "ranks"
     return Side("edgestream", procs, [ranks / f"{r}.jsonl" for r in range(world)], _es_line)
+
+
+def _run_name(cfg_path: Path, run_id: str) -> str:
+    """The trainers' run name (their directory and topics): the plan's `<name>-<algorithm>-<run id>`."""
+    from edgestream.config import load_config
+    from edgestream.runner.plan import RunPlan
+
+    return RunPlan.resolve(load_config(cfg_path)).run_name(run_id)
 
 
 # ---------------------------------------------------------------------------------------------- the turns

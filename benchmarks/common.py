@@ -41,7 +41,8 @@ def produce_ahead(bootstrap: str, cfg_path: Path, devices: list[int], need: int,
     run_id = f"{prefix}{int(time.time() * 1000) % 10**10}"
     done = 0
     for _ in range(50):
-        producer = RunPlan.resolve(cfg).producer(bootstrap, f"{cfg.name}-{run_id}", list(devices))
+        plan = RunPlan.resolve(cfg)
+        producer = plan.producer(bootstrap, plan.run_name(run_id), list(devices))  # the trainers' topics
         summary = producer.run_for((need - done) / rate + 0.2, report_every_s=0)
         if not summary.complete:
             raise SystemExit(f"producing ahead failed: {summary.to_json()}")
