@@ -25,6 +25,12 @@ ratio = edgestream / DDP. Per-round ratios show the spread.
 
     python benchmarks/bench_vs_ddp.py [--worlds 1,2,3,4] [--steps N] [--model cnn-small[,resnet20]]
                                       [--repeats R] [--warmup K] [--threads T] [--profile] [--plot PNG]
+                                      [--live-rate R]
+
+End to end (--live-rate R): only the warm-up's samples are produced ahead; an `edgestream produce` process
+streams every device at R samples/s from before the warm-up to the end, through both sides' turns (both pay
+its CPU; DDP still reads memory), so edgestream trains on data as it arrives (its `wait_s` says how long
+a step waited for it; R must exceed what a rank consumes, steps/s x 64).
 
 Models: cnn-small on digits (1x8x8); resnet20 (and any other zoo model) on synthetic 3x32x32 data.
 --profile runs the edgestream trainers' loop under cProfile (and times forward + backward, wall and
@@ -62,12 +68,12 @@ def _data(model: str) -> dict:
     return {"dataset": "synthetic", "shape": [3, 32, 32], "num_classes": 10, "n_train": 2048, "n_test": 64}
 
 
-def _config(path: Path, model: str, world: int, steps: int) -> Path:
+def _config(path: Path, model: str, world: int, steps: int, rate: float = RATE) -> Path:
     import yaml
 
     path.write_text(yaml.safe_dump({
         "name": path.stem, "seed": 0, "data": _data(model),
-        "devices": {"count": world, "rates": {"distribution": "constant", "rate": RATE}},
+        "devices": {"count": world, "rates": {"distribution": "constant", "rate": rate}},
         "model": {"name": model}, "optim": {"lr": LR, "momentum": MOMENTUM},
         "algorithm": {"name": "ddl", "buffer": "persist", "batch": {"policy": "fixed", "size": BATCH}},
         "stop": {"max_steps": steps, "max_time_s": 3600, "target_accuracy": None}, "eval": {"every_s": 100000},
@@ -238,9 +244,18 @@ def start_ddp(cfg_path: Path, world: int, steps: int, threads: int, work: Path, 
     return Side("DDP", procs, files, _ddp_line)
 
 
-def produce_ahead(bootstrap: str, cfg_path: Path, world: int, steps: int) -> str:
+def produce_ahead(bootstrap: str, cfg_path: Path, world: int, steps: int, rate: float = RATE) -> str:
     """Produce every sample `steps` steps need on every device, before the trainers start; the run id."""
-    return common.produce_ahead(bootstrap, cfg_path, list(range(world)), steps * BATCH + 2 * BATCH, RATE, "v")
+    return common.produce_ahead(bootstrap, cfg_path, list(range(world)), steps * BATCH + 2 * BATCH, rate, "v")
+
+
+def start_producer(bootstrap: str, cfg_path: Path, run_id: str, work: Path) -> subprocess.Popen:
+    """--live: `edgestream produce` streaming every device at the config's rate, for the whole comparison
+    (never paused: both sides' turns run beside it, so both pay its CPU); it continues where the topics end."""
+    return subprocess.Popen([sys.executable, "-m", "edgestream.cli", "produce", str(cfg_path), "--run-id", run_id,
+                             "--bootstrap", bootstrap, "--report-every", "0"],
+                            env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=subprocess.DEVNULL,
+                            stderr=open(work / f"producer-{run_id}.log", "w"))
 
 
 def start_edgestream(bootstrap: str, cfg_path: Path, run_id: str, world: int, threads: int, work: Path,
@@ -303,8 +318,13 @@ def compare(bootstrap: str, broker_pid: int | None, model: str, world: int, args
             work: Path) -> dict:
     chunk = max(2, -(-args.steps // args.repeats))
     cap = args.warmup + 2 * args.repeats * (chunk + 6) + 50  # what either side could run at most
-    cfg_path = _config(work / f"vsddp{world}{model.replace('-', '')}.yaml", model, world, cap)
-    run_id = produce_ahead(bootstrap, cfg_path, world, cap)  # before anything is started or timed
+    live = args.live_rate is not None
+    cfg_path = _config(work / f"vsddp{world}{model.replace('-', '')}{'live' if live else ''}.yaml", model, world, cap,
+                       args.live_rate if live else RATE)
+    # before anything is started or timed: every sample (--live: the warm-up's, the producer streams the rest)
+    run_id = produce_ahead(bootstrap, cfg_path, world, args.warmup + 4 if live else cap,
+                           args.live_rate if live else RATE)
+    producer = start_producer(bootstrap, cfg_path, run_id, work) if live else None
     sides = {"ddp": start_ddp(cfg_path, world, cap, args.threads, work, args.profile),
              "es": start_edgestream(bootstrap, cfg_path, run_id, world, args.threads, work, args.profile)}
     rounds = []
@@ -336,6 +356,9 @@ def compare(bootstrap: str, broker_pid: int | None, model: str, world: int, args
     finally:
         for s in sides.values():
             s.kill()
+        if producer is not None:
+            producer.kill()
+            producer.wait()
     t_turns = time.monotonic() - t0 - t_warm
     ddp, ddp_steps = sides["ddp"].rate()
     es, es_steps = sides["es"].rate()
@@ -345,7 +368,7 @@ def compare(bootstrap: str, broker_pid: int | None, model: str, world: int, args
         _print_compute("DDP", [json.loads(Path(str(f) + ".compute.json").read_text())[args.warmup:]
                                for f in sides["ddp"].files if Path(str(f) + ".compute.json").exists()])
         _print_profile(work, run_id, world, args.warmup)
-    return {"world": world, "model": model, "batch": BATCH, "ddp_steps_per_s": round(ddp, 2),
+    return {"world": world, "model": model, "batch": BATCH, "live_rate": args.live_rate, "ddp_steps_per_s": round(ddp, 2),
             "edgestream_steps_per_s": round(es, 2), "ratio": round(es / ddp, 3),
             "round_ratios": [round(r, 3) for r in rounds], "timed_steps": {"ddp": ddp_steps, "edgestream": es_steps},
             "edgestream_split": split,
@@ -365,6 +388,10 @@ def main() -> None:
     ap.add_argument("--model", default="cnn-small", help="comma list: cnn-small (digits), resnet20 (synthetic)")
     ap.add_argument("--repeats", type=int, default=8, help="rounds: one DDP turn and one edgestream turn each")
     ap.add_argument("--threads", type=int, default=1, help="torch threads per rank, both sides")
+    ap.add_argument("--live-rate", type=float, default=None, metavar="SAMPLES_PER_S",
+                    help="end to end: edgestream's streams are produced while the sides run (an `edgestream "
+                         "produce` process at this rate per device, running through both sides' turns) instead of "
+                         "ahead")
     ap.add_argument("--profile", action="store_true", help="cProfile the edgestream trainers (slows them)")
     ap.add_argument("--plot", metavar="PNG", help="also plot step time vs world size, both sides, per model")
     ap.add_argument("--ddp-worker", nargs=4, metavar=("CONFIG", "PROGRESS", "STEPS", "THREADS"),
@@ -397,7 +424,9 @@ def main() -> None:
     wall = time.monotonic() - t_bench
     print(f"\n`{' '.join(['python', 'benchmarks/bench_vs_ddp.py'] + sys.argv[1:])}`: {args.repeats} rounds of "
           f"alternating turns of ~{max(2, -(-args.steps // args.repeats))} steps per side after {args.warmup} "
-          f"warm-up steps; {args.threads} torch thread(s) per rank; gloo; wall {wall:.0f} s\n")
+          f"warm-up steps; {args.threads} torch thread(s) per rank; gloo; "
+          f"{f'producer running at {args.live_rate:g} samples/s per device; ' if args.live_rate else ''}"
+          f"wall {wall:.0f} s\n")
     print("| world | model | batch | DDP steps/s | edgestream steps/s | ratio (target >= 0.9) | per-round ratios "
           "(min-max) | timed steps DDP / edgestream | CPU ms per rank-step DDP / edgestream (+ broker) | "
           "edgestream wait / compute / comm |")
