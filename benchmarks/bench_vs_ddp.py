@@ -21,7 +21,11 @@ runs --steps / --repeats steps and is paused again. Each side is timed on its ow
 (edgestream: the step lines' `time`; DDP: monotonic time after each step): within a turn, from the end of
 the first step that finished after the resume to the end of the last one, so no paused time and no
 start-up is counted on either side. Rate = steps / seconds summed over the turns, of the slowest rank;
-ratio = edgestream / DDP. Per-round ratios show the spread.
+ratio = edgestream / DDP. The turns are found afterwards from the step times alone (`Side.segment`: a
+gap longer than half the other side's shortest turn is a pause), since edgestream's step lines reach the
+file up to 0.25 s after the step (a live EventLog's flusher); the per-round ratios printed while running
+count the lines on file at each pause and read low where lines were still buffered. The table's spread:
+the slowest and fastest timed run of turns of the slowest rank.
 
     python benchmarks/bench_vs_ddp.py [--worlds 1,2,3,4] [--steps N] [--model cnn-small[,resnet20]]
                                       [--repeats R] [--warmup K] [--threads T] [--profile] [--plot PNG]
@@ -149,6 +153,7 @@ class Side:
         self.turns: list[list[tuple[int, int]]] = [[] for _ in files]  # per rank and turn: steps k0..k1 timed
         self.cpu_s = self.broker_cpu_s = 0.0  # CPU seconds its processes (and the broker) used in its turns
         self.turn_steps = 0                   # steps all ranks ran in its turns (partial ones included)
+        self.turn_walls: list[float] = []     # wall seconds of each of its turns (resume to pause)
 
     def refresh(self) -> int:
         """Read what the ranks wrote since the last call; the completed steps of the slowest rank."""
@@ -197,6 +202,25 @@ class Side:
         per_rank = [(sum(k1 - k0 for k0, k1 in tr) / sum(t[k1] - t[k0] for k0, k1 in tr), sum(k1 - k0 for k0, k1 in tr))
                     for t, tr in zip(self.times, self.turns, strict=True)]
         return min(per_rank)
+
+    def spread(self) -> tuple[float, float]:
+        """(min, max) steps/s of one timed run of turns (a segment), over the segments of the slowest rank."""
+        rates = [[(k1 - k0) / (t[k1] - t[k0]) for k0, k1 in tr if k1 - k0 >= 5]
+                 for t, tr in zip(self.times, self.turns, strict=True)]
+        slowest = min((r for r in rates if r), key=lambda r: sum(r) / len(r), default=[float("nan")])
+        return min(slowest), max(slowest)
+
+    def segment(self, pause_s: float, warmup: int) -> None:
+        """Re-derive the timed steps from the step times alone, once every line is read: a turn's steps are a
+        run of steps whose gaps are shorter than `pause_s` (half the other side's shortest turn: the shortest
+        time this side was paused between two turns), timed from the end of its first step (the one that
+        straddles the pause) to its last; nothing before the end of warm-up step `warmup` is timed.
+        Needed because edgestream's step lines reach the file up to LIVE_FLUSH_S (0.25 s) late: counting
+        lines at a pause undercounts the steps done, and a turn timed from such a count includes the pause."""
+        for r, t in enumerate(self.times):
+            cuts = [k for k in range(1, len(t)) if t[k] - t[k - 1] >= pause_s]
+            bounds = [warmup] + [k for k in cuts if k > warmup] + [len(t)]
+            self.turns[r] = [(k0, k1 - 1) for k0, k1 in zip(bounds, bounds[1:]) if k1 - 1 > k0]
 
     def timed_lines(self) -> list[dict]:
         """The step lines of the timed steps (edgestream), all ranks."""
@@ -299,8 +323,10 @@ def turn(side: Side, steps: int, broker_pid: int | None) -> float:
     pids = [p.pid for p in side.procs]
     cpu0, broker0 = _cpu_s(pids), _cpu_s([broker_pid] if broker_pid else [])
     side.signal(signal.SIGCONT)
+    t_resume = time.monotonic()
     _until(side, min(before) + steps + 1, TURN_TIMEOUT_S)
     side.signal(signal.SIGSTOP)
+    side.turn_walls.append(time.monotonic() - t_resume)
     side.cpu_s += _cpu_s(pids) - cpu0
     side.broker_cpu_s += _cpu_s([broker_pid] if broker_pid else []) - broker0
     side.refresh()
@@ -352,7 +378,7 @@ def compare(bootstrap: str, broker_pid: int | None, model: str, world: int, args
                 rates[key] = turn(sides[key], chunk, broker_pid)
             rounds.append(rates["es"] / rates["ddp"] if rates["ddp"] else float("nan"))
             print(f"  {model} world {world} round {i}: DDP {rates['ddp']:.1f} steps/s, edgestream "
-                  f"{rates['es']:.1f} steps/s, ratio {rounds[-1]:.3f}", flush=True)
+                  f"{rates['es']:.1f} steps/s, ratio {rounds[-1]:.3f} (online: lines on file at the pauses)", flush=True)
     finally:
         for s in sides.values():
             s.kill()
@@ -360,6 +386,10 @@ def compare(bootstrap: str, broker_pid: int | None, model: str, world: int, args
             producer.kill()
             producer.wait()
     t_turns = time.monotonic() - t0 - t_warm
+    for s in sides.values():
+        s.refresh()  # the lines written since the last pause (edgestream's buffered ones)
+    sides["ddp"].segment(0.5 * min(sides["es"].turn_walls), args.warmup)
+    sides["es"].segment(0.5 * min(sides["ddp"].turn_walls), args.warmup)
     ddp, ddp_steps = sides["ddp"].rate()
     es, es_steps = sides["es"].rate()
     timed = sides["es"].timed_lines()
@@ -370,7 +400,8 @@ def compare(bootstrap: str, broker_pid: int | None, model: str, world: int, args
         _print_profile(work, run_id, world, args.warmup)
     return {"world": world, "model": model, "batch": BATCH, "live_rate": args.live_rate, "ddp_steps_per_s": round(ddp, 2),
             "edgestream_steps_per_s": round(es, 2), "ratio": round(es / ddp, 3),
-            "round_ratios": [round(r, 3) for r in rounds], "timed_steps": {"ddp": ddp_steps, "edgestream": es_steps},
+            "round_ratios_online": [round(r, 3) for r in rounds],
+            "segment_rates": {k: [round(x, 1) for x in s.spread()] for k, s in sides.items()}, "timed_steps": {"ddp": ddp_steps, "edgestream": es_steps},
             "edgestream_split": split,
             # CPU per step of one rank (the group's CPU in its turns / steps all ranks ran), and the broker's
             "cpu_ms_per_rank_step": {k: round(1000 * s.cpu_s / max(1, s.turn_steps), 2) for k, s in sides.items()},
@@ -427,14 +458,14 @@ def main() -> None:
           f"warm-up steps; {args.threads} torch thread(s) per rank; gloo; "
           f"{f'producer running at {args.live_rate:g} samples/s per device; ' if args.live_rate else ''}"
           f"wall {wall:.0f} s\n")
-    print("| world | model | batch | DDP steps/s | edgestream steps/s | ratio (target >= 0.9) | per-round ratios "
+    print("| world | model | batch | DDP steps/s | edgestream steps/s | ratio (target >= 0.9) | turn rates min-max DDP / edgestream "
           "(min-max) | timed steps DDP / edgestream | CPU ms per rank-step DDP / edgestream (+ broker) | "
           "edgestream wait / compute / comm |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        s, rr = r["edgestream_split"], r["round_ratios"]
+        s, sr = r["edgestream_split"], r["segment_rates"]
         print(f"| {r['world']} | {r['model']} | {r['batch']} | {r['ddp_steps_per_s']} | {r['edgestream_steps_per_s']} "
-              f"| **{r['ratio']}** | {min(rr):.2f}-{max(rr):.2f} | {r['timed_steps']['ddp']} / "
+              f"| **{r['ratio']}** | {sr['ddp'][0]:.0f}-{sr['ddp'][1]:.0f} / {sr['es'][0]:.0f}-{sr['es'][1]:.0f} | {r['timed_steps']['ddp']} / "
               f"{r['timed_steps']['edgestream']} | {r['cpu_ms_per_rank_step']['ddp']} / "
               f"{r['cpu_ms_per_rank_step']['es']} (+ {r['broker_cpu_ms_per_step']['es'] / r['world']:.2f}) | "
               f"{s['wait_s']:.0%} / {s['compute_s']:.0%} / {s['comm_s']:.0%} |")
