@@ -220,7 +220,7 @@ class Side:
         for r, t in enumerate(self.times):
             cuts = [k for k in range(1, len(t)) if t[k] - t[k - 1] >= pause_s]
             bounds = [warmup] + [k for k in cuts if k > warmup] + [len(t)]
-            self.turns[r] = [(k0, k1 - 1) for k0, k1 in zip(bounds, bounds[1:]) if k1 - 1 > k0]
+            self.turns[r] = [(k0, k1 - 1) for k0, k1 in zip(bounds, bounds[1:], strict=False) if k1 - 1 > k0]
 
     def timed_lines(self) -> list[dict]:
         """The step lines of the timed steps (edgestream), all ranks."""
