@@ -458,8 +458,8 @@ def main() -> None:
           f"warm-up steps; {args.threads} torch thread(s) per rank; gloo; "
           f"{f'producer running at {args.live_rate:g} samples/s per device; ' if args.live_rate else ''}"
           f"wall {wall:.0f} s\n")
-    print("| world | model | batch | DDP steps/s | edgestream steps/s | ratio (target >= 0.9) | turn rates min-max DDP / edgestream "
-          "(min-max) | timed steps DDP / edgestream | CPU ms per rank-step DDP / edgestream (+ broker) | "
+    print("| world | model | batch | DDP steps/s | edgestream steps/s | ratio (target >= 1.0) | turn rates min-max DDP / edgestream "
+          "| timed steps DDP / edgestream | CPU ms per rank-step DDP / edgestream (+ broker) | "
           "edgestream wait / compute / comm |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
