@@ -295,11 +295,13 @@ class Zygote:
     def status(self, pid: int) -> int | None:
         """The child's exit status once the server reaped it; a child of a server that died is dead too
         (SIGKILL on its parent's death): -SIGKILL once the process is gone."""
+        from edgestream.kafka.broker import pid_alive  # the orchestrator's side, where it is loaded already
+
         with self._cond:
             if pid in self._exited:
                 return self._exited[pid]
             gone = self._gone
-        if gone and not _alive(pid):
+        if gone and not pid_alive(pid):
             return -int(signal.SIGKILL)
         return None
 
@@ -357,18 +359,6 @@ def take_prestarted() -> Zygote | None:
     z, _PRESTARTED = _PRESTARTED, None
     return z
 
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True
 
 
 if __name__ == "__main__":
