@@ -206,21 +206,21 @@ def main() -> None:
 # --- the orchestrator's side --------------------------------------------------------------------------------
 
 
-class ZygoteError(RuntimeError):
+class ForkServerError(RuntimeError):
     """The fork server is not there (it failed to start, or died): start the child as a new process."""
 
 
 class ForkedProc:
     """A child forked by the server, with what the orchestrator uses of a Popen: pid, poll(), wait()."""
 
-    def __init__(self, zygote: Zygote, pid: int) -> None:
-        self._zygote = zygote
+    def __init__(self, server: ForkServer, pid: int) -> None:
+        self._server = server
         self.pid = pid
         self.returncode: int | None = None
 
     def poll(self) -> int | None:
         if self.returncode is None:
-            self.returncode = self._zygote.status(self.pid)
+            self.returncode = self._server.status(self.pid)
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
@@ -228,12 +228,12 @@ class ForkedProc:
         while self.poll() is None:
             if deadline is not None and time.monotonic() > deadline:
                 raise subprocess.TimeoutExpired(f"pid {self.pid}", timeout)
-            self._zygote.wait_change(0.05)
+            self._server.wait_change(0.05)
         return self.returncode
 
 
-class Zygote:
-    """The orchestrator's handle on its fork server: `Zygote()` starts it (its imports run in the
+class ForkServer:
+    """The orchestrator's handle on its fork server: `ForkServer()` starts it (its imports run in the
     background), `spawn` forks a child from it, `close` ends it."""
 
     def __init__(self, drop_env: Sequence[str] = ()) -> None:
@@ -259,7 +259,7 @@ class Zygote:
         self._exited: dict[int, int] = {}
         self._next = 0
         self._send_lock = threading.Lock()
-        self._reader = threading.Thread(target=self._read, name="zygote-reader", daemon=True)
+        self._reader = threading.Thread(target=self._read, name="fork-server-reader", daemon=True)
         self._reader.start()
 
     def _read(self) -> None:
@@ -308,9 +308,9 @@ class Zygote:
     def spawn(self, module: str, args: Sequence[str], out_fd: int, env: Mapping[str, str], cwd: str | Path | None,
               handover: tuple[str, int] | None = None) -> ForkedProc:
         """Fork `python -m <module> <args>` with stdout and stderr on `out_fd` and, with `handover` (VAR, fd), the
-        file descriptor `fd` inherited and named in VAR. ZygoteError when the server cannot."""
+        file descriptor `fd` inherited and named in VAR. ForkServerError when the server cannot."""
         if not self.wait_ready():
-            raise ZygoteError("the fork server did not start")
+            raise ForkServerError("the fork server did not start")
         with self._cond:
             self._next += 1
             rid = self._next
@@ -321,12 +321,12 @@ class Zygote:
             with self._send_lock:
                 socket.send_fds(self._sock, [json.dumps(req).encode()], fds)
         except OSError as exc:
-            raise ZygoteError(f"the fork server is gone ({exc.strerror})") from None
+            raise ForkServerError(f"the fork server is gone ({exc.strerror})") from None
         with self._cond:
             self._cond.wait_for(lambda: rid in self._started or self._gone, READY_S)
             answer = self._started.pop(rid, None)
         if answer is None or "pid" not in answer:
-            raise ZygoteError((answer or {}).get("error") or "the fork server did not answer")
+            raise ForkServerError((answer or {}).get("error") or "the fork server did not answer")
         return ForkedProc(self, answer["pid"])
 
     def close(self) -> None:
@@ -342,7 +342,7 @@ class Zygote:
             self._proc.wait()
 
 
-_PRESTARTED: Zygote | None = None
+_PRESTARTED: ForkServer | None = None
 
 
 def prestart(drop_env: Sequence[str] = ()) -> None:
@@ -351,10 +351,10 @@ def prestart(drop_env: Sequence[str] = ()) -> None:
     global _PRESTARTED
     if _PRESTARTED is None:
         with contextlib.suppress(OSError):
-            _PRESTARTED = Zygote(drop_env)
+            _PRESTARTED = ForkServer(drop_env)
 
 
-def take_prestarted() -> Zygote | None:
+def take_prestarted() -> ForkServer | None:
     global _PRESTARTED
     z, _PRESTARTED = _PRESTARTED, None
     return z

@@ -141,7 +141,7 @@ def test_secrets_reach_a_forked_child_on_a_pipe_only(probe_env, warm_set, tmp_pa
                            env=dict(probe_env, PROBE_FD_VAR="PROBE_SECRET_FD"))
     code, lines = _finish(child, tmp_path / "s.out")
     assert code == 0 and json.loads(lines[0])["handed"] == "s3cr3t-value"
-    assert b"s3cr3t" not in Path(f"/proc/{warm_set.zygote.pid}/environ").read_bytes()
+    assert b"s3cr3t" not in Path(f"/proc/{warm_set.fork_server.pid}/environ").read_bytes()
 
 
 def test_forked_children_draw_their_own_random_numbers(probe_env, warm_set, tmp_path):
@@ -163,7 +163,7 @@ def test_the_server_and_its_children_die_with_their_orchestrator(probe_env, tmp_
         from edgestream.launch.procs import ChildSet
         c = ChildSet(); c.warm()
         child = c.start("sleeper", {_cmd("sleep")!r}, Path({str(tmp_path / "sleep.out")!r}), env={probe_env!r})
-        print(json.dumps({{"server": c.zygote.pid, "child": child.pid}}), flush=True)
+        print(json.dumps({{"server": c.fork_server.pid, "child": child.pid}}), flush=True)
         time.sleep(120)
     '''))
     owner = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
@@ -184,10 +184,10 @@ def test_the_server_and_its_children_die_with_their_orchestrator(probe_env, tmp_
 
 
 def test_a_child_is_started_as_a_new_process_when_the_server_is_gone(probe_env, warm_set, tmp_path):
-    os.kill(warm_set.zygote.pid, signal.SIGKILL)
-    warm_set.zygote._proc.wait()
+    os.kill(warm_set.fork_server.pid, signal.SIGKILL)
+    warm_set.fork_server._proc.wait()
     child = warm_set.start("after", _cmd("report", "5"), tmp_path / "a.out", env=probe_env)
-    assert isinstance(child.proc, subprocess.Popen) and warm_set.zygote is None
+    assert isinstance(child.proc, subprocess.Popen) and warm_set.fork_server is None
     assert _finish(child, tmp_path / "a.out")[0] == 5
 
 

@@ -335,7 +335,7 @@ class LocalRun:
                 "ps": self.ps.pid if self.ps else None,
                 "trainers": {str(r): c.pid for r, c in sorted(self.trainers.items())},
                 # the process the children were forked from (edgestream/forkserver.py); null: started as new processes
-                "fork_server": self.children.zygote.pid if self.children.zygote is not None else None}
+                "fork_server": self.children.fork_server.pid if self.children.fork_server is not None else None}
         tmp = self.path / "pids.json.tmp"
         try:
             tmp.write_text(json.dumps(data, indent=2) + "\n")

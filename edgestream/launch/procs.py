@@ -32,8 +32,8 @@ from pathlib import Path
 
 from edgestream.forkserver import (
     ForkedProc,
-    Zygote,
-    ZygoteError,
+    ForkServer,
+    ForkServerError,
     die_with_parent_preexec,
     take_prestarted,
 )
@@ -122,7 +122,7 @@ class ChildSet:
     def __init__(self) -> None:
         self.children: list[Child] = []
         self.handover: tuple[str, bytes] | None = None
-        self.zygote: Zygote | None = None
+        self.server: ForkServer | None = None
         ref = weakref.ref(self)
         self._atexit = lambda: (lambda s: s.kill_all() if s is not None else None)(ref())
         atexit.register(self._atexit)
@@ -130,25 +130,25 @@ class ChildSet:
     def warm(self, secret_env: Sequence[str] = ()) -> None:
         """Start the fork server now (its imports run while the caller goes on), without the variables
         `secret_env` in its environment; idempotent."""
-        if self.zygote is None:
+        if self.fork_server is None:
             try:
-                self.zygote = take_prestarted() or Zygote(drop_env=secret_env)
+                self.fork_server = take_prestarted() or ForkServer(drop_env=secret_env)
             except OSError:
-                self.zygote = None
+                self.fork_server = None
 
     def _fork(self, cmd: Sequence[str], out, env: dict, cwd, fds: tuple[int, ...]) -> ForkedProc | None:
         """`cmd` forked from the fork server when it is `python -m MODULE ...` of this interpreter and the
         server is up; None otherwise (then it is started as a new process)."""
-        if self.zygote is None or len(cmd) < 3 or list(cmd[:2]) != [sys.executable, "-m"]:
+        if self.fork_server is None or len(cmd) < 3 or list(cmd[:2]) != [sys.executable, "-m"]:
             return None
         handover = (self.handover[0], fds[0]) if fds and self.handover is not None else None
         if handover is not None:
             env = {k: v for k, v in env.items() if k != handover[0]}
         try:
-            return self.zygote.spawn(cmd[2], list(cmd[3:]), out.fileno(), env, cwd, handover)
-        except ZygoteError:
-            self.zygote.close()
-            self.zygote = None
+            return self.fork_server.spawn(cmd[2], list(cmd[3:]), out.fileno(), env, cwd, handover)
+        except ForkServerError:
+            self.fork_server.close()
+            self.fork_server = None
             return None
 
     def start(self, name: str, cmd: Sequence[str], out_path: Path, env: Mapping[str, str] | None = None,
@@ -207,9 +207,9 @@ class ChildSet:
     def close(self) -> None:
         """Kill what is left, end the fork server and drop the atexit hook."""
         self.kill_all()
-        if self.zygote is not None:
-            self.zygote.close()
-            self.zygote = None
+        if self.fork_server is not None:
+            self.fork_server.close()
+            self.fork_server = None
         atexit.unregister(self._atexit)
 
 
