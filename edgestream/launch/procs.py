@@ -122,7 +122,7 @@ class ChildSet:
     def __init__(self) -> None:
         self.children: list[Child] = []
         self.handover: tuple[str, bytes] | None = None
-        self.server: ForkServer | None = None
+        self.fork_server: ForkServer | None = None
         ref = weakref.ref(self)
         self._atexit = lambda: (lambda s: s.kill_all() if s is not None else None)(ref())
         atexit.register(self._atexit)
