@@ -64,14 +64,14 @@ test: jars
 
 # Python 3.12 (the Jetson image's Python): a second venv runs the tests that cover every package under
 # 3.12 -- config, wire, serde, sync, simulator, collectives, PS wire, decode, CLI, backend agreement,
-# TensorBoard, and real trainers on the broker. CI runs it after `make test`.
+# TensorBoard, real trainers on the broker, and the local runtime's fork server. CI runs it after `make test`.
 PYTHON312 ?= $(shell command -v python3.12 >/dev/null 2>&1 && python3.12 -c 'import sys' 2>/dev/null && command -v python3.12 || ls -d $$HOME/.pyenv/versions/3.12*/bin/python3.12 2>/dev/null | tail -1)
 VENV312   := .venv312
 STAMP312  := $(VENV312)/.installed
 PY312_TESTS ?= tests/test_config.py tests/test_data_wire.py tests/test_data_serde.py tests/test_sync_exchange.py \
 	tests/test_sim_engine.py tests/test_sim_batched.py tests/test_collectives.py tests/test_ps_wire.py \
 	tests/test_consumer_device_decode.py tests/test_cli.py tests/test_backend.py tests/test_tensorboard.py \
-	tests/test_trainer.py::test_ddl_two_ranks_learn_with_identical_replicas tests/test_lock.py
+	tests/test_trainer.py::test_ddl_two_ranks_learn_with_identical_replicas tests/test_lock.py tests/test_forkserver.py
 
 $(STAMP312): pyproject.toml $(LOCK) setup.py edgestream/data/_wirefast.c edgestream/sim/_shuffle.c
 	@test -n "$(PYTHON312)" || { echo "python3.12 not found: install it or set PYTHON312=/path/to/python3.12"; exit 1; }
