@@ -9,6 +9,8 @@ from collections.abc import Sequence
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 import torch.nn.functional as F
 from sklearn.datasets import load_digits
 from torch import Tensor, nn
@@ -16,6 +18,7 @@ from torch import Tensor, nn
 from edgestream.compression import AdaptiveTopKState, ResidualMemory, TopKCompressor, build_compressor
 from edgestream.runner.lockstep import run_lockstep
 from edgestream.sync import Codec, exchange
+from edgestream.sync.reduction import reduce_all
 
 
 def _no_local_requests(rank: int, req: object) -> None:
@@ -147,3 +150,52 @@ def test_adaptive_dense_step_folds_residual_in_once() -> None:
     assert torch.allclose(total, want, atol=1e-6)
     for m in mems:
         assert torch.count_nonzero(m.residual("0")) == 0
+
+
+def _drive_one(program, answer):
+    """Run one exchange against `answer(request) -> result` (a one-worker engine of the test's making)."""
+    req = next(program)
+    try:
+        program.send(answer(req))
+    except StopIteration as stop:
+        return req, stop.value
+    raise AssertionError("the dense exchange issues one all-reduce")
+
+
+@settings(max_examples=40, deadline=None)
+@given(shapes=st.lists(st.lists(st.integers(0, 5), min_size=0, max_size=3), min_size=1, max_size=6),
+       dtype=st.sampled_from([torch.float32, torch.float64, torch.float16, torch.bfloat16]),
+       weight=st.sampled_from([1.0, 0.5, 3.0, 17.0]), peers=st.floats(0.5, 100.0))
+def test_the_exchange_divides_its_own_result_in_place_and_never_what_it_sent(shapes, dtype, weight, peers) -> None:
+    """A result that is the worker's own (the real runtime's bucket buffers: here fresh tensors) is divided
+    where it is, bit for bit the out-of-place division; a world of one, whose sum is the worker's own
+    inputs (reduce_all of one request), never has them changed: the gradients stay as computed."""
+    gen = torch.Generator().manual_seed(len(shapes))
+    grads = [torch.randn(tuple(s), generator=gen, dtype=torch.float64).to(dtype) for s in shapes]
+    kept = [g.clone() for g in grads]
+
+    # fresh sums (as from peers): the update IS the result, divided in place, equal to the old division
+    fresh: list[Tensor] = []
+
+    def own(req):
+        sums = [t * 2 for t in req.tensors[:-1]] + [req.tensors[-1] + torch.tensor([peers, 0.0], dtype=dtype)]
+        fresh.extend(sums)
+        return list(sums)
+
+    _, res = _drive_one(exchange(grads, weight), own)
+    total = float(torch.tensor([weight], dtype=dtype)[0]) + float(torch.tensor([peers], dtype=dtype)[0])
+    assert res.total_weight == pytest.approx(total, rel=1e-2)
+    for got, mine, sent in zip(res.update, fresh[:-1], grads, strict=True):
+        assert got.data_ptr() == mine.data_ptr() or got.numel() == 0  # divided where it is
+        want = torch._foreach_div([(weight * sent if weight != 1.0 else sent) * 2], res.total_weight)[0]
+        assert torch.equal(got, want)
+    for g, k in zip(grads, kept, strict=True):
+        assert torch.equal(g, k)
+
+    # a world of one: the sum is what was sent; nothing the worker sent is written into
+    req, res1 = _drive_one(exchange(grads, weight), lambda r: reduce_all([r]))
+    for g, k in zip(grads, kept, strict=True):
+        assert torch.equal(g, k)
+    assert torch.equal(req.tensors[-1], torch.tensor([weight, 0.0], dtype=dtype))  # the shared [w, stop]
+    for got, g in zip(res1.update, grads, strict=True):
+        assert torch.equal(got, g if weight == 1.0 else torch._foreach_div([weight * g], weight)[0])

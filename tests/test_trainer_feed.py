@@ -10,6 +10,8 @@ import time
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from edgestream.config import load_dict
@@ -116,6 +118,37 @@ def test_live_event_log_buffers_step_lines_and_loses_none(tmp_path):
     events.step(time=52.0, device=0, step=51, batch=8)
     events.close()
     assert [json.loads(x)["step"] for x in path.read_text().splitlines() if '"step"' in x][-1] == 51
+
+
+_JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**80), 2**80) | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner, max_size=4),
+    max_leaves=12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(fields=st.dictionaries(st.text(min_size=1, max_size=8).filter(lambda k: k != "kind"), _JSON_VALUES,
+                              max_size=25), live=st.booleans())
+def test_event_lines_read_back_as_written_whatever_the_values(tmp_path_factory, fields, live):
+    """Each line is encoded by orjson or, where it refuses or would write non-ASCII, the standard library's
+    encoder: every line reads back (json.loads) to the values given, one line per record, ASCII only, and a
+    value neither knows is written as its str()."""
+    path = tmp_path_factory.mktemp("ev") / "0.jsonl"
+    events = EventLog(path, live=live)
+    events.record("any", **fields)
+    events.record("digest", value=ParamDigestLike())
+    events.close()
+    raw = path.read_bytes()
+    assert raw.isascii()
+    lines = [json.loads(x) for x in raw.decode().splitlines()]
+    given_back = {k: round(v, 6) if type(v) is float else v for k, v in fields.items()}  # a line's floats: 6 places
+    assert lines == [{"kind": "any", **given_back}, {"kind": "digest", "value": "digest-of-the-parameters"}]
+
+
+class ParamDigestLike:
+    def __str__(self) -> str:
+        return "digest-of-the-parameters"
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

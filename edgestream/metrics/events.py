@@ -13,6 +13,8 @@ import math
 import threading
 from pathlib import Path
 
+import orjson
+
 STEP_FIELDS = ("time", "device", "step", "batch", "wait_s", "compute_s", "comm_s", "buffer_samples",
                "buffer_bytes", "dropped", "injected", "bytes_sent", "floats_sent", "compressed", "loss")
 
@@ -34,8 +36,22 @@ def _plain(v):
     return str(v)
 
 
-#: one encoder for every line (json.dumps with options builds a new encoder per call)
+#: the fallback encoder (json.dumps with options builds a new encoder per call)
 _ENCODER = json.JSONEncoder(separators=(",", ":"), default=_plain)
+_ORJSON_OPTIONS = orjson.OPT_NON_STR_KEYS
+
+
+def _line(rec: dict) -> str:
+    """One JSONL line: orjson (~15x the standard library's encoder on a step line; the same values, compact
+    separators, floats in their shortest repr, only an exponent written 1e-7 where Python writes 1e-07),
+    else the standard library's: for
+    what orjson refuses (an int beyond 64 bits) and for non-ASCII text (escaped as before, whatever the
+    reader's locale)."""
+    try:
+        out = orjson.dumps(rec, default=_plain, option=_ORJSON_OPTIONS)
+    except TypeError:
+        out = b""
+    return out.decode() + "\n" if out and out.isascii() else _ENCODER.encode(rec) + "\n"
 
 #: seconds a live EventLog keeps step lines buffered at most (what the orchestrator's live view lags by)
 LIVE_FLUSH_S = 0.25
@@ -137,7 +153,7 @@ class EventLog:
             elif many:
                 self._kick.set()
             return
-        text = _ENCODER.encode(rec) + "\n" if self._f is not None else ""  # no file: nothing to encode
+        text = _line(rec) if self._f is not None else ""  # no file: nothing to encode
         with self._lock:
             if self.records is not None:
                 self.records.append(rec)
@@ -150,7 +166,7 @@ class EventLog:
             with self._lock:
                 lines, self._pending = self._pending, []
             if lines and self._f is not None:
-                self._f.write("".join(_ENCODER.encode(rec) + "\n" for rec in lines))
+                self._f.write("".join(_line(rec) for rec in lines))
                 self._f.flush()
 
     def _flusher(self) -> None:

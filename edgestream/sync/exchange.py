@@ -112,13 +112,20 @@ def _meta(weight: float, flag: float, dtype: torch.dtype, device: Any) -> Tensor
     return torch.tensor([weight, flag], dtype=dtype, device=device)
 
 
-def _divide(sums: Sequence[Tensor], total: float) -> list[Tensor]:
+def _divide(sums: Sequence[Tensor], total: float, *, in_place: bool = False) -> list[Tensor]:
     """s / total for every tensor, in one call (a foreach op: one Python call, not one per tensor; on the
-    CPU the same division per tensor as `s / total`). A total of 1 divides nothing: s / 1.0 == s bit for bit."""
+    CPU the same division per tensor as `s / total`). A total of 1 divides nothing: s / 1.0 == s bit for bit.
+    in_place: divide the tensors themselves (they must be the caller's own), bit for bit the same values
+    without allocating new ones."""
     import torch
 
     sums = list(sums)
-    return list(torch._foreach_div(sums, total)) if sums and total != 1.0 else sums
+    if not sums or total == 1.0:
+        return sums
+    if in_place:
+        torch._foreach_div_(sums, total)
+        return sums
+    return list(torch._foreach_div(sums, total))
 
 
 def _compression_loss(compressor: Compressor, memory: Memory | None, grads: Sequence[Tensor],
@@ -199,7 +206,11 @@ def exchange(
             # (read-only) tensors; the real runtime returns a plain list and divides here
             update = list(derive(("mean", n, total), lambda: _divide(reduced[:n], total)))
         else:
-            update = _divide(reduced[:n], total)
+            # a result is this worker's own (edgestream.sync.requests): divided where it is (the real
+            # runtime's bucket buffers), unless it is what this worker sent (a world of one sums to its inputs)
+            sums = reduced[:n]
+            shared = any(r.data_ptr() == o.data_ptr() and r.numel() for r, o in zip(sums, out))  # (empty: no memory)
+            update = _divide(sums, total, in_place=not shared)
         return ExchangeResult(update, total, False, wire_floats(sent), sent, any_stop, votes)
 
     assert compressor is not None

@@ -33,7 +33,8 @@ def reduce_all(requests: list[AllReduce]) -> list[Tensor]:
     with torch.no_grad():
         if first.op == "sum" and len(requests) == 1:
             # the sum of one: its own tensors, no copy (no engine or algorithm writes into an all-reduce's
-            # inputs or results); on a GPU a copy per tensor is a kernel launch per tensor per step
+            # inputs; the exchange writes into a result only where it shares no memory with what it sent);
+            # on a GPU a copy per tensor is a kernel launch per tensor per step
             return [t.detach() for t in first.tensors]
         if first.op == "sum":
             acc = [t.detach().clone() for t in first.tensors]

@@ -40,6 +40,7 @@ from typing import Any, Literal
 import torch
 import torch.distributed as dist
 from torch import Tensor
+from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
 from edgestream.compression import payload_nbytes
 from edgestream.sync.reduction import reduce_all
@@ -128,7 +129,10 @@ class DistCollectives:
         buckets = _buckets(tensors, self.bucket_bytes)
         flats: list[Tensor] = []
         for idx in buckets:
-            flat = torch.cat([tensors[i].reshape(-1) for i in idx])  # a fresh contiguous buffer (any strides in)
+            # a fresh contiguous buffer (any strides in); torch's flatten of ONE tensor is that tensor's own
+            # storage, which the all-reduce would overwrite: copied
+            flat = (_flatten_dense_tensors([tensors[i] for i in idx]) if len(idx) > 1
+                    else tensors[idx[0]].reshape(-1).clone())
             if weighted and not (flat.is_floating_point() or flat.is_complex()):
                 flat = flat * w  # an integer bucket becomes floating, as reduce_all's w_i t_i does
             elif weighted and w != 1.0:
@@ -143,15 +147,16 @@ class DistCollectives:
                 total = float(wbuf[0])
                 if total <= 0:
                     raise RuntimeError("weighted_mean all-reduce with total weight <= 0")
+            if len(buckets) == 1:  # the common case: every tensor in one bucket, in order
+                if wbuf is not None:
+                    flats[0].div_(total)
+                return list(_unflatten_dense_tensors(flats[0], tensors))
             out: list[Tensor | None] = [None] * len(tensors)
             for idx, flat in zip(buckets, flats, strict=True):
                 if wbuf is not None:
                     flat.div_(total)
-                pos = 0
-                for i in idx:
-                    n = tensors[i].numel()
-                    out[i] = flat[pos:pos + n].view(tensors[i].shape)
-                    pos += n
+                for i, view in zip(idx, _unflatten_dense_tensors(flat, [tensors[i] for i in idx]), strict=True):
+                    out[i] = view
             return out  # type: ignore[return-value]
 
         return Pending(works, finish, nbytes=nbytes)
