@@ -94,9 +94,27 @@ def _env(rank: int, world: int, port: int, threads: int) -> dict:
     return env
 
 
+# ---------------------------------------------------------------------------------------------- --request-cpu
+class CpuTally:
+    """Main-thread CPU seconds per category of a rank's steps (thread CPU: what waiting for a peer, a pause
+    or a core does not add), written to `path` as JSON every 20 steps (the bench kills the ranks)."""
+
+    def __init__(self, path: str) -> None:
+        self.path, self.totals, self.steps = path, {}, 0
+
+    def add(self, parts: dict[str, float]) -> None:
+        for k, v in parts.items():
+            self.totals[k] = self.totals.get(k, 0.0) + v
+        self.steps += 1
+        if self.steps % 20 == 0:
+            Path(self.path).write_text(json.dumps({"steps": self.steps, "totals": self.totals}))
+
+
 # ---------------------------------------------------------------------------------------------- DDP side
-def ddp_worker(cfg_path: str, progress: str, steps: int, threads: int, profile: bool) -> None:
-    """One DDP rank (a subprocess with torchrun's environment); appends each step's end time to `progress`."""
+def ddp_worker(cfg_path: str, progress: str, steps: int, threads: int, profile: bool, request_cpu: bool = False,
+               warmup: int = 0) -> None:
+    """One DDP rank (a subprocess with torchrun's environment); appends each step's end time to `progress`.
+    request_cpu: the main thread's CPU per phase of a step after `warmup` steps, in `progress`.cpu.json."""
     import torch
     import torch.distributed as dist
     import torch.nn.functional as F
@@ -122,19 +140,25 @@ def ddp_worker(cfg_path: str, progress: str, steps: int, threads: int, profile: 
     ddp = DDP(model)
     compute: list[tuple[float, float]] = []
     pos = 0
+    cpu = CpuTally(progress + ".cpu.json")
     with open(progress, "w", buffering=1) as out:
-        for _ in range(steps):
+        for step in range(steps):
             xb, yb = x[pos:pos + BATCH], y[pos:pos + BATCH]
             pos = (pos + BATCH) % n
             t0, c0 = time.perf_counter(), time.thread_time()
             optimizer.zero_grad(set_to_none=True)
             loss = F.cross_entropy(ddp(xb), yb)
             loss.backward()  # DDP's bucketed all-reduce runs in gloo's threads meanwhile and is waited for here
+            c1 = time.thread_time()
             if profile:
-                compute.append((time.perf_counter() - t0, time.thread_time() - c0))
+                compute.append((time.perf_counter() - t0, c1 - c0))
             optimizer.step()
+            c2 = time.thread_time()
             loss.item()
             out.write(f"{time.monotonic()}\n")
+            if request_cpu and step >= warmup:
+                cpu.add({"zero_grad + forward + backward + all-reduce": c1 - c0, "optimizer step": c2 - c1,
+                         "loss.item + progress line": time.thread_time() - c2})
             if profile and len(compute) % 10 == 0:  # the bench kills the ranks at the end: write as we go
                 Path(progress + ".compute.json").write_text(json.dumps(compute))
     dist.destroy_process_group()
@@ -258,11 +282,13 @@ def _es_line(raw: bytes) -> tuple[float | None, dict | None]:
     return (e["time"], e) if e.get("kind") == "step" else (None, None)
 
 
-def start_ddp(cfg_path: Path, world: int, steps: int, threads: int, work: Path, profile: bool) -> Side:
+def start_ddp(cfg_path: Path, world: int, steps: int, threads: int, work: Path, profile: bool,
+              request_cpu: bool = False, warmup: int = 0) -> Side:
     port = _free_port()
     files = [work / f"ddp-{cfg_path.stem}-{r}.txt" for r in range(world)]
     procs = [subprocess.Popen([sys.executable, __file__, "--ddp-worker", str(cfg_path), str(files[r]), str(steps),
-                               str(threads)] + (["--profile"] if profile else []),
+                               str(threads)] + (["--profile"] if profile else [])
+                              + (["--request-cpu", "--warmup", str(warmup)] if request_cpu else []),
                               env=_env(r, world, port, threads), stdout=subprocess.DEVNULL,
                               stderr=subprocess.PIPE, text=True) for r in range(world)]
     return Side("DDP", procs, files, _ddp_line)
@@ -283,12 +309,14 @@ def start_producer(bootstrap: str, cfg_path: Path, run_id: str, work: Path) -> s
 
 
 def start_edgestream(bootstrap: str, cfg_path: Path, run_id: str, world: int, threads: int, work: Path,
-                     profile: bool) -> Side:
+                     profile: bool, request_cpu: bool = False, warmup: int = 0) -> Side:
     port = _free_port()
     procs = []
     for r in range(world):
         pre = ([sys.executable, __file__, "--profiled-trainer", str(work / f"prof-{run_id}-{r}.pstats")] if profile
-               else [sys.executable, os.environ["VSDDP_WRAP"]] if os.environ.get("VSDDP_WRAP") else [sys.executable, "-m", "edgestream.cli"])  # TEMP
+               else [sys.executable, __file__, "--request-cpu-trainer", str(work / f"cpu-{run_id}-{r}.json"),
+                     str(warmup)] if request_cpu
+               else [sys.executable, "-m", "edgestream.cli"])
         procs.append(subprocess.Popen(pre + ["train", str(cfg_path), "--run-id", run_id, "--bootstrap", bootstrap,
                                              "--out", str(work / "runs"), "--no-digest"],
                                       env=_env(r, world, port, threads), stdout=subprocess.DEVNULL,
@@ -351,8 +379,9 @@ def compare(bootstrap: str, broker_pid: int | None, model: str, world: int, args
     run_id = produce_ahead(bootstrap, cfg_path, world, args.warmup + 4 if live else cap,
                            args.live_rate if live else RATE)
     producer = start_producer(bootstrap, cfg_path, run_id, work) if live else None
-    sides = {"ddp": start_ddp(cfg_path, world, cap, args.threads, work, args.profile),
-             "es": start_edgestream(bootstrap, cfg_path, run_id, world, args.threads, work, args.profile)}
+    sides = {"ddp": start_ddp(cfg_path, world, cap, args.threads, work, args.profile, args.request_cpu, args.warmup),
+             "es": start_edgestream(bootstrap, cfg_path, run_id, world, args.threads, work, args.profile,
+                                    args.request_cpu, args.warmup)}
     rounds = []
     t0 = time.monotonic()
     try:
@@ -394,6 +423,13 @@ def compare(bootstrap: str, broker_pid: int | None, model: str, world: int, args
     es, es_steps = sides["es"].rate()
     timed = sides["es"].timed_lines()
     split = {k: round(sum(e[k] for e in timed) / len(timed) * es, 3) for k in ("wait_s", "compute_s", "comm_s")}
+    cpu_split = None
+    if args.request_cpu:
+        cpu_ms = {k: 1000 * s.cpu_s / max(1, s.turn_steps) for k, s in sides.items()}
+        files = {"DDP": [Path(str(f) + ".cpu.json") for f in sides["ddp"].files],
+                 "edgestream": [work / f"cpu-{run_id}-{r}.json" for r in range(world)]}
+        _print_request_cpu(files, {"DDP": cpu_ms["ddp"], "edgestream": cpu_ms["es"]})
+        cpu_split = {side: [json.loads(p.read_text()) for p in paths if p.exists()] for side, paths in files.items()}
     if args.profile:
         _print_compute("DDP", [json.loads(Path(str(f) + ".compute.json").read_text())[args.warmup:]
                                for f in sides["ddp"].files if Path(str(f) + ".compute.json").exists()])
@@ -407,7 +443,7 @@ def compare(bootstrap: str, broker_pid: int | None, model: str, world: int, args
             "cpu_ms_per_rank_step": {k: round(1000 * s.cpu_s / max(1, s.turn_steps), 2) for k, s in sides.items()},
             "broker_cpu_ms_per_step": {k: round(1000 * s.broker_cpu_s / max(1, s.turn_steps / world), 2)
                                        for k, s in sides.items()},
-            "startup_warmup_s": round(t_warm, 1), "turns_s": round(t_turns, 1)}
+            "startup_warmup_s": round(t_warm, 1), "turns_s": round(t_turns, 1), "request_cpu": cpu_split}
 
 
 # ---------------------------------------------------------------------------------------------- main
@@ -424,19 +460,26 @@ def main() -> None:
                          "produce` process at this rate per device, running through both sides' turns) instead of "
                          "ahead")
     ap.add_argument("--profile", action="store_true", help="cProfile the edgestream trainers (slows them)")
+    ap.add_argument("--request-cpu", action="store_true",
+                    help="also split each side's main-thread CPU per step by what it did (request kinds, the "
+                         "algorithm's own code, the step line; DDP's phases); a few thread-clock reads a step")
     ap.add_argument("--plot", metavar="PNG", help="also plot step time vs world size, both sides, per model")
     ap.add_argument("--ddp-worker", nargs=4, metavar=("CONFIG", "PROGRESS", "STEPS", "THREADS"),
                     help=argparse.SUPPRESS)
     ap.add_argument("--profiled-trainer", metavar="OUT", help=argparse.SUPPRESS)
+    ap.add_argument("--request-cpu-trainer", nargs=2, metavar=("OUT", "WARMUP"), help=argparse.SUPPRESS)
     args, rest = ap.parse_known_args()
     if args.profiled_trainer:
         profiled_trainer(args.profiled_trainer, rest)
+        return
+    if args.request_cpu_trainer:
+        request_cpu_trainer(args.request_cpu_trainer[0], int(args.request_cpu_trainer[1]), rest)
         return
     if rest:
         ap.error(f"unrecognized arguments: {' '.join(rest)}")
     if args.ddp_worker:
         cfg, progress, steps, threads = args.ddp_worker
-        ddp_worker(cfg, progress, int(steps), int(threads), args.profile)
+        ddp_worker(cfg, progress, int(steps), int(threads), args.profile, args.request_cpu, args.warmup)
         return
 
     rows = []
@@ -544,6 +587,84 @@ def profiled_trainer(out: str, argv: list[str]) -> None:
     WorkerSession.run_blocking = profiled  # type: ignore[method-assign]
     TrainerPerformer._compute = timed_compute  # type: ignore[method-assign]
     cli_main(argv)
+
+
+def request_cpu_trainer(out: str, warmup: int, argv: list[str]) -> None:
+    """`edgestream train ARGV` with its main thread's CPU per step split by what it did: each request kind
+    the worker yields (performed by the trainer), the worker's own code between requests (the algorithm,
+    sync/), the step line (built and handed to the event log), the hooks at each Log; after `warmup` steps."""
+    from edgestream.cli import main as cli_main
+    from edgestream.runner import session as session_mod
+    from edgestream.sync.requests import Log
+    from edgestream.trainer.performer import TrainerPerformer
+
+    tally, clock = CpuTally(out), time.thread_time
+    step: dict[str, float] = {}
+    state = {"steps": 0, "start": None}
+    perform, sink, drive = TrainerPerformer.perform, session_mod.WorkerSession.sink, session_mod.drive
+
+    def note(key: str, dt: float) -> None:
+        step[key] = step.get(key, 0.0) + dt
+
+    def timed_perform(self: TrainerPerformer, rank: int, req: object) -> object:
+        c0 = clock()
+        try:
+            return perform(self, rank, req)
+        finally:
+            note(type(req).__name__, clock() - c0)
+
+    def timed_sink(self: object, line: dict) -> None:
+        c0 = clock()
+        sink(self, line)
+        now = clock()
+        note("step line", now - c0)
+        if state["start"] is not None and state["steps"] >= warmup:
+            total = now - state["start"]
+            tally.add({**step, "other (driver)": total - sum(step.values()), "step": total})
+        state["steps"] += 1
+        state["start"] = now
+        step.clear()
+
+    class Timed:  # the worker's own code: the time inside its generator's send
+        def __init__(self, program: object) -> None:
+            self.program = program
+
+        def send(self, value: object) -> object:
+            c0 = clock()
+            try:
+                return self.program.send(value)
+            finally:
+                note("algorithm (sync/)", clock() - c0)
+
+    def timed_drive(rank, program, performer, sink, meters=None, on_request=None, profile=None):  # noqa: ANN001, ANN202
+        def hooks(r: int, req: object) -> None:
+            c0 = clock()
+            on_request(r, req)
+            note("Log hooks" if isinstance(req, Log) else "request hooks", clock() - c0)
+
+        return drive(rank, Timed(program), performer, sink, meters,
+                     on_request=hooks if on_request is not None else None, profile=profile)
+
+    TrainerPerformer.perform = timed_perform  # type: ignore[method-assign]
+    session_mod.WorkerSession.sink = timed_sink  # type: ignore[method-assign]
+    session_mod.drive = timed_drive
+    cli_main(argv)
+
+
+def _print_request_cpu(files: dict[str, list[Path]], total_ms: dict[str, float]) -> None:
+    """Per rank-step main-thread CPU by category, both sides (mean over ranks), and the other threads'."""
+    for side, paths in files.items():
+        tallies = [json.loads(p.read_text()) for p in paths if p.exists()]
+        if not tallies:
+            continue
+        keys = sorted({k for t in tallies for k in t["totals"]}, key=lambda k: -sum(t["totals"].get(k, 0) for t in tallies))
+        per = {k: 1000 * statistics.mean(t["totals"].get(k, 0.0) / t["steps"] for t in tallies) for k in keys}
+        main_ms = per.pop("step", None) or sum(per.values())
+        print(f"  {side}: main-thread CPU per rank-step {main_ms:.3f} ms (steps counted: "
+              f"{', '.join(str(t['steps']) for t in tallies)}); the process's other threads "
+              f"{total_ms[side] - main_ms:.3f} ms")
+        for k, v in per.items():
+            print(f"    {k:45s} {v:.3f} ms")
 
 
 def _print_compute(side: str, per_rank: list[list[list[float]]]) -> None:
