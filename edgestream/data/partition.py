@@ -3,10 +3,21 @@
 `labels` are the train split's class indices; float targets (a regression task) are refused with one
 line (a regression run splits iid by sample count: the plan passes placeholder labels).
 
-Every scheme returns one int64 index array per device, each SORTED ascending (the producer owns the
-streaming order: it shuffles each shard with its own seed). The arrays are disjoint, together cover
-every train sample exactly once, every device gets at least one sample, and the result is a pure
-function of (labels, num_devices, scheme, seed, labels_per_device, alpha).
+Every scheme returns one int64 index array per device, each SORTED ascending with no repeats (the
+producer owns the streaming order: it shuffles each shard with its own seed). Every device gets at
+least one sample; the arrays are disjoint and together cover every train sample exactly once (with
+sharing, below: every sample at least once); and the result is a pure function of (labels, num_devices, scheme, seed, labels_per_device, alpha, share_samples).
+
+Sharing (`share_samples=True`, config `data.share_samples: true`): where the scheme cannot give every one
+of the D devices a disjoint non-empty shard (more devices than train samples; for `labels`, more holders
+of a class than it has samples), the scheme splits the samples into S < D disjoint non-empty shards
+instead, S the most it can make (`shard_count`: n for iid and dirichlet, for labels the most whose every
+class has at least one sample per holder), and device d holds shard d mod S. So every sample is still
+used, every device is non-empty, each shard is held by floor(D/S) or ceil(D/S) devices, and a device's
+shard is one the scheme made (<= k labels under `labels`). With S = n the shards are single samples
+(iid and dirichlet: every device holds one sample, and dirichlet's alpha no longer shapes them). Where D
+disjoint shards are possible, sharing changes nothing (the same arrays as without it). Without sharing
+those cases are refused, naming `share_samples`.
 
 - `iid`: a seeded permutation split into near-equal parts (sizes differ by at most one).
 - `labels` (ScaDLES non-IID, paper 004 section V: "mapping a device to a unique subset of labels"):
@@ -21,6 +32,7 @@ function of (labels, num_devices, scheme, seed, labels_per_device, alpha).
 
 from __future__ import annotations
 
+import heapq
 import math
 
 import numpy as np
@@ -28,7 +40,8 @@ import numpy as np
 SCHEMES = ("iid", "labels", "dirichlet")
 
 
-def _check(labels: np.ndarray, num_devices: int, scheme: str, labels_per_device: int, alpha: float) -> None:
+def _check(labels: np.ndarray, num_devices: int, scheme: str, labels_per_device: int, alpha: float,
+           share_samples: bool) -> None:
     if scheme not in SCHEMES:
         raise ValueError(f"scheme: must be one of {', '.join(SCHEMES)}, got {scheme!r}")
     if labels.dtype.kind == "f":
@@ -39,9 +52,10 @@ def _check(labels: np.ndarray, num_devices: int, scheme: str, labels_per_device:
         raise ValueError(f"labels: must be a 1-D integer array, got {labels.dtype} of shape {labels.shape}")
     if isinstance(num_devices, bool) or int(num_devices) != num_devices or num_devices < 1:
         raise ValueError(f"num_devices: must be an integer >= 1, got {num_devices!r}")
-    if num_devices > len(labels):
+    if num_devices > len(labels) and not share_samples:
         raise ValueError(f"num_devices: {num_devices} devices but only {len(labels)} train samples; "
-                         "every device needs at least one")
+                         f"every device needs at least one: set share_samples (data.share_samples: true) to "
+                         f"let devices share samples, or use at most {len(labels)} devices")
     if scheme == "labels" and (int(labels_per_device) != labels_per_device or labels_per_device < 1):
         raise ValueError(f"labels_per_device: must be an integer >= 1, got {labels_per_device!r}")
     if scheme == "dirichlet" and not (math.isfinite(alpha) and alpha > 0):
@@ -74,7 +88,8 @@ def _by_labels(labels: np.ndarray, num_devices: int, k: int, rng: np.random.Gene
     empty = [d for d, a in enumerate(out) if len(a) == 0]
     if empty:
         raise ValueError(f"labels_per_device: devices {empty[:5]} got no samples (their classes have fewer "
-                         "samples than holders); use fewer devices or more labels per device")
+                         "samples than holders); use fewer devices, more labels per device, or set "
+                         "share_samples (data.share_samples: true) to let devices share samples")
     return out
 
 
@@ -88,24 +103,56 @@ def _dirichlet(labels: np.ndarray, num_devices: int, alpha: float,
         for d, chunk in enumerate(np.split(idx, cuts)):
             parts[d].append(chunk)
     out = [np.concatenate(p) for p in parts]
-    # Fill empty devices: each takes the last sample of the currently largest device.
+    # Fill empty devices in order: each takes the last sample of the currently largest device (the lowest
+    # index among equals). A heap of (-size, device); a filled device (size 1) is never the largest while
+    # a device is still empty (there are at least as many samples as devices), so it is not pushed.
+    heap = [(-len(a), i) for i, a in enumerate(out) if len(a)]
+    heapq.heapify(heap)
     for d in range(num_devices):
         if len(out[d]) == 0:
-            big = max(range(num_devices), key=lambda i: (len(out[i]), -i))
+            _, big = heapq.heappop(heap)
             out[d], out[big] = out[big][-1:], out[big][:-1]
+            heapq.heappush(heap, (-len(out[big]), big))
     return out
 
 
+def shard_count(labels: np.ndarray, num_devices: int, scheme: str = "iid", *, labels_per_device: int = 1) -> int:
+    """How many disjoint shards a shared split makes (S of the module docstring): num_devices where every
+    device can have its own non-empty shard, else the most non-empty shards the scheme can make (n for iid
+    and dirichlet; for labels the most S whose round-robin gives no class more holders than samples).
+    ValueError (naming labels_per_device) where labels cannot cover every class even so."""
+    labels = np.asarray(labels)
+    cap = len(labels)
+    if scheme == "labels":
+        classes, counts = np.unique(labels, return_counts=True)
+        n_cls, k = len(classes), int(labels_per_device)
+        if k > n_cls:
+            raise ValueError(f"labels_per_device: must be <= the number of classes present ({n_cls}), got {k}")
+        # Holder slots s < S*k go to class s mod K, so class i has ceil((S*k - i) / K) holders: at most its
+        # count c_i while S*k <= c_i*K + i.
+        cap = min(cap, int(np.min(counts * n_cls + np.arange(n_cls))) // k)
+        if cap * k < n_cls:
+            raise ValueError(f"labels_per_device: {k} per device cannot cover the {n_cls} classes even with "
+                             f"devices sharing samples (a class has too few samples); use labels_per_device >= "
+                             f"{math.ceil(n_cls / max(cap, 1))}")
+    return min(int(num_devices), cap)
+
+
 def partition_indices(labels: np.ndarray, num_devices: int, scheme: str = "iid", *, seed: int = 0,
-                      labels_per_device: int = 1, alpha: float = 0.5) -> list[np.ndarray]:
+                      labels_per_device: int = 1, alpha: float = 0.5,
+                      share_samples: bool = False) -> list[np.ndarray]:
     """Index arrays into the train split, one per device (sorted int64); see the module docstring."""
     labels = np.asarray(labels)
-    _check(labels, num_devices, scheme, labels_per_device, alpha)
+    _check(labels, num_devices, scheme, labels_per_device, alpha, share_samples)
+    num_devices = int(num_devices)
+    shards = (shard_count(labels, num_devices, scheme, labels_per_device=labels_per_device)
+              if share_samples else num_devices)
     rng = np.random.default_rng([seed, 0x9A27])
     if scheme == "iid":
-        parts = _iid(len(labels), int(num_devices), rng)
+        parts = _iid(len(labels), shards, rng)
     elif scheme == "labels":
-        parts = _by_labels(labels, int(num_devices), int(labels_per_device), rng)
+        parts = _by_labels(labels, shards, int(labels_per_device), rng)
     else:
-        parts = _dirichlet(labels, int(num_devices), alpha, rng)
-    return [np.sort(p).astype(np.int64, copy=False) for p in parts]
+        parts = _dirichlet(labels, shards, alpha, rng)
+    parts = [np.sort(p).astype(np.int64, copy=False) for p in parts]
+    return parts if shards == num_devices else [parts[d % shards] for d in range(num_devices)]
