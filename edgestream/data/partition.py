@@ -6,18 +6,21 @@ line (a regression run splits iid by sample count: the plan passes placeholder l
 Every scheme returns one int64 index array per device, each SORTED ascending with no repeats (the
 producer owns the streaming order: it shuffles each shard with its own seed). Every device gets at
 least one sample; the arrays are disjoint and together cover every train sample exactly once (with
-sharing, below: every sample at least once); and the result is a pure function of (labels, num_devices, scheme, seed, labels_per_device, alpha, share_samples).
+sharing, below: every sample at least once); and the result is a pure function of (labels,
+num_devices, scheme, seed, labels_per_device, alpha, share_samples).
 
-Sharing (`share_samples=True`, config `data.share_samples: true`): where the scheme cannot give every one
-of the D devices a disjoint non-empty shard (more devices than train samples; for `labels`, more holders
-of a class than it has samples), the scheme splits the samples into S < D disjoint non-empty shards
-instead, S the most it can make (`shard_count`: n for iid and dirichlet, for labels the most whose every
-class has at least one sample per holder), and device d holds shard d mod S. So every sample is still
-used, every device is non-empty, each shard is held by floor(D/S) or ceil(D/S) devices, and a device's
-shard is one the scheme made (<= k labels under `labels`). With S = n the shards are single samples
-(iid and dirichlet: every device holds one sample, and dirichlet's alpha no longer shapes them). Where D
-disjoint shards are possible, sharing changes nothing (the same arrays as without it). Without sharing
-those cases are refused, naming `share_samples`.
+Sharing (`share_samples=True`, config `data.share_samples: true`) applies only where the split above
+would leave a device empty (more devices D than train samples n; under `labels`, a device whose classes
+have fewer samples than holders); a split that works without it is unchanged. Without it those cases
+are refused, naming `share_samples`. With it:
+- `iid` and `dirichlet` (D > n): the scheme splits the n samples over n devices (single samples) and
+  device d holds shard d mod n, so each sample is on floor(D/n) or ceil(D/n) devices (dirichlet's alpha
+  no longer shapes single-sample shards).
+- `labels`: a class with more holders h than samples c is cut into its c single samples, and its r-th
+  holder (in device order) takes sample r mod c, so each of the class's samples is on floor(h/c) or
+  ceil(h/c) of its holders; classes with h <= c are split as before. Every device then holds a sample
+  of each of its k classes (exactly k labels).
+So every sample is used and every device is non-empty.
 
 - `iid`: a seeded permutation split into near-equal parts (sizes differ by at most one).
 - `labels` (ScaDLES non-IID, paper 004 section V: "mapping a device to a unique subset of labels"):
@@ -66,7 +69,8 @@ def _iid(n: int, num_devices: int, rng: np.random.Generator) -> list[np.ndarray]
     return list(np.array_split(rng.permutation(n), num_devices))
 
 
-def _by_labels(labels: np.ndarray, num_devices: int, k: int, rng: np.random.Generator) -> list[np.ndarray]:
+def _by_labels(labels: np.ndarray, num_devices: int, k: int, rng: np.random.Generator,
+               share: bool = False) -> list[np.ndarray]:
     classes = np.unique(labels)
     n_cls = len(classes)
     if k > n_cls:
@@ -79,13 +83,23 @@ def _by_labels(labels: np.ndarray, num_devices: int, k: int, rng: np.random.Gene
     for d in range(num_devices):
         for j in range(k):
             holders[(d * k + j) % n_cls].append(d)
-    parts: list[list[np.ndarray]] = [[] for _ in range(num_devices)]
-    for ci, c in enumerate(classes):
-        idx = rng.permutation(np.flatnonzero(labels == c))
-        for d, chunk in zip(holders[ci], np.array_split(idx, len(holders[ci])), strict=True):
-            parts[d].append(chunk)
-    out = [np.concatenate(p) for p in parts]
+    perms = [rng.permutation(np.flatnonzero(labels == c)) for c in classes]
+
+    def split(shared: bool) -> list[np.ndarray]:
+        parts: list[list[np.ndarray]] = [[] for _ in range(num_devices)]
+        for idx, hold in zip(perms, holders, strict=True):
+            if shared and len(hold) > len(idx):  # holder r takes the class's sample r mod c
+                for r, d in enumerate(hold):
+                    parts[d].append(idx[r % len(idx):r % len(idx) + 1])
+            else:
+                for d, chunk in zip(hold, np.array_split(idx, len(hold)), strict=True):
+                    parts[d].append(chunk)
+        return [np.concatenate(p) for p in parts]
+
+    out = split(False)
     empty = [d for d, a in enumerate(out) if len(a) == 0]
+    if empty and share:
+        return split(True)
     if empty:
         raise ValueError(f"labels_per_device: devices {empty[:5]} got no samples (their classes have fewer "
                          "samples than holders); use fewer devices, more labels per device, or set "
@@ -116,28 +130,6 @@ def _dirichlet(labels: np.ndarray, num_devices: int, alpha: float,
     return out
 
 
-def shard_count(labels: np.ndarray, num_devices: int, scheme: str = "iid", *, labels_per_device: int = 1) -> int:
-    """How many disjoint shards a shared split makes (S of the module docstring): num_devices where every
-    device can have its own non-empty shard, else the most non-empty shards the scheme can make (n for iid
-    and dirichlet; for labels the most S whose round-robin gives no class more holders than samples).
-    ValueError (naming labels_per_device) where labels cannot cover every class even so."""
-    labels = np.asarray(labels)
-    cap = len(labels)
-    if scheme == "labels":
-        classes, counts = np.unique(labels, return_counts=True)
-        n_cls, k = len(classes), int(labels_per_device)
-        if k > n_cls:
-            raise ValueError(f"labels_per_device: must be <= the number of classes present ({n_cls}), got {k}")
-        # Holder slots s < S*k go to class s mod K, so class i has ceil((S*k - i) / K) holders: at most its
-        # count c_i while S*k <= c_i*K + i.
-        cap = min(cap, int(np.min(counts * n_cls + np.arange(n_cls))) // k)
-        if cap * k < n_cls:
-            raise ValueError(f"labels_per_device: {k} per device cannot cover the {n_cls} classes even with "
-                             f"devices sharing samples (a class has too few samples); use labels_per_device >= "
-                             f"{math.ceil(n_cls / max(cap, 1))}")
-    return min(int(num_devices), cap)
-
-
 def partition_indices(labels: np.ndarray, num_devices: int, scheme: str = "iid", *, seed: int = 0,
                       labels_per_device: int = 1, alpha: float = 0.5,
                       share_samples: bool = False) -> list[np.ndarray]:
@@ -145,13 +137,13 @@ def partition_indices(labels: np.ndarray, num_devices: int, scheme: str = "iid",
     labels = np.asarray(labels)
     _check(labels, num_devices, scheme, labels_per_device, alpha, share_samples)
     num_devices = int(num_devices)
-    shards = (shard_count(labels, num_devices, scheme, labels_per_device=labels_per_device)
-              if share_samples else num_devices)
+    # iid and dirichlet with more devices than samples, shared: n single-sample shards, device d holds d mod n
+    shards = min(num_devices, len(labels)) if scheme != "labels" else num_devices
     rng = np.random.default_rng([seed, 0x9A27])
     if scheme == "iid":
         parts = _iid(len(labels), shards, rng)
     elif scheme == "labels":
-        parts = _by_labels(labels, shards, int(labels_per_device), rng)
+        parts = _by_labels(labels, shards, int(labels_per_device), rng, share=share_samples)
     else:
         parts = _dirichlet(labels, shards, alpha, rng)
     parts = [np.sort(p).astype(np.int64, copy=False) for p in parts]
