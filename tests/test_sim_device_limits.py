@@ -91,6 +91,7 @@ def test_more_devices_than_samples_run_when_they_share_samples():
     """300 devices on a 100-sample set: refused naming data.share_samples; with it, each device streams one
     sample (each sample on 3 devices), and the run trains (issue 35: 10,000 devices on digits' 1,438)."""
     from edgestream.config_check import check_runnable
+    from edgestream.runner.plan import RunPlan
 
     cfg = config(300, hidden=[16], n_train=100)
     cfg["data"].update(signal=5)
@@ -104,6 +105,9 @@ def test_more_devices_than_samples_run_when_they_share_samples():
     engine = SimEngine(validate_dict(cfg), events)
     shards = engine.data.shards
     assert len(shards) == 300 and all(len(s) == 1 for s in shards)
+    # the Kafka producers stream the plan's shards (RunPlan.producer): the same split
+    producers = RunPlan.resolve(validate_dict(cfg)).shards
+    assert all(np.array_equal(a, b) for a, b in zip(shards, producers, strict=True))
     assert sorted(np.bincount(np.concatenate(shards), minlength=100).tolist()) == [3] * 100
     engine.run()
     assert min(c.step for c in engine.contexts) == 15

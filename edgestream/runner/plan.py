@@ -445,7 +445,9 @@ class RunPlan:
         are (data.root, runtime.*) and what only trainers or the simulator use. A rate trace counts by
         its content (sha256), not by its path."""
         raw = self.cfg.model_dump(mode="json")
-        data = {k: v for k, v in raw["data"].items() if k != "root" and v is not None}
+        # data.share_samples changes no split that works without it (it only lifts refusals), so a run's
+        # streams are the same with it or without: left out, as where the files are (data.root)
+        data = {k: v for k, v in raw["data"].items() if k not in ("root", "share_samples") and v is not None}
         rates = {k: v for k, v in raw["devices"]["rates"].items() if v is not None}
         if rates.get("distribution") == "trace" and rates.get("path"):
             path = Path(rates["path"])
