@@ -13,10 +13,15 @@ which the target was reached, the final accuracy, and the peak resident memory o
 (`ru_maxrss`: the whole process, dataset and torch included). Runs in a fresh child process so the
 peak memory is this run's alone.
 
+`--dataset digits` streams scikit-learn's digits (1,438 training samples) instead, iid; with more devices
+than samples the devices share them (`data.share_samples`: device d streams sample d mod 1,438's shard,
+one sample each).
+
 `--algorithm ddl` (or any other) runs that algorithm instead with a fixed batch of `--batch` (default 16)
 and the truncate buffer, on the same data, rates and model.
 
     python benchmarks/bench_sim_scale.py [--devices 1000] [--target 0.9] [--n-train 64000] [--algorithm scadles]
+    python benchmarks/bench_sim_scale.py --dataset digits --devices 10000 [--algorithm ddl]
 """
 
 from __future__ import annotations
@@ -35,8 +40,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 def config(args: argparse.Namespace) -> dict:
     return {
         "name": f"scale-{args.algorithm}-{args.devices}", "seed": 0,
-        "data": {"dataset": "synthetic", "shape": [1, 8, 8], "num_classes": 10, "n_train": args.n_train,
-                 "n_test": 2000, "signal": args.signal, "partition": "iid"},
+        "data": ({"dataset": "synthetic", "shape": [1, 8, 8], "num_classes": 10, "n_train": args.n_train,
+                  "n_test": 2000, "signal": args.signal, "partition": "iid"} if args.dataset == "synthetic" else
+                 {"dataset": "digits", "partition": "iid", "share_samples": True}),
         "devices": {"count": args.devices, "rates": {"distribution": "uniform", "low": 20, "high": 100},
                     "compute": {"base_s": 0.2, "per_sample_s": 0.002}},
         "model": {"name": "mlp"},
@@ -70,8 +76,9 @@ def measure(args: argparse.Namespace) -> dict:
                              **engine.extra_summary(wall))
     n = engine.stats.device_steps
     return {
-        "devices": args.devices, "algorithm": args.algorithm, "model": "mlp", "dataset": "synthetic 1x8x8",
-        "n_train": args.n_train, "target_accuracy": args.target, "compute_path": engine.compute_mode,
+        "devices": args.devices, "algorithm": args.algorithm, "model": "mlp",
+        "dataset": "synthetic 1x8x8" if args.dataset == "synthetic" else "digits",
+        "n_train": len(engine.data.dataset.y_train), "samples_per_device": max(len(s) for s in engine.data.shards), "target_accuracy": args.target, "compute_path": engine.compute_mode,
         "setup_s": round(setup, 2), "wall_s": round(wall, 2), "device_steps": n,
         "steps": min(c.step for c in engine.contexts),
         "device_steps_per_wall_s": round(n / wall, 1),
@@ -87,7 +94,10 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--devices", type=int, default=1000)
     ap.add_argument("--target", type=float, default=0.9)
-    ap.add_argument("--n-train", type=int, default=64000)
+    ap.add_argument("--dataset", choices=("synthetic", "digits"), default="synthetic",
+                    help="synthetic 1x8x8 (--n-train, --signal) or digits (1,438 train samples: with more devices "
+                         "they share samples, data.share_samples)")
+    ap.add_argument("--n-train", type=int, default=64000, help="synthetic only")
     ap.add_argument("--lr", type=float, default=0.1)
     ap.add_argument("--signal", type=float, default=5.0, help="synthetic class-pattern strength (difficulty)")
     ap.add_argument("--max-time", type=float, default=600.0, help="virtual seconds")
@@ -106,7 +116,8 @@ if __name__ == "__main__":
     if out.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed:\n{out.stderr[-4000:]}")
     row = json.loads(out.stdout.strip().splitlines()[-1])
-    print(f"{row['devices']} devices, {row['algorithm']}/mlp on synthetic ({row['n_train']} samples): "
+    print(f"{row['devices']} devices, {row['algorithm']}/mlp on {row['dataset']} ({row['n_train']} samples, "
+          f"at most {row['samples_per_device']} a device): "
           f"{row['stop_reason']} at virtual {row['virtual_time_s']} s (target {row['target_accuracy']} at "
           f"{row['virtual_time_to_target_s']} s, final accuracy {row['final_accuracy']}); wall {row['wall_s']} s "
           f"(+{row['setup_s']} s setup), {row['device_steps']} device-steps = "

@@ -22,6 +22,9 @@ noisy machine); every run is in the recorded JSON.
                                          [--algorithms ddl] [--batch 32]
     python benchmarks/bench_sim_speed.py --algorithms all --batch 8 --devices 64,256 --repeat 2
 
+Digits has 1,438 training samples: above that many devices they share them (`data.share_samples`, one
+sample a device; fewer devices get the same disjoint shards as without it).
+
 `--algorithms` runs every listed algorithm (comma-separated registered names, or `all`: every one the
 simulator runs) with its default params and a fixed batch of `--batch` samples (an algorithm made for
 other batch policies, ScaDLES, keeps its own default policy); the rounds alternate the paths within
@@ -52,7 +55,7 @@ def config(devices: int, steps: int, model: str, algorithm: str = "ddl", batch: 
 
     spec = get_algorithm(algorithm)
     return {
-        "name": f"speed{devices}", "seed": 0, "data": {"dataset": "digits"},
+        "name": f"speed{devices}", "seed": 0, "data": {"dataset": "digits", "share_samples": True},
         "devices": {"count": devices, "rates": {"distribution": "uniform", "low": 40, "high": 200},
                     "compute": {"base_s": 0.05, "per_sample_s": 0.002}},
         "model": {"name": model},

@@ -131,6 +131,7 @@ class DataConfig(_Model):
     partition: Literal["iid", "labels", "dirichlet"] = "iid"
     labels_per_device: Int = Field(1, ge=1)
     alpha: Float = Field(0.5, gt=0)
+    share_samples: bool = False  # more devices than the partition can give disjoint shards: devices share them
     shape: list[Int] | None = None
     num_classes: Int | None = Field(None, ge=2)
     n_train: Int | None = Field(None, ge=10)

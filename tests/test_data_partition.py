@@ -121,3 +121,72 @@ def test_labels_must_be_integer_1d():
         partition_indices(np.zeros((4, 2), np.int64), 2)
     with pytest.raises(ValueError, match="labels"):
         partition_indices(np.zeros(4, np.float32), 2)
+
+
+# ---------------------------------------------------------------- sharing (more devices than samples)
+@SETTINGS
+@given(label_arrays(max_n=60), st.integers(0, 8), st.sampled_from(["iid", "labels", "dirichlet"]),
+       st.integers(1, 3), st.sampled_from([0.05, 0.5, 5.0]), st.integers(0, 3))
+def test_shared_split_uses_every_sample_and_balances_the_shards(labels, extra, scheme, k, alpha, seed):
+    n = len(labels)
+    num_devices = n * extra + int(np.random.default_rng(seed).integers(1, n + 1)) + n  # always more than n
+    kw = {"seed": seed, "labels_per_device": k, "alpha": alpha}
+    classes, counts = np.unique(labels, return_counts=True)
+    if scheme == "labels" and k > len(classes):
+        with pytest.raises(ValueError, match="^labels_per_device: must be <= the number of classes"):
+            partition_indices(labels, num_devices, scheme, share_samples=True, **kw)
+        return
+    parts = partition_indices(labels, num_devices, scheme, share_samples=True, **kw)
+    assert len(parts) == num_devices
+    assert all(len(p) > 0 and p.dtype == np.int64 and np.all(np.diff(p) > 0) for p in parts)
+    uses = np.bincount(np.concatenate(parts), minlength=n)
+    assert uses.min() >= 1  # every sample used
+    if scheme in ("iid", "dirichlet"):
+        # n single-sample shards, device d holds shard d mod n: each sample on floor/ceil(D/n) devices
+        assert all(len(p) == 1 for p in parts)
+        np.testing.assert_array_equal(np.sort(np.concatenate(parts[:n])), np.arange(n))
+        assert all(np.array_equal(parts[d], parts[d % n]) for d in range(num_devices))
+        assert set(uses.tolist()) <= {num_devices // n, -(-num_devices // n)}
+    else:
+        # each device: one sample of each of its k classes; a class's samples balanced over its holders
+        assert all(len(p) == k and len(np.unique(labels[p])) == k for p in parts)
+        for ci, (c, count) in enumerate(zip(classes, counts, strict=True)):
+            holders = sum(1 for d in range(num_devices) for j in range(k) if (d * k + j) % len(classes) == ci)
+            assert set(uses[labels == c].tolist()) <= {holders // count, -(-holders // count)}
+    again = partition_indices(labels, num_devices, scheme, share_samples=True, **kw)
+    assert all(np.array_equal(a, b) for a, b in zip(parts, again, strict=True))
+
+
+@SETTINGS
+@given(label_arrays(), st.integers(1, 12), st.sampled_from(["iid", "labels", "dirichlet"]), st.integers(1, 3),
+       st.integers(0, 3))
+def test_sharing_changes_nothing_where_the_split_works_without_it(labels, num_devices, scheme, k, seed):
+    kw = {"seed": seed, "labels_per_device": k}
+    try:
+        alone = partition_indices(labels, num_devices, scheme, **kw)
+    except ValueError as e:
+        if "share_samples" not in str(e):  # refusals sharing cannot lift stay refusals
+            with pytest.raises(ValueError, match=str(e).split(":")[0]):
+                partition_indices(labels, num_devices, scheme, share_samples=True, **kw)
+        return
+    shared = partition_indices(labels, num_devices, scheme, share_samples=True, **kw)
+    assert all(np.array_equal(a, b) for a, b in zip(alone, shared, strict=True))
+
+
+def test_labels_share_where_classes_have_fewer_samples_than_holders():
+    labels = np.repeat(np.arange(4), 5)  # 20 samples, 5 a class; 20 devices of 2 classes: 10 holders a class
+    with pytest.raises(ValueError, match="got no samples.*data.share_samples: true"):
+        partition_indices(labels, 20, "labels", labels_per_device=2)
+    parts = partition_indices(labels, 20, "labels", labels_per_device=2, share_samples=True)
+    assert all(len(p) == 2 and len(np.unique(labels[p])) == 2 for p in parts)
+    assert np.bincount(np.concatenate(parts)).tolist() == [2] * 20  # each sample on 2 of its class's 10 holders
+
+
+def test_more_devices_than_samples_is_refused_naming_share_samples():
+    with pytest.raises(ValueError, match=r"^num_devices: 300 devices but only 100 train samples; every device "
+                                         r"needs at least one: set share_samples \(data.share_samples: true\) to "
+                                         r"let devices share samples, or use at most 100 devices$"):
+        partition_indices(np.arange(100) % 10, 300)
+    # fewer class slots than classes: sharing cannot help, the refusal names labels_per_device
+    with pytest.raises(ValueError, match="^labels_per_device: num_devices \\* labels_per_device = 6 < 10"):
+        partition_indices(np.arange(100) % 10, 3, "labels", labels_per_device=2, share_samples=True)

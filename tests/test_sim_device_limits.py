@@ -3,6 +3,7 @@ would not (edgestream.sim.footprint; issue 35, item 2)."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -84,3 +85,31 @@ def test_twenty_thousand_devices_of_a_tiny_model_run(monkeypatch):
     engine.run()
     assert engine.stats.device_steps == 2 * 20_000
     assert engine.stop_reason == "max_steps"
+
+
+def test_more_devices_than_samples_run_when_they_share_samples():
+    """300 devices on a 100-sample set: refused naming data.share_samples; with it, each device streams one
+    sample (each sample on 3 devices), and the run trains (issue 35: 10,000 devices on digits' 1,438)."""
+    from edgestream.config_check import check_runnable
+    from edgestream.runner.plan import RunPlan
+
+    cfg = config(300, hidden=[16], n_train=100)
+    cfg["data"].update(signal=5)
+    cfg["stop"] = {"max_steps": 15, "max_time_s": 100}
+    cfg["eval"] = {"every_s": 0.5}
+    assert check_runnable(validate_dict(cfg)) == [
+        "devices.count: 300 devices but only 100 train samples; every device needs at least one: set "
+        "share_samples (data.share_samples: true) to let devices share samples, or use at most 100 devices"]
+    cfg["data"]["share_samples"] = True
+    events = EventLog(None)
+    engine = SimEngine(validate_dict(cfg), events)
+    shards = engine.data.shards
+    assert len(shards) == 300 and all(len(s) == 1 for s in shards)
+    # the Kafka producers stream the plan's shards (RunPlan.producer): the same split
+    producers = RunPlan.resolve(validate_dict(cfg)).shards
+    assert all(np.array_equal(a, b) for a, b in zip(shards, producers, strict=True))
+    assert sorted(np.bincount(np.concatenate(shards), minlength=100).tolist()) == [3] * 100
+    engine.run()
+    assert min(c.step for c in engine.contexts) == 15
+    first, last = events.evals[0][1], events.evals[-1][1]
+    assert first < 0.4 and last > 0.6, events.evals  # 4 classes: chance 0.25

@@ -71,6 +71,12 @@ class NetworkSpec:
     bandwidth_Bps: float
 
 
+# partition_indices' argument names as the config's fields (its errors begin with the argument's name)
+PARTITION_FIELDS = {"num_devices": "devices.count", "scheme": "data.partition", "labels": "data.partition",
+                    "labels_per_device": "data.labels_per_device", "alpha": "data.alpha",
+                    "share_samples": "data.share_samples"}
+
+
 @dataclass
 class RunPlan:
     """A resolved run (see the module doc); build it with `RunPlan.resolve(cfg)`."""
@@ -262,7 +268,7 @@ class RunPlan:
     @property
     def shards(self) -> list[Any]:
         """Dataset indices of each device's shard (data.partition; a regression task's are iid), as the
-        producers stream them."""
+        producers stream them; with data.share_samples, devices may hold the same shard (the same array)."""
         if "shards" not in self._cache:
             import numpy as np
 
@@ -271,9 +277,16 @@ class RunPlan:
             d = self.cfg.data
             y = self.dataset.y_train  # regression (iid only): the split depends on the sample count alone
             labels = y if self.task.labels else np.zeros(len(y), dtype=np.int64)
-            shards = self._check(lambda: partition_indices(
-                labels, self.world, d.partition, seed=self.seed,
-                labels_per_device=d.labels_per_device, alpha=d.alpha))
+            def split() -> list[Any]:
+                try:
+                    return partition_indices(labels, self.world, d.partition, seed=self.seed,
+                                             labels_per_device=d.labels_per_device, alpha=d.alpha,
+                                             share_samples=d.share_samples)
+                except ValueError as exc:  # the partitioner's argument names -> the config's fields
+                    head, sep, rest = str(exc).partition(": ")
+                    raise ValueError(f"{PARTITION_FIELDS.get(head, head)}{sep}{rest}") from None
+
+            shards = self._check(split)
             self._cache["shards"] = [np.asarray(s) for s in shards]
         return self._cache["shards"]
 
@@ -432,7 +445,9 @@ class RunPlan:
         are (data.root, runtime.*) and what only trainers or the simulator use. A rate trace counts by
         its content (sha256), not by its path."""
         raw = self.cfg.model_dump(mode="json")
-        data = {k: v for k, v in raw["data"].items() if k != "root" and v is not None}
+        # data.share_samples changes no split that works without it (it only lifts refusals), so a run's
+        # streams are the same with it or without: left out, as where the files are (data.root)
+        data = {k: v for k, v in raw["data"].items() if k not in ("root", "share_samples") and v is not None}
         rates = {k: v for k, v in raw["devices"]["rates"].items() if v is not None}
         if rates.get("distribution") == "trace" and rates.get("path"):
             path = Path(rates["path"])
