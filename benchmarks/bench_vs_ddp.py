@@ -28,7 +28,7 @@ count the lines on file at each pause and read low where lines were still buffer
 the slowest and fastest timed run of turns of the slowest rank.
 
     python benchmarks/bench_vs_ddp.py [--worlds 1,2,3,4] [--steps N] [--model cnn-small[,resnet20]]
-                                      [--repeats R] [--warmup K] [--threads T] [--profile] [--plot PNG]
+                                      [--repeats R] [--warmup K] [--threads T] [--profile] [--request-cpu] [--plot PNG]
                                       [--live-rate R]
 
 End to end (--live-rate R): only the warm-up's samples are produced ahead; an `edgestream produce` process
@@ -39,6 +39,11 @@ a step waited for it; R must exceed what a rank consumes, steps/s x 64).
 Models: cnn-small on digits (1x8x8); resnet20 (and any other zoo model) on synthetic 3x32x32 data.
 --profile runs the edgestream trainers' loop under cProfile (and times forward + backward, wall and
 thread CPU, on both sides); it slows the trainers, so its ratios are not the benchmark's.
+--request-cpu splits each side's main-thread CPU per rank-step by what it did, from thread clocks read
+around each part (a few reads a step, so its ratios stand): edgestream's request kinds (Compute, the
+AllReduce, Apply, TakeBatch, ...), the algorithm's own code between them, the step line and the driver;
+DDP's forward + backward (its all-reduce inside), optimizer step and the rest; and the rest of each
+process's CPU (its other threads: gloo's, and edgestream's prefetch, Kafka client and line writer).
 """
 
 from __future__ import annotations
