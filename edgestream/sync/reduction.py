@@ -7,7 +7,8 @@ rank order, so the floating-point result does not depend on arrival order.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from edgestream.sync.requests import AllReduce
 
@@ -36,10 +37,7 @@ def reduce_all(requests: list[AllReduce]) -> list[Tensor]:
             # inputs or results); on a GPU a copy per tensor is a kernel launch per tensor per step
             return [t.detach() for t in first.tensors]
         if first.op == "sum":
-            acc = [t.detach().clone() for t in first.tensors]
-            for r in requests[1:]:
-                torch._foreach_add_(acc, r.tensors)
-            return acc
+            return _rank_order_sum([r.tensors for r in requests])
         total = float(sum(float(r.weight) for r in requests))
         if total <= 0:
             raise RuntimeError("weighted_mean all-reduce with total weight <= 0")
@@ -48,3 +46,73 @@ def reduce_all(requests: list[AllReduce]) -> list[Tensor]:
             torch._foreach_add_(acc, r.tensors, alpha=float(r.weight))
         torch._foreach_div_(acc, total)
         return acc
+
+
+
+#: per-worker tensors that are separate (not rows of one stacked tensor) are stacked for the vectorised sum
+#: when together they hold at most this many elements (the exchange's [W, stop]); larger ones are added
+#: worker by worker (stacking would copy every worker's model once more)
+STACK_SMALL_ELEMENTS = 1 << 16
+
+
+def _rank_order_sum(per_worker: Sequence[Sequence[Tensor]]) -> list[Tensor]:
+    """sum_i t_i per tensor position in rank order, ((t_0 + t_1) + t_2) + ...: the floats of a loop of
+    in-place adds, over per_worker[i] = worker i's tensors (two or more workers).
+
+    Vectorised over the workers where a position's tensors are the consecutive rows of one stacked tensor
+    (the simulator's batched compute hands each device its row of [K, ...] gradients) or are small: one
+    numpy reduction over axis 0 of the C-contiguous [K, ...] block, which adds whole rows one after
+    another (`_sum_rows`); every other position by one foreach add per worker."""
+    import torch
+
+    width = len(per_worker[0])
+    out: list[Any] = [None] * width
+    slow: list[int] = []
+    for j in range(width):
+        block = _block([tensors[j] for tensors in per_worker])
+        if block is None:
+            slow.append(j)
+        else:
+            out[j] = _sum_rows(block)
+    if slow:
+        acc = [per_worker[0][j].detach().clone() for j in slow]
+        for tensors in per_worker[1:]:
+            torch._foreach_add_(acc, [tensors[j] for j in slow])
+        for j, t in zip(slow, acc, strict=True):
+            out[j] = t
+    return out
+
+
+def _block(rows: list[Tensor]) -> Tensor | None:
+    """The C-contiguous [K, ...] tensor whose rows are `rows` in order (a view of the tensor they are rows
+    of, or a stack of small ones), or None where the vectorised sum does not apply: tensors not float32 or
+    float64 on the CPU, or one element each (numpy would sum a single column pairwise, not in order)."""
+    import torch
+
+    first = rows[0]
+    if first.dtype not in (torch.float32, torch.float64) or first.device.type != "cpu" or first.numel() < 2:
+        return None
+    base = first._base
+    if base is not None and base.is_contiguous() and base.dim() == first.dim() + 1 \
+            and base.shape[1:] == first.shape:
+        step, start = base.stride(0), first.storage_offset() - base.storage_offset()
+        lo = start // step if step else -1
+        if step and start == lo * step and lo + len(rows) <= base.shape[0] \
+                and all(t._base is base for t in rows) \
+                and [t.storage_offset() for t in rows] == list(range(first.storage_offset(),
+                                                                     first.storage_offset() + len(rows) * step, step)):
+            return base[lo:lo + len(rows)].detach()
+    if first.numel() * len(rows) <= STACK_SMALL_ELEMENTS and all(
+            t.dtype == first.dtype and t.device == first.device and t.shape == first.shape for t in rows):
+        return torch.stack([t.detach() for t in rows])
+    return None
+
+
+def _sum_rows(block: Tensor) -> Tensor:
+    """block[0] + block[1] + ... in that order, for a C-contiguous float [K, ...] CPU tensor whose rows hold
+    two or more elements: numpy's reduction over the outer axis adds whole rows into the running sum one
+    after another, in the array's dtype (torch's sum over dim 0 adds in another order)."""
+    import numpy as np
+    import torch
+
+    return torch.from_numpy(np.add.reduce(block.numpy(), axis=0, initial=-0.0))
