@@ -406,3 +406,48 @@ def test_the_exchange_mean_is_computed_once_per_all_reduce_and_is_read_only():
     results[1].update[0].mul_(2.0)               # the shared mean is read-only
     with pytest.raises(RuntimeError, match="derived from an AllReduce result.*read-only"):
         col.check_gathers()
+
+
+SUM_DATA = {  # the data and task: digits; synthetic inputs of other ranks and class counts; regression
+    "digits": {},
+    "synthetic 1x5x5, 3 classes": {"data": {"dataset": "synthetic", "shape": [1, 5, 5], "num_classes": 3}},
+    "synthetic 12, 7 classes": {"data": {"dataset": "synthetic", "shape": [12], "num_classes": 7}},
+    "regression 6 -> 1": {"task": "regression", "data": {"dataset": "synthetic", "shape": [6]},
+                          "stop": {"target_accuracy": None}},
+}
+
+
+@settings(max_examples=12, deadline=None)
+@given(st.integers(2, 9), st.integers(1, 12), st.sampled_from(list(SUM_DATA)), st.sampled_from(["ddl", "scadles"]))
+def test_the_all_reduce_sums_the_batched_gradients_as_one_block(devices: int, batch: int, data: str,
+                                                                algorithm: str) -> None:
+    """A batched synchronous run is the per-device run, and ddl's all-reduce sums the workers' gradients
+    as one block: its plain mean sends them as they are, rows of one pass's stacked gradients (ScaDLES'
+    weighted ones are each worker's own products)."""
+    from edgestream.sync import reduction
+
+    blocks: list[bool] = []
+    original = reduction._block
+
+    def spy(rows):
+        block = original(rows)
+        blocks.append(block is not None and rows[0]._base is not None and block.data_ptr() == rows[0].data_ptr())
+        return block
+
+    over = dict(SUM_DATA[data])
+    stop = {**over.pop("stop", {}), "max_steps": 3}
+    batch_policy = ({"policy": "fixed", "size": batch} if algorithm == "ddl"
+                    else {"policy": "rate", "min": batch, "max": batch + 8})
+    cfg = cfg_of(**over, devices={"count": devices}, algorithm={"name": algorithm, "batch": batch_policy},
+                 stop=stop, eval={"every_s": 0.5})
+    reduction._block = spy
+    try:
+        per_device, lines_a = run(cfg, False)
+        assert not any(blocks)  # per-device gradients: separate tensors
+        blocks.clear()
+        batched, lines_b = run(cfg, True)
+    finally:
+        reduction._block = original
+    assert_same_run(per_device, batched, lines_a, lines_b)
+    if algorithm == "ddl":
+        assert any(blocks)
