@@ -427,12 +427,12 @@ def test_the_all_reduce_sums_the_batched_gradients_as_one_block(devices: int, ba
     from edgestream.sync import reduction
 
     blocks: list[bool] = []
-    original = reduction._block
+    original = reduction._leading_block
 
     def spy(rows):
-        block = original(rows)
-        blocks.append(block is not None and rows[0]._base is not None and block.data_ptr() == rows[0].data_ptr())
-        return block
+        lead = original(rows)
+        blocks.append(lead is not None and rows[0]._base is not None and lead[0].data_ptr() == rows[0].data_ptr())
+        return lead
 
     over = dict(SUM_DATA[data])
     stop = {**over.pop("stop", {}), "max_steps": 3}
@@ -440,14 +440,14 @@ def test_the_all_reduce_sums_the_batched_gradients_as_one_block(devices: int, ba
                     else {"policy": "rate", "min": batch, "max": batch + 8})
     cfg = cfg_of(**over, devices={"count": devices}, algorithm={"name": algorithm, "batch": batch_policy},
                  stop=stop, eval={"every_s": 0.5})
-    reduction._block = spy
+    reduction._leading_block = spy
     try:
         per_device, lines_a = run(cfg, False)
         assert not any(blocks)  # per-device gradients: separate tensors
         blocks.clear()
         batched, lines_b = run(cfg, True)
     finally:
-        reduction._block = original
+        reduction._leading_block = original
     assert_same_run(per_device, batched, lines_a, lines_b)
     if algorithm == "ddl":
         assert any(blocks)

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from edgestream.sync import reduction
-from edgestream.sync.reduction import _block, reduce_all
+from edgestream.sync.reduction import _leading_block, reduce_all
 from edgestream.sync.requests import AllReduce
 
 
@@ -29,7 +29,7 @@ def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 SHAPES = st.sampled_from([(1,), (2,), (3,), (7,), (8,), (9,), (17,), (2, 3), (10, 4), (1, 1), (4, 1, 3)])
-LAYOUTS = st.sampled_from(["rows", "rows-offset", "rows-permuted", "separate"])
+LAYOUTS = st.sampled_from(["rows", "rows-offset", "rows-permuted", "two-stacks", "separate"])
 
 
 @st.composite
@@ -60,6 +60,9 @@ def workers(draw: st.DrawFn) -> tuple[list[list[torch.Tensor]], list[str]]:
             if order == list(range(k)):
                 order = order[::-1]
             rows = [rows[i] for i in order]
+        elif layout == "two-stacks":  # a step served by two passes: the leading rows of one, the rest of another
+            cut = draw(st.integers(0, k))
+            rows = rows[:cut] + list(base[cut:].clone().unbind(0))
         elif layout == "separate":
             rows = [r.clone() for r in rows]
         columns.append(rows)
@@ -92,28 +95,39 @@ def test_the_inputs_are_unchanged_and_the_results_fresh(case) -> None:
 
 @settings(max_examples=60, deadline=None)
 @given(st.integers(2, 64), SHAPES.filter(lambda s: torch.Size(s).numel() >= 2),
-       st.sampled_from([torch.float32, torch.float64]), st.integers(0, 5))
+       st.sampled_from([torch.float32, torch.float64]), st.integers(0, 5), st.integers(0, 64))
 def test_consecutive_rows_are_summed_as_one_block(k: int, shape: tuple[int, ...], dtype: torch.dtype,
-                                                  skip: int) -> None:
-    """Rows of one stacked tensor in order: the block is a view of that tensor (no copy); out of order:
-    not vectorised unless small enough to stack; one element per worker: never (numpy would sum a single
-    column pairwise)."""
+                                                  skip: int, cut: int) -> None:
+    """Rows of one stacked tensor in order: the block is a view of that tensor (no copy); the leading rows of
+    one and the rest of another (two passes): the leading ones; out of order: not vectorised unless small
+    enough to stack; one element per worker: never (numpy would sum a single column pairwise)."""
     stacked = torch.randn((k + skip, *shape), dtype=dtype)
     rows = list(stacked.unbind(0))[skip:]
-    block = _block(rows)
-    assert block is not None and block.data_ptr() == rows[0].data_ptr() and block.shape == (k, *shape)
-    permuted = rows[1:] + rows[:1]
-    moved = _block(permuted)
+    block, n = _leading_block(rows)
+    assert n == k and block.data_ptr() == rows[0].data_ptr() and block.shape == (k, *shape)
+    cut = min(cut, k)
+    two = rows[:cut] + list(torch.randn((k - cut, *shape), dtype=dtype).unbind(0))
     small = k * torch.Size(shape).numel() <= reduction.STACK_SMALL_ELEMENTS
-    assert (moved is not None) == small
-    if moved is not None:
-        assert moved.data_ptr() != stacked.data_ptr()
-    assert _block([torch.randn(1, dtype=dtype) for _ in range(k)]) is None
+    lead = _leading_block(two)
+    if cut >= 2:
+        assert lead is not None and lead[1] == cut and lead[0].data_ptr() == rows[0].data_ptr()
+    else:
+        assert (lead is not None) == small
+    permuted = rows[1:] + rows[:1]
+    moved = _leading_block(permuted)
+    if k > 2:  # rows 1..k-1 lead in order: a view of them
+        assert moved is not None and moved[1] == k - 1 and moved[0].data_ptr() == rows[1].data_ptr()
+    reversed_rows = rows[::-1]
+    back = _leading_block(reversed_rows)
+    assert (back is not None) == small
+    if back is not None:
+        assert back[1] == k and back[0].data_ptr() != stacked.data_ptr()
+    assert _leading_block([torch.randn(1, dtype=dtype) for _ in range(k)]) is None
 
 
 def test_large_separate_tensors_are_added_worker_by_worker() -> None:
     """Separate tensors too large to stack (a whole model per worker) are not copied into a block."""
     n = reduction.STACK_SMALL_ELEMENTS // 2 + 1
     per_worker = [[torch.randn(n)] for _ in range(2)]
-    assert _block([ts[0] for ts in per_worker]) is None
+    assert _leading_block([ts[0] for ts in per_worker]) is None
     assert same_bits(reduce_all([AllReduce(ts, op="sum") for ts in per_worker])[0], loop_sum(per_worker)[0])

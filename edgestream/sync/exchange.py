@@ -122,12 +122,13 @@ def _divide(sums: Sequence[Tensor], total: float) -> list[Tensor]:
 
 
 def _scale(tensors: Sequence[Tensor], weight: float) -> list[Tensor]:
-    """weight * t for every tensor, in one foreach call (per tensor the same product as `weight * t`);
-    integer tensors are multiplied one by one (type promotion, as `weight * t` does it)."""
+    """weight * t for every tensor, in one foreach call on the CPU (per tensor the same product as
+    `weight * t`, tests/test_sync_exchange.py); integer tensors (type promotion, as `weight * t` does it)
+    and other devices' tensors (not checked there) are multiplied one by one."""
     import torch
 
     tensors = list(tensors)
-    if tensors and all(t.is_floating_point() for t in tensors):
+    if tensors and all(t.is_floating_point() and t.device.type == "cpu" for t in tensors):
         return list(torch._foreach_mul(tensors, float(weight)))
     return [weight * t for t in tensors]
 

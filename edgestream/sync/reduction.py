@@ -59,34 +59,41 @@ def _rank_order_sum(per_worker: Sequence[Sequence[Tensor]]) -> list[Tensor]:
     """sum_i t_i per tensor position in rank order, ((t_0 + t_1) + t_2) + ...: the floats of a loop of
     in-place adds, over per_worker[i] = worker i's tensors (two or more workers).
 
-    Vectorised over the workers where a position's tensors are the consecutive rows of one stacked tensor
-    (the simulator's batched compute hands each device its row of [K, ...] gradients) or are small: one
-    numpy reduction over axis 0 of the C-contiguous [K, ...] block, which adds whole rows one after
-    another (`_sum_rows`); every other position by one foreach add per worker."""
+    Vectorised over the workers where a position's tensors are consecutive rows of one stacked tensor
+    (the simulator's batched compute hands each device its row of [K, ...] gradients; a step served by two
+    passes has two such tensors: the leading one is vectorised, the rest of the rows added one by one) or
+    are small: one numpy reduction over axis 0 of the C-contiguous [K, ...] block, which adds whole rows one
+    after another (`_sum_rows`); every other position by one foreach add per worker."""
     import torch
 
     width = len(per_worker[0])
     out: list[Any] = [None] * width
     slow: list[int] = []
     for j in range(width):
-        block = _block([tensors[j] for tensors in per_worker])
-        if block is None:
+        rows = [tensors[j] for tensors in per_worker]
+        lead = _leading_block(rows)
+        if lead is None:
             slow.append(j)
-        else:
-            out[j] = _sum_rows(block)
+            continue
+        block, n = lead
+        acc = _sum_rows(block)
+        for t in rows[n:]:  # after the block, in rank order
+            acc.add_(t)
+        out[j] = acc
     if slow:
-        acc = [per_worker[0][j].detach().clone() for j in slow]
+        acc_slow = [per_worker[0][j].detach().clone() for j in slow]
         for tensors in per_worker[1:]:
-            torch._foreach_add_(acc, [tensors[j] for j in slow])
-        for j, t in zip(slow, acc, strict=True):
+            torch._foreach_add_(acc_slow, [tensors[j] for j in slow])
+        for j, t in zip(slow, acc_slow, strict=True):
             out[j] = t
     return out
 
 
-def _block(rows: list[Tensor]) -> Tensor | None:
-    """The C-contiguous [K, ...] tensor whose rows are `rows` in order (a view of the tensor they are rows
-    of, or a stack of small ones), or None where the vectorised sum does not apply: tensors not float32 or
-    float64 on the CPU, or one element each (numpy would sum a single column pairwise, not in order)."""
+def _leading_block(rows: list[Tensor]) -> tuple[Tensor, int] | None:
+    """(the C-contiguous [n, ...] tensor whose rows are rows[:n] in order, n): a view of the tensor that the
+    leading rows are consecutive rows of (n >= 2), or a stack of all of them when they are small (n =
+    len(rows)); None where the vectorised sum does not apply: tensors not float32 or float64 on the CPU, or
+    one element each (numpy would sum a single column pairwise, not in order)."""
     import torch
 
     first = rows[0]
@@ -97,14 +104,16 @@ def _block(rows: list[Tensor]) -> Tensor | None:
             and base.shape[1:] == first.shape:
         step, start = base.stride(0), first.storage_offset() - base.storage_offset()
         lo = start // step if step else -1
-        if step and start == lo * step and lo + len(rows) <= base.shape[0] \
-                and all(t._base is base for t in rows) \
-                and [t.storage_offset() for t in rows] == list(range(first.storage_offset(),
-                                                                     first.storage_offset() + len(rows) * step, step)):
-            return base[lo:lo + len(rows)].detach()
+        if step and start == lo * step:
+            n, offset, stop = 0, first.storage_offset(), min(len(rows), base.shape[0] - lo)
+            while n < stop and rows[n]._base is base and rows[n].storage_offset() == offset:
+                n += 1
+                offset += step
+            if n >= 2:
+                return base[lo:lo + n].detach(), n
     if first.numel() * len(rows) <= STACK_SMALL_ELEMENTS and all(
             t.dtype == first.dtype and t.device == first.device and t.shape == first.shape for t in rows):
-        return torch.stack([t.detach() for t in rows])
+        return torch.stack([t.detach() for t in rows]), len(rows)
     return None
 
 
