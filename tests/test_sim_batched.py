@@ -38,6 +38,7 @@ from edgestream.sync.registry import ALGORITHMS
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_sim_engine import cfg_of  # noqa: E402  (the simulator tests' config helper)
+from test_sim_memory import DATA as SUM_DATA  # noqa: E402  (digits, synthetic of other ranks and classes, regression)
 
 RTOL, ATOL = 1e-5, 1e-6
 
@@ -406,15 +407,6 @@ def test_the_exchange_mean_is_computed_once_per_all_reduce_and_is_read_only():
     results[1].update[0].mul_(2.0)               # the shared mean is read-only
     with pytest.raises(RuntimeError, match="derived from an AllReduce result.*read-only"):
         col.check_gathers()
-
-
-SUM_DATA = {  # the data and task: digits; synthetic inputs of other ranks and class counts; regression
-    "digits": {},
-    "synthetic 1x5x5, 3 classes": {"data": {"dataset": "synthetic", "shape": [1, 5, 5], "num_classes": 3}},
-    "synthetic 12, 7 classes": {"data": {"dataset": "synthetic", "shape": [12], "num_classes": 7}},
-    "regression 6 -> 1": {"task": "regression", "data": {"dataset": "synthetic", "shape": [6]},
-                          "stop": {"target_accuracy": None}},
-}
 
 
 @settings(max_examples=12, deadline=None)
