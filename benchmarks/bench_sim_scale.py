@@ -37,11 +37,17 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 
+def synthetic_data(n_train: int, signal: float = 5.0) -> dict:
+    """The data block of these runs: synthetic 1x8x8 samples of 10 classes, iid shards (also
+    bench_sim_speed.py's `--dataset synthetic`)."""
+    return {"dataset": "synthetic", "shape": [1, 8, 8], "num_classes": 10, "n_train": n_train,
+            "n_test": 2000, "signal": signal, "partition": "iid"}
+
+
 def config(args: argparse.Namespace) -> dict:
     return {
         "name": f"scale-{args.algorithm}-{args.devices}", "seed": 0,
-        "data": ({"dataset": "synthetic", "shape": [1, 8, 8], "num_classes": 10, "n_train": args.n_train,
-                  "n_test": 2000, "signal": args.signal, "partition": "iid"} if args.dataset == "synthetic" else
+        "data": (synthetic_data(args.n_train, args.signal) if args.dataset == "synthetic" else
                  {"dataset": "digits", "partition": "iid", "share_samples": True}),
         "devices": {"count": args.devices, "rates": {"distribution": "uniform", "low": 20, "high": 100},
                     "compute": {"base_s": 0.2, "per_sample_s": 0.002}},

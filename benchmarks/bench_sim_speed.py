@@ -50,12 +50,21 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 
-def config(devices: int, steps: int, model: str, algorithm: str = "ddl", batch: int = 32) -> dict:
+#: training samples per device of `--dataset synthetic`
+SYNTHETIC_PER_DEVICE = 64
+
+
+def config(devices: int, steps: int, model: str, algorithm: str = "ddl", batch: int = 32,
+           dataset: str = "digits") -> dict:
+    from bench_sim_scale import synthetic_data
+
     from edgestream.sync.registry import get_algorithm
 
     spec = get_algorithm(algorithm)
+    data = (synthetic_data(SYNTHETIC_PER_DEVICE * devices) if dataset == "synthetic"
+            else {"dataset": dataset, "share_samples": True})  # digits above 1,438 devices: devices share samples
     return {
-        "name": f"speed{devices}", "seed": 0, "data": {"dataset": "digits", "share_samples": True},
+        "name": f"speed{devices}", "seed": 0, "data": data,
         "devices": {"count": devices, "rates": {"distribution": "uniform", "low": 40, "high": 200},
                     "compute": {"base_s": 0.05, "per_sample_s": 0.002}},
         "model": {"name": model},
@@ -75,14 +84,15 @@ def _current_rss_mb() -> float:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
-def measure(devices: int, device_steps: int, model: str, path: str, algorithm: str = "ddl", batch: int = 32) -> dict:
+def measure(devices: int, device_steps: int, model: str, path: str, algorithm: str = "ddl", batch: int = 32,
+            dataset: str = "digits") -> dict:
     """One run in this process (call it in a fresh process for a clean peak memory)."""
     from edgestream.config import validate_dict
     from edgestream.metrics import EventLog
     from edgestream.sim.engine import SimEngine
 
     steps = max(8, device_steps // devices)
-    raw = config(devices, steps, model, algorithm, batch)
+    raw = config(devices, steps, model, algorithm, batch, dataset)
     cfg = validate_dict(raw)
     engine = SimEngine(cfg, EventLog(None), batch_compute=(path == "batched"))
     assert engine.compute_mode == path, engine.compute_reason
@@ -97,7 +107,7 @@ def measure(devices: int, device_steps: int, model: str, path: str, algorithm: s
     peak = _rss_mb()
     n = engine.stats.device_steps
     return {
-        "algorithm": algorithm, "batch": raw["algorithm"]["batch"], "devices": devices, "path": path, "steps": steps, "device_steps": n,
+        "algorithm": algorithm, "dataset": dataset, "batch": raw["algorithm"]["batch"], "devices": devices, "path": path, "steps": steps, "device_steps": n,
         "wall_s": round(wall, 3), "cpu_s": round(cpu, 3), "load_avg": round(load, 2),
         "device_steps_per_wall_s": round(n / wall, 1),
         "device_steps_per_cpu_s": round(n / cpu, 1),
@@ -117,15 +127,16 @@ def child(args: argparse.Namespace) -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     algorithm = args.child_algorithm
-    measure(4, 64, args.model, args.child_path, algorithm, args.batch)  # warm-up: first torch and vmap calls
+    measure(4, 64, args.model, args.child_path, algorithm, args.batch, args.dataset)  # warm-up: first torch and vmap calls
     print(json.dumps(measure(args.child_devices, args.device_steps, args.model, args.child_path, algorithm,
-                             args.batch)))
+                             args.batch, args.dataset)))
 
 
 def run_child(devices: int, path: str, args: argparse.Namespace, algorithm: str = "ddl") -> dict:
     cmd = [sys.executable, __file__, "--child-devices", str(devices), "--child-path", path,
            "--child-algorithm", algorithm, "--batch", str(args.batch),
-           "--device-steps", str(args.device_steps), "--model", args.model, "--threads", str(args.threads)]
+           "--device-steps", str(args.device_steps), "--model", args.model, "--threads", str(args.threads),
+           "--dataset", args.dataset]
     out = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if out.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed:\n{out.stderr[-4000:]}")
@@ -224,6 +235,8 @@ if __name__ == "__main__":
     ap.add_argument("--devices", default="16,64,256,1024")
     ap.add_argument("--device-steps", type=int, default=4096, help="simulated device-steps per run (>= 8 steps)")
     ap.add_argument("--model", default="mlp")
+    ap.add_argument("--dataset", default="digits", choices=("digits", "synthetic"),
+                    help="digits, or synthetic 1x8x8 (10 classes, 64 training samples per device: any device count)")
     ap.add_argument("--paths", default="per-device,batched", help="compute paths to compare, in table order")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (0: torch's default)")
     ap.add_argument("--repeat", type=int, default=3, help="runs per configuration; the table keeps the fastest")
@@ -285,6 +298,6 @@ if __name__ == "__main__":
     run_loads = [r["load_avg"] for r in runs]
     print(f"load average (1 min) at the runs' starts: {min(run_loads)}-{max(run_loads)}", file=sys.stderr)
     record("sim_speed_algorithms", {
-        "model": args.model, "dataset": "digits", "algorithms": algorithms, "batch": args.batch,
+        "model": args.model, "dataset": args.dataset, "algorithms": algorithms, "batch": args.batch,
         "device_steps": args.device_steps, "torch_threads": args.threads, "paths": paths, "repeat": args.repeat,
         "load_avg_1_5_15": loads, "rows": rows, "runs": runs, "table": text})

@@ -38,6 +38,7 @@ from edgestream.sync.registry import ALGORITHMS
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_sim_engine import cfg_of  # noqa: E402  (the simulator tests' config helper)
+from test_sim_memory import DATA as SUM_DATA  # noqa: E402  (digits, synthetic of other ranks and classes, regression)
 
 RTOL, ATOL = 1e-5, 1e-6
 
@@ -406,3 +407,39 @@ def test_the_exchange_mean_is_computed_once_per_all_reduce_and_is_read_only():
     results[1].update[0].mul_(2.0)               # the shared mean is read-only
     with pytest.raises(RuntimeError, match="derived from an AllReduce result.*read-only"):
         col.check_gathers()
+
+
+@settings(max_examples=12, deadline=None)
+@given(st.integers(2, 9), st.integers(1, 12), st.sampled_from(list(SUM_DATA)), st.sampled_from(["ddl", "scadles"]))
+def test_the_all_reduce_sums_the_batched_gradients_as_one_block(devices: int, batch: int, data: str,
+                                                                algorithm: str) -> None:
+    """A batched synchronous run is the per-device run, and ddl's all-reduce sums the workers' gradients
+    as one block: its plain mean sends them as they are, rows of one pass's stacked gradients (ScaDLES'
+    weighted ones are each worker's own products)."""
+    from edgestream.sync import reduction
+
+    blocks: list[bool] = []
+    original = reduction._leading_block
+
+    def spy(rows):
+        lead = original(rows)
+        blocks.append(lead is not None and rows[0]._base is not None and lead[0].data_ptr() == rows[0].data_ptr())
+        return lead
+
+    over = dict(SUM_DATA[data])
+    stop = {**over.pop("stop", {}), "max_steps": 3}
+    batch_policy = ({"policy": "fixed", "size": batch} if algorithm == "ddl"
+                    else {"policy": "rate", "min": batch, "max": batch + 8})
+    cfg = cfg_of(**over, devices={"count": devices}, algorithm={"name": algorithm, "batch": batch_policy},
+                 stop=stop, eval={"every_s": 0.5})
+    reduction._leading_block = spy
+    try:
+        per_device, lines_a = run(cfg, False)
+        assert not any(blocks)  # per-device gradients: separate tensors
+        blocks.clear()
+        batched, lines_b = run(cfg, True)
+    finally:
+        reduction._leading_block = original
+    assert_same_run(per_device, batched, lines_a, lines_b)
+    if algorithm == "ddl":
+        assert any(blocks)

@@ -199,3 +199,76 @@ def test_the_exchange_divides_its_own_result_in_place_and_never_what_it_sent(sha
     assert torch.equal(req.tensors[-1], torch.tensor([weight, 0.0], dtype=dtype))  # the shared [w, stop]
     for got, g in zip(res1.update, grads, strict=True):
         assert torch.equal(got, g if weight == 1.0 else torch._foreach_div([weight * g], weight)[0])
+
+
+# ---------------------------------------------------------------- the exchange in the simulator, vectorised
+
+
+from edgestream.compression import payload_nbytes  # noqa: E402
+from edgestream.sync.exchange import _scale  # noqa: E402
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.sampled_from([torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64]),
+       st.floats(0.0, 1e6, allow_nan=False), st.lists(st.sampled_from([(1,), (3,), (4, 5), (2, 1, 3)]),
+                                                      min_size=0, max_size=4), st.integers(0, 2**31 - 1))
+def test_scaling_in_one_call_is_w_times_t(dtype: torch.dtype, weight: float, shapes: list, seed: int) -> None:
+    """The weights w_i t_i of every tensor in one foreach call: the same dtype and bits as `weight * t`."""
+    gen = torch.Generator().manual_seed(seed)
+    ts = [torch.randn(s, generator=gen).mul(100).to(dtype) for s in shapes]
+    for got, want in zip(_scale(ts, weight), [weight * t for t in ts], strict=True):
+        assert got.dtype == want.dtype and torch.equal(got, want)
+
+
+def _through_the_simulator(grads: list[list[Tensor]], weights: list[float], stops: list[bool]) -> list:
+    """Every worker's exchange with the simulator's collectives (edgestream.sim.collectives), in SimPy."""
+    import simpy
+
+    from edgestream.sim.collectives import Collectives
+    from edgestream.sim.costs import NetworkModel
+
+    env = simpy.Environment()
+
+    def schedule(delay, callback):
+        env.timeout(delay).callbacks.append(lambda _ev: callback())
+
+    col = Collectives(len(grads), NetworkModel(0.0, 1e9), schedule, env.event)
+    progs = [exchange(g, w, stop=s) for g, w, s in zip(grads, weights, stops, strict=True)]
+    ops = [col.post(r, next(p), 0.0) for r, p in enumerate(progs)]
+    env.run()
+    out = []
+    for r, (p, op) in enumerate(zip(progs, ops, strict=True)):
+        with pytest.raises(StopIteration) as stop:
+            p.send(col.result(op, r))
+        out.append(stop.value.value)
+    return out
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(2, 12), st.lists(st.sampled_from([(2,), (5,), (3, 4), (1, 6)]), min_size=1, max_size=3),
+       st.sampled_from([torch.float32, torch.float64]), st.sampled_from(["ones", "batches"]),
+       st.sampled_from(["stacked", "separate"]), st.integers(0, 2**31 - 1), st.data())
+def test_the_simulated_exchange_is_the_lockstep_one_bit_for_bit(world: int, shapes: list, dtype: torch.dtype,
+                                                               weighting: str, layout: str, seed: int, data) -> None:
+    """The simulator's exchange (payload bytes counted once per all-reduce, the sum vectorised over the
+    workers where their gradients are rows of one stacked tensor, as the batched compute hands them out)
+    gives every worker what the lockstep engine's plain all-reduce gives it: the same update bits, total
+    weight, stop agreement and bytes sent (its own payload: the gradients and [w, stop])."""
+    gen = torch.Generator().manual_seed(seed)
+    stacked = [torch.randn((world, *s), generator=gen, dtype=dtype) for s in shapes]
+    grads = [list(row) for row in zip(*(t.unbind(0) for t in stacked), strict=True)]
+    if layout == "separate":
+        grads = [[t.clone() for t in g] for g in grads]
+    weights = ([1.0] * world if weighting == "ones"
+               else [float(b) for b in data.draw(st.lists(st.integers(1, 1024), min_size=world, max_size=world))])
+    stops = data.draw(st.lists(st.booleans(), min_size=world, max_size=world))
+    sim = _through_the_simulator(grads, weights, stops)
+    ref = run_lockstep([exchange(g, w, stop=s) for g, w, s in zip(grads, weights, stops, strict=True)],
+                       _no_local_requests)
+    for r, (a, b) in enumerate(zip(sim, ref, strict=True)):
+        assert (a.total_weight, a.stop, a.compressed, a.floats, a.nbytes) == \
+            (b.total_weight, b.stop, b.compressed, b.floats, b.nbytes)
+        assert a.nbytes == payload_nbytes(grads[r]) + 2 * torch.finfo(dtype).bits // 8
+        assert a.stop == any(stops)
+        for u, v in zip(a.update, b.update, strict=True):
+            assert u.dtype == v.dtype and torch.equal(u, v) and torch.equal(torch.signbit(u), torch.signbit(v))

@@ -102,7 +102,6 @@ class EventLog:
         self.last_loss: float | None = None
 
     def step(self, **fields) -> None:
-        rec = {"kind": "step", **{k: _clean(v) for k, v in fields.items()}}
         self.steps += 1
         device, step = fields.get("device", 0), fields.get("step")
         if isinstance(device, int) and isinstance(step, int):
@@ -118,7 +117,9 @@ class EventLog:
             self.compressed += int(bool(fields["compressed"]))
         if fields.get("loss") is not None:
             self.last_loss = float(fields["loss"])
-        self._write(rec, now=False)
+        if self._f is None and self.records is None:  # no file, nothing kept: the line goes nowhere
+            return
+        self._write({"kind": "step", **{k: _clean(v) for k, v in fields.items()}}, now=False)
 
     def evaluation(self, time: float, step: int, accuracy: float | None = None, loss: float | None = None,
                    **metrics: float) -> None:

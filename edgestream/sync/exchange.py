@@ -128,6 +128,18 @@ def _divide(sums: Sequence[Tensor], total: float, *, in_place: bool = False) -> 
     return list(torch._foreach_div(sums, total))
 
 
+def _scale(tensors: Sequence[Tensor], weight: float) -> list[Tensor]:
+    """weight * t for every tensor, in one foreach call on the CPU (per tensor the same product as
+    `weight * t`, tests/test_sync_exchange.py); integer tensors (type promotion, as `weight * t` does it)
+    and other devices' tensors (not checked there) are multiplied one by one."""
+    import torch
+
+    tensors = list(tensors)
+    if tensors and all(t.is_floating_point() and t.device.type == "cpu" for t in tensors):
+        return list(torch._foreach_mul(tensors, float(weight)))
+    return [weight * t for t in tensors]
+
+
 def _compression_loss(compressor: Compressor, memory: Memory | None, grads: Sequence[Tensor],
                       names: Sequence[str]) -> float:
     """This worker's compression loss c (by the compressor's statistic when it defines one)."""
@@ -187,13 +199,15 @@ def exchange(
         # the real runtime copies into its own bucket buffers), so this saves one op per tensor per step.
         if weight == 1.0 and all(t.is_floating_point() for t in ts):
             out = list(ts)
-        else:
-            out = [weight * t for t in ts]
+        else:  # one foreach call for all tensors: per tensor the same product as `weight * t`
+            out = _scale(ts, weight)
         if meta_known is None:
             out.append(_meta(float(weight), flag, dtype, device))
-        sent += payload_nbytes(out)
         reduced = yield AllReduce(out, op="sum")
         derive = getattr(reduced, "derive", None)
+        # every worker of one all-reduce sends tensors of the same shapes (the engines check), so the
+        # simulator counts the payload's bytes once per operation
+        sent += payload_nbytes(out) if derive is None else derive(("nbytes", len(out)), lambda: payload_nbytes(out))
         if meta_known is None:
             w_sum, stop_sum = (reduced[-1].tolist() if derive is None
                                else derive(("meta",), lambda: tuple(reduced[-1].tolist())))

@@ -7,7 +7,8 @@ rank order, so the floating-point result does not depend on arrival order.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from edgestream.sync.requests import AllReduce
 
@@ -37,10 +38,7 @@ def reduce_all(requests: list[AllReduce]) -> list[Tensor]:
             # on a GPU a copy per tensor is a kernel launch per tensor per step
             return [t.detach() for t in first.tensors]
         if first.op == "sum":
-            acc = [t.detach().clone() for t in first.tensors]
-            for r in requests[1:]:
-                torch._foreach_add_(acc, r.tensors)
-            return acc
+            return _rank_order_sum([r.tensors for r in requests])
         total = float(sum(float(r.weight) for r in requests))
         if total <= 0:
             raise RuntimeError("weighted_mean all-reduce with total weight <= 0")
@@ -49,3 +47,82 @@ def reduce_all(requests: list[AllReduce]) -> list[Tensor]:
             torch._foreach_add_(acc, r.tensors, alpha=float(r.weight))
         torch._foreach_div_(acc, total)
         return acc
+
+
+
+#: per-worker tensors that are separate (not rows of one stacked tensor) are stacked for the vectorised sum
+#: when together they hold at most this many elements (the exchange's [W, stop]); larger ones are added
+#: worker by worker (stacking would copy every worker's model once more)
+STACK_SMALL_ELEMENTS = 1 << 16
+
+
+def _rank_order_sum(per_worker: Sequence[Sequence[Tensor]]) -> list[Tensor]:
+    """sum_i t_i per tensor position in rank order, ((t_0 + t_1) + t_2) + ...: the floats of a loop of
+    in-place adds, over per_worker[i] = worker i's tensors (two or more workers).
+
+    Vectorised over the workers where a position's tensors are consecutive rows of one stacked tensor
+    (the simulator's batched compute hands each device its row of [K, ...] gradients; a step served by two
+    passes has two such tensors: the leading one is vectorised, the rest of the rows added one by one) or
+    are small: one numpy reduction over axis 0 of the C-contiguous [K, ...] block, which adds whole rows one
+    after another (`_sum_rows`); every other position by one foreach add per worker."""
+    import torch
+
+    width = len(per_worker[0])
+    out: list[Any] = [None] * width
+    slow: list[int] = []
+    for j in range(width):
+        rows = [tensors[j] for tensors in per_worker]
+        lead = _leading_block(rows)
+        if lead is None:
+            slow.append(j)
+            continue
+        block, n = lead
+        acc = _sum_rows(block)
+        for t in rows[n:]:  # after the block, in rank order
+            acc.add_(t)
+        out[j] = acc
+    if slow:
+        acc_slow = [per_worker[0][j].detach().clone() for j in slow]
+        for tensors in per_worker[1:]:
+            torch._foreach_add_(acc_slow, [tensors[j] for j in slow])
+        for j, t in zip(slow, acc_slow, strict=True):
+            out[j] = t
+    return out
+
+
+def _leading_block(rows: list[Tensor]) -> tuple[Tensor, int] | None:
+    """(the C-contiguous [n, ...] tensor whose rows are rows[:n] in order, n): a view of the tensor that the
+    leading rows are consecutive rows of (n >= 2), or a stack of all of them when they are small (n =
+    len(rows)); None where the vectorised sum does not apply: tensors not float32 or float64 on the CPU, or
+    one element each (numpy would sum a single column pairwise, not in order)."""
+    import torch
+
+    first = rows[0]
+    if first.dtype not in (torch.float32, torch.float64) or first.device.type != "cpu" or first.numel() < 2:
+        return None
+    base = first._base
+    if base is not None and base.is_contiguous() and base.dim() == first.dim() + 1 \
+            and base.shape[1:] == first.shape:
+        step, start = base.stride(0), first.storage_offset() - base.storage_offset()
+        lo = start // step if step else -1
+        if step and start == lo * step:
+            n, offset, stop = 0, first.storage_offset(), min(len(rows), base.shape[0] - lo)
+            while n < stop and rows[n]._base is base and rows[n].storage_offset() == offset:
+                n += 1
+                offset += step
+            if n >= 2:
+                return base[lo:lo + n].detach(), n
+    if first.numel() * len(rows) <= STACK_SMALL_ELEMENTS and all(
+            t.dtype == first.dtype and t.device == first.device and t.shape == first.shape for t in rows):
+        return torch.stack([t.detach() for t in rows]), len(rows)
+    return None
+
+
+def _sum_rows(block: Tensor) -> Tensor:
+    """block[0] + block[1] + ... in that order, for a C-contiguous float [K, ...] CPU tensor whose rows hold
+    two or more elements: numpy's reduction over the outer axis adds whole rows into the running sum one
+    after another, in the array's dtype (torch's sum over dim 0 adds in another order)."""
+    import numpy as np
+    import torch
+
+    return torch.from_numpy(np.add.reduce(block.numpy(), axis=0, initial=-0.0))
