@@ -145,6 +145,7 @@ def run_edgestream(clients: int, rounds: int, dataset: str, per_client: int) -> 
         "compute_path": engine.compute_mode, "compute_reason": engine.compute_reason,
         "setup_s": round(setup, 3), "wall_s": round(wall, 3), "cpu_s": round(cpu, 3), "load_avg": round(load, 2),
         "device_steps_per_wall_s": round(n / wall, 1), "steady_device_steps_per_wall_s": None,
+        "device_steps_per_cpu_s": round(n / cpu, 1),
         "rss_setup_mb": round(rss_setup, 1), "rss_peak_mb": round(_rss_peak_mb(), 1),
         "final_accuracy": summary.get("final_accuracy"),
         "profile_s": {k: round(v, 3) for k, v in prof.items()},
@@ -235,6 +236,20 @@ def _tree_pids(root: int) -> list[int]:
     return out
 
 
+def _tree_cpu_s(root: int) -> float:
+    """CPU seconds (user + system) that `root` and the processes under it have used so far (live ones)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for p in _tree_pids(root):
+        try:
+            with open(f"/proc/{p}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])
+        except (OSError, IndexError, ValueError):
+            continue
+    return total / tick
+
+
 def _pss_mb(pid: int) -> float:
     try:
         with open(f"/proc/{pid}/smaps_rollup") as f:
@@ -276,11 +291,13 @@ def run_flower(clients: int, rounds: int, data: str) -> dict:
     torch.set_num_threads(1)
     z = np.load(data)
     features, num_classes = int(z["x_train"].shape[1]), int(z["num_classes"])
-    t: dict = {"starts": [], "ends": [], "ok": [], "failed": []}
+    t: dict = {"starts": [], "ends": [], "ok": [], "failed": [], "cpu": []}
 
     class TimedFedAvg(FedAvg):
         def configure_train(self, server_round, arrays, config, grid):
             t["starts"].append(time.perf_counter())
+            if server_round == 1:
+                t["cpu0"] = _tree_cpu_s(os.getpid())
             return super().configure_train(server_round, arrays, config, grid)
 
         def aggregate_train(self, server_round, replies):
@@ -293,6 +310,7 @@ def run_flower(clients: int, rounds: int, data: str) -> dict:
                 t.setdefault("errors", [str(e) for e in errors[:3]])
             got = super().aggregate_train(server_round, replies)
             t["ends"].append(time.perf_counter())
+            t["cpu"].append(_tree_cpu_s(os.getpid()))
             return got
 
     server = ServerApp()
@@ -340,6 +358,7 @@ def run_flower(clients: int, rounds: int, data: str) -> dict:
     wall = t["ends"][-1] - t["starts"][0]
     round_s = [e - s for s, e in zip(t["starts"], t["ends"], strict=True)]
     steady = (clients * (rounds - 1) / (t["ends"][-1] - t["ends"][0])) if rounds > 1 else None
+    cpu_steady = t["cpu"][-1] - t["cpu"][0] if rounds > 1 else None
     # Ray and the actor pool start in their own thread while round 1 is already configured: set-up = the time to
     # the end of round 1 less one later round (the median), when there is one
     later = sorted(round_s[1:])
@@ -351,6 +370,9 @@ def run_flower(clients: int, rounds: int, data: str) -> dict:
         "round_s": [round(v, 3) for v in round_s],
         "load_avg": round(load, 2), "device_steps_per_wall_s": round(n / wall, 1),
         "steady_device_steps_per_wall_s": round(steady, 1) if steady else None,
+        "cpu_s": round(t["cpu"][-1] - t["cpu0"], 3), "cpu_s_steady": round(cpu_steady, 3) if cpu_steady else None,
+        "device_steps_per_cpu_s": round(n / (t["cpu"][-1] - t["cpu0"]), 1),
+        "steady_device_steps_per_cpu_s": round(clients * (rounds - 1) / cpu_steady, 1) if cpu_steady else None,
         "rss_peak_mb": round(_rss_peak_mb(), 1), "tree_pss_peak_mb": round(mem.peak_mb, 1),
         "max_processes": mem.max_procs, "killed_leftovers": len(left), "final_accuracy": round(acc, 4),
     }
@@ -389,26 +411,49 @@ def run_child(side: str, clients: int, rounds: int, args: argparse.Namespace, da
     return r
 
 
+def _pairs(rows: list[dict], c: int) -> list[tuple[dict, dict]]:
+    """(edgestream, Flower) runs of `c` clients in the order they ran, paired: run i of one side with run i of the
+    other (back to back, so under about the same load)."""
+    es = [r for r in rows if r["clients"] == c and r["side"] == "edgestream"]
+    fl = [r for r in rows if r["clients"] == c and r["side"] == "flower"]
+    return list(zip(es, fl, strict=False))
+
+
+def _flower_rate(r: dict, per: str = "wall") -> float:
+    """Flower's steady rate (without round 1) where it ran more than one round, else over its one round."""
+    return r[f"steady_device_steps_per_{per}_s"] or r[f"device_steps_per_{per}_s"]
+
+
 def table(rows: list[dict]) -> str:
-    head = ["clients", "data", "rounds (ours / Flower)", "edgestream device-steps/s", "Flower device-steps/s "
-            "(without round 1 / all rounds)", "ratio (vs steady / vs all rounds)", "set-up s (ours / Flower)",
-            "process wall s (ours / Flower)", "peak memory MB (ours RSS / Flower driver RSS, tree PSS)",
-            "final test accuracy (ours / Flower)", "load"]
+    """One row per client count: each side's fastest run (edgestream over all its rounds; Flower without round 1),
+    the ratio of those, the range of the ratios of the back-to-back pairs, the same per CPU second."""
+    head = ["clients", "data", "rounds (ours / Flower)", "edgestream device-steps/s (wall / CPU)",
+            "Flower device-steps/s without round 1 (wall / CPU); all rounds (wall)",
+            "ratio, fastest runs (wall / CPU)", "ratio per back-to-back pair (wall)", "set-up s (ours / Flower)",
+            "process wall s (ours / Flower)", "peak memory MB (ours RSS / Flower driver RSS, process tree PSS)",
+            "final test accuracy (ours / Flower)", "load (1 min)"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for c in sorted({r["clients"] for r in rows}):
-        es = [r for r in rows if r["clients"] == c and r["side"] == "edgestream"]
-        fl = [r for r in rows if r["clients"] == c and r["side"] == "flower"]
-        if not es or not fl:
+        pairs = _pairs(rows, c)
+        if not pairs:
             continue
+        es, fl = [p[0] for p in pairs], [p[1] for p in pairs]
         e = max(es, key=lambda r: r["device_steps_per_wall_s"])
-        f = max(fl, key=lambda r: r["device_steps_per_wall_s"])
-        fs = max((r["steady_device_steps_per_wall_s"] or 0 for r in fl), default=0) or None
+        f = max(fl, key=_flower_rate)
+        e_cpu = max(r["device_steps_per_cpu_s"] for r in es)
+        f_cpu = max((_flower_rate(r, "cpu") for r in fl if r.get("device_steps_per_cpu_s")), default=None)
+        f_all = max(r["device_steps_per_wall_s"] for r in fl)
+        ratios = [a["device_steps_per_wall_s"] / _flower_rate(b) for a, b in pairs]
         loads = [r["load_avg"] for r in es + fl]
+        one_round = f["steady_device_steps_per_wall_s"] is None
         lines.append("| " + " | ".join([
-            f"{c:,}", e["dataset"], f"{e['rounds']} / {f['rounds']}", f"{e['device_steps_per_wall_s']:,.0f}",
-            (f"{fs:,.0f}" if fs else "-") + f" / {f['device_steps_per_wall_s']:,.0f}",
-            (f"**{e['device_steps_per_wall_s'] / fs:.1f}x**" if fs else "-")
-            + f" / {e['device_steps_per_wall_s'] / f['device_steps_per_wall_s']:.1f}x",
+            f"{c:,}", e["dataset"], f"{e['rounds']} / {f['rounds']}",
+            f"{e['device_steps_per_wall_s']:,.0f} / {e_cpu:,.0f}",
+            f"{_flower_rate(f):,.0f}{' (its one round)' if one_round else ''} / "
+            + (f"{f_cpu:,.0f}" if f_cpu else "-") + f"; {f_all:,.0f}",
+            f"**{e['device_steps_per_wall_s'] / _flower_rate(f):.1f}x** / "
+            + (f"{e_cpu / f_cpu:.1f}x" if f_cpu else "-"),
+            f"{min(ratios):.1f}x-{max(ratios):.1f}x" if len(ratios) > 1 else f"{ratios[0]:.1f}x",
             f"{min(r['setup_s'] for r in es):.1f} / {min(r['setup_s'] for r in fl):.1f}",
             f"{min(r['process_wall_s'] for r in es):.1f} / {min(r['process_wall_s'] for r in fl):.1f}",
             f"{e['rss_peak_mb']:,.0f} / {f['rss_peak_mb']:,.0f}, {f['tree_pss_peak_mb']:,.0f}",
