@@ -12,13 +12,14 @@ PYTEST_ARGS ?=
 LOCK   := requirements.lock
 LOCK_ARGS ?=
 
-.PHONY: demo test test-py312 test-testbed bench reproduce lint install jars lock clean help
+.PHONY: demo test test-py312 test-testbed bench bench-flower reproduce lint install jars lock clean help
 
 help:
 	@echo "make demo   run the main job (managed Kafka broker + streaming + training demo)"
 	@echo "make test   run the whole test suite against a real local Kafka broker"
 	@echo "make test-testbed  the compose testbed on a real Docker Engine (installs it where missing; root)"
 	@echo "make bench  run the benchmarks (figures go to docs/BENCHMARKS.md by hand)"
+	@echo "make bench-flower  the simulator beside Flower's simulation (Flower in its own venv, .venv-flower)"
 	@echo "make reproduce  the papers' claims, quick runs (REPRODUCE_ARGS= for the full ones) -> reproduce/"
 	@echo "make lint   ruff"
 	@echo "make lock   regenerate requirements.lock from pyproject.toml (uv pip compile --universal)"
@@ -97,6 +98,21 @@ test-testbed: jars
 bench: jars
 	$(PY) benchmarks/run_all.py
 
+# The simulator beside Flower's simulation engine (benchmarks/bench_vs_flower.py). Flower is not a dependency of
+# edgestream: it lives in its own venv, .venv-flower, made from benchmarks/flower-requirements.txt (flwr[simulation]
+# pinned, torch and numpy at the lock's versions) with uv from the lock. BENCH_FLOWER_ARGS: the script's arguments.
+FLOWER_VENV := .venv-flower
+FLOWER_REQ  := benchmarks/flower-requirements.txt
+BENCH_FLOWER_ARGS ?=
+$(FLOWER_VENV)/.installed: $(FLOWER_REQ) $(LOCK)
+	@test -x $(FLOWER_VENV)/bin/python || $(PYTHON) -m venv $(FLOWER_VENV)
+	$(FLOWER_VENV)/bin/python -m pip install -q -c $(LOCK) uv
+	$(FLOWER_VENV)/bin/uv pip install -q --compile-bytecode --python $(FLOWER_VENV)/bin/python $(LOCK_INDEX) -r $(FLOWER_REQ)
+	@touch $@
+
+bench-flower: $(STAMP) $(FLOWER_VENV)/.installed
+	$(PY) benchmarks/bench_vs_flower.py --flower-python $(FLOWER_VENV)/bin/python $(BENCH_FLOWER_ARGS)
+
 REPRODUCE_ARGS ?= --quick
 reproduce: $(STAMP)
 	$(VENV)/bin/edgestream reproduce $(REPRODUCE_ARGS)
@@ -105,5 +121,5 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check edgestream tests benchmarks
 
 clean:
-	rm -rf $(VENV) $(VENV312) runs .pytest_cache build
+	rm -rf $(VENV) $(VENV312) $(FLOWER_VENV) runs .pytest_cache build
 	rm -f edgestream/data/_wirefast*.so edgestream/sim/_shuffle*.so
