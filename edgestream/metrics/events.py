@@ -44,14 +44,14 @@ _ORJSON_OPTIONS = orjson.OPT_NON_STR_KEYS
 def _line(rec: dict) -> str:
     """One JSONL line: orjson (~15x the standard library's encoder on a step line; the same values, compact
     separators, floats in their shortest repr, only an exponent written 1e-7 where Python writes 1e-07),
-    else the standard library's: for
-    what orjson refuses (an int beyond 64 bits) and for non-ASCII text (escaped as before, whatever the
-    reader's locale)."""
+    else the standard library's: for what orjson refuses (an int beyond 64 bits) and for non-ASCII text
+    (escaped as before, whatever the reader's locale)."""
     try:
         out = orjson.dumps(rec, default=_plain, option=_ORJSON_OPTIONS)
     except TypeError:
         out = b""
     return out.decode() + "\n" if out and out.isascii() else _ENCODER.encode(rec) + "\n"
+
 
 #: seconds a live EventLog keeps step lines buffered at most (what the orchestrator's live view lags by)
 LIVE_FLUSH_S = 0.25

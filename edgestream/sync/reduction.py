@@ -49,7 +49,6 @@ def reduce_all(requests: list[AllReduce]) -> list[Tensor]:
         return acc
 
 
-
 #: per-worker tensors that are separate (not rows of one stacked tensor) are stacked for the vectorised sum
 #: when together they hold at most this many elements (the exchange's [W, stop]); larger ones are added
 #: worker by worker (stacking would copy every worker's model once more)

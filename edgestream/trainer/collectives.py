@@ -147,10 +147,6 @@ class DistCollectives:
                 total = float(wbuf[0])
                 if total <= 0:
                     raise RuntimeError("weighted_mean all-reduce with total weight <= 0")
-            if len(buckets) == 1:  # the common case: every tensor in one bucket, in order
-                if wbuf is not None:
-                    flats[0].div_(total)
-                return list(_unflatten_dense_tensors(flats[0], tensors))
             out: list[Tensor | None] = [None] * len(tensors)
             for idx, flat in zip(buckets, flats, strict=True):
                 if wbuf is not None:
