@@ -295,7 +295,7 @@ def check_runnable(cfg: Any) -> list[str]:
     except PlanError as exc:
         return [_line(p) for p in exc.problems]
     try:
-        plan.build_model()
+        plan.check_model()  # a built-in model: no torch (see RunPlan.check_model)
     except PluginError as exc:
         return [_line(exc)]
     except (ValueError, TypeError, RuntimeError) as exc:

@@ -11,12 +11,12 @@ from typing import Any
 
 from torch import nn
 
+from edgestream.models.inputs import IMAGE_MODELS, check_input
 from edgestream.plugins import MODELS as _REGISTRY
 from edgestream.plugins import PluginError
 
 MODELS: tuple[str, ...] = _REGISTRY.builtins
-#: built-ins that take images only
-IMAGE_MODELS = ("cnn-small", "resnet18", "resnet20", "vgg-small")
+__all__ = ["IMAGE_MODELS", "MODELS", "build_model"]
 
 
 def build_model(name: str, in_shape: tuple[int, ...], num_classes: int, **kwargs: Any) -> nn.Module:
@@ -26,14 +26,7 @@ def build_model(name: str, in_shape: tuple[int, ...], num_classes: int, **kwargs
     Seed torch (torch.manual_seed) beforehand for identical replicas across workers. ValueError (one line,
     naming model.name) when the model cannot be built.
     """
-    in_shape = tuple(int(s) for s in in_shape)
-    if not in_shape or min(in_shape) < 1:
-        raise ValueError(f"in_shape must have positive sizes, got {in_shape}")
-    if num_classes < 1:
-        raise ValueError(f"num_classes must be >= 1, got {num_classes}")
-    if name in IMAGE_MODELS and len(in_shape) != 3:
-        raise ValueError(f"model.name: {name!r} takes images (channels, height, width); the data's samples have "
-                         f"shape {list(in_shape)} (use mlp, or a model of your own by import path)")
+    in_shape = check_input(name, in_shape, num_classes)
     factory = _REGISTRY.load(name, "model.name")
     try:
         model = factory(in_shape, int(num_classes), **kwargs)

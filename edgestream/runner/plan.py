@@ -405,6 +405,18 @@ class RunPlan:
             torch.manual_seed(self.seed)
             return self._check(lambda: build_model(self.model_name, shape, self.num_outputs, **self.model_kwargs))
 
+    def check_model(self) -> None:
+        """PlanError / PluginError where `build_model` would fail: a built-in model without model.kwargs is
+        checked without torch (edgestream.models.inputs: every built-in builds for the inputs it passes), any
+        other model is built (`config validate` imports torch only for those)."""
+        from edgestream.models.inputs import check_input
+        from edgestream.plugins import MODELS
+
+        if self.model_kwargs or self.model_name not in MODELS.builtins:
+            self.build_model()
+        else:
+            self._check(lambda: check_input(self.model_name, self.dataset.shape, self.num_outputs))
+
     @property
     def optim(self) -> dict[str, float]:
         """lr, momentum, weight_decay of the workers' SGD."""
