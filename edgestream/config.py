@@ -39,9 +39,10 @@ from pydantic import (
     model_validator,
 )
 
+from edgestream.config_check import check_buildable
 from edgestream.config_kafka import KafkaConfig
 from edgestream.config_streams import StreamsConfig
-from edgestream.config_types import Float, Int, _Model
+from edgestream.config_types import MAX_RATE, SECRET_MASK, Float, Int, _Model, is_secret_key
 
 RATE_PRESETS = ("S1", "S2", "S1'", "S2'")
 PRESET_ALIASES = {"S1p": "S1'", "S2p": "S2'", "S1prime": "S1'", "S2prime": "S2'"}
@@ -58,26 +59,12 @@ TOPIC_KEYS = {"replication.factor": "replication_factor", "default.replication.f
               "retention.bytes": "retention_bytes", "num.partitions": "partitions (layout: partitioned)"}
 #: security.protocol values librdkafka accepts (case-insensitive).
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-#: runtime.kafka_client keys whose values are secrets (masked as "***" by to_yaml): a key containing one
-#: of these words, except file paths (*.location), plus sasl.oauthbearer.config (it may hold credentials).
-SECRET_WORDS = ("password", "secret", "key")
-SECRET_MASK = "***"
-#: the highest per-device stream rate a config may ask for, in samples/s.
-MAX_RATE = 1e6
 #: config fields that hold file-system paths (resolved against the config file's folder).
 PATH_FIELDS = (("data", "root"), ("data", "path"), ("devices", "rates", "path"), ("devices", "compute", "profile"),
                ("eval", "path"), ("streams", "schema"))
 #: path fields that may also hold a bare name (a shipped compute profile): resolved only when path-like
 NAME_OR_PATH = {("devices", "compute", "profile")}
 NAME_REQUIRED = "name: required (the run name; topics are <name>-<algorithm>-<run id>.dev.<i>)"
-
-
-def is_secret_key(key: str) -> bool:
-    """Whether a runtime.kafka_client key holds a secret (its value is masked in shown/written configs)."""
-    k = key.lower()
-    if k == "sasl.oauthbearer.config":
-        return True
-    return any(w in k for w in SECRET_WORDS) and not k.endswith(".location")
 
 
 def bootstrap_ok(value: str) -> bool:
@@ -871,8 +858,6 @@ def load_dict(raw: dict, overrides: list[str] | None = None, base: str | Path | 
     except ConfigError as exc:
         raise ConfigError(problems + exc.problems, source) from None
     if check:
-        from edgestream.config_check import check_buildable
-
         problems += check_buildable(cfg)
     if problems:
         raise ConfigError(problems, source)

@@ -29,7 +29,7 @@ import struct
 from pathlib import Path
 from typing import Any
 
-from edgestream.config import MAX_RATE, SECRET_MASK, is_secret_key
+from edgestream.config_types import MAX_RATE, SECRET_MASK, is_secret_key
 
 
 def check_buildable(cfg: Any) -> list[str]:

@@ -1,4 +1,5 @@
-"""Field types and the base model every config section shares (pydantic only: no torch, no registries)."""
+"""Field types, bounds, secret keys and the base model every config section shares (pydantic only: no torch, no
+registries); edgestream.config re-exports them."""
 
 from __future__ import annotations
 
@@ -23,3 +24,20 @@ Bool = Annotated[bool, Strict()]
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+#: runtime.kafka_client keys whose values are secrets (masked as "***" by to_yaml): a key containing one
+#: of these words, except file paths (*.location), plus sasl.oauthbearer.config (it may hold credentials).
+SECRET_WORDS = ("password", "secret", "key")
+#: what a secret value shows as in shown and written configs
+SECRET_MASK = "***"
+#: the highest per-device stream rate a config may ask for, in samples/s.
+MAX_RATE = 1e6
+
+
+def is_secret_key(key: str) -> bool:
+    """Whether a runtime.kafka_client key holds a secret (its value is masked in shown/written configs)."""
+    k = key.lower()
+    if k == "sasl.oauthbearer.config":
+        return True
+    return any(w in k for w in SECRET_WORDS) and not k.endswith(".location")

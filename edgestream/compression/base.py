@@ -144,21 +144,6 @@ def build_compressor(spec: dict[str, Any]) -> Compressor:
     return out
 
 
-def build_memory(name: str | None = "none", **params: Any) -> Memory:
-    """An error-feedback memory: "none", "residual" (e = t - decompress(compress(t))) or
-    "dgc" (momentum correction, param `momentum`, default 0.9). None means "none"."""
-    from edgestream.compression.memory import DGCMemory, NoneMemory, ResidualMemory
-
-    name = name or "none"
-    if name == "none":
-        return NoneMemory()
-    if name == "residual":
-        return ResidualMemory()
-    if name == "dgc":
-        return DGCMemory(momentum=float(params.get("momentum", 0.9)))
-    raise ValueError(f"unknown memory {name!r}; allowed: {', '.join(MEMORY_NAMES)}")
-
-
 def scatter_add_sparse(
     numel: int,
     parts: Sequence[tuple[torch.Tensor, torch.Tensor]],

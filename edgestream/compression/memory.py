@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
-from edgestream.compression.base import Compressed, Compressor
+from edgestream.compression.base import MEMORY_NAMES, Compressed, Compressor, Memory
 
 
 class NoneMemory:
@@ -114,3 +116,16 @@ class DGCMemory:
     def load_state_dict(self, state: dict) -> None:
         self.u = {k: t.clone() for k, t in state.get("u", {}).items()}
         self.v = {k: t.clone() for k, t in state.get("v", {}).items()}
+
+
+def build_memory(name: str | None = "none", **params: Any) -> Memory:
+    """An error-feedback memory: "none", "residual" (e = t - decompress(compress(t))) or
+    "dgc" (momentum correction, param `momentum`, default 0.9). None means "none"."""
+    name = name or "none"
+    if name == "none":
+        return NoneMemory()
+    if name == "residual":
+        return ResidualMemory()
+    if name == "dgc":
+        return DGCMemory(momentum=float(params.get("momentum", 0.9)))
+    raise ValueError(f"unknown memory {name!r}; allowed: {', '.join(MEMORY_NAMES)}")

@@ -6,8 +6,9 @@ Importing it registers the engine "local" with the runner's engine registry (run
 
 from edgestream.launch.orchestrator import LaunchError, LocalRun, run_local
 from edgestream.runner.engines import register_engine
-from edgestream.trainer.handlers import PERFORMS
+from edgestream.sync.requests import REQUESTS
 
-register_engine("local", run_local, host="processes", performs=PERFORMS)
+# the trainer performs every request kind (trainer/handlers.PERFORMS; tests/test_layers.py holds them equal)
+register_engine("local", run_local, host="processes", performs=REQUESTS)
 
 __all__ = ["LaunchError", "LocalRun", "run_local"]

@@ -10,13 +10,11 @@ from pathlib import Path
 
 import typer
 
-#: the environment variable naming a file descriptor that holds runtime.kafka_client's secret values (a
-#: JSON object): the orchestrator hands them to each child on an inherited pipe, which the child reads to
-#: its end and closes at start (`child_secrets`), so they are never on disk nor in any environment
-SECRET_FD_ENV = "EDGESTREAM_KAFKA_SECRETS_FD"
-#: the values themselves in the environment (how earlier versions handed them over): still read, with a
-#: warning, since a process's environment stays readable in /proc/<pid>/environ for its whole life
-SECRET_ENV = "EDGESTREAM_KAFKA_SECRETS"
+from edgestream.launch.procs import SECRET_ENV, SECRET_FD_ENV
+
+__all__ = ["SECRET_ENV", "SECRET_FD_ENV", "child_secrets", "load_for_run", "load_or_exit", "print_end",
+           "run_local_command"]
+
 #: summary.json keys printed as the one-line JSON summary on stdout (`edgestream run --json`; the engine's time:
 #: virtual_time_s in the simulator, run_time_s for a real run)
 PRINTED = ("time_to_target_s", "final_accuracy", "final_metrics", "steps", "buffer_max_samples", "dropped_total",

@@ -42,8 +42,7 @@ from typing import Any
 from edgestream.config import RESUME_MAY_CHANGE
 from edgestream.kafka.lifecycle import cleanup_after_run
 from edgestream.kafka.topic_settings import TOPIC_SETTINGS_ENV
-from edgestream.launch.command import SECRET_ENV, SECRET_FD_ENV
-from edgestream.launch.procs import Child, ChildSet, describe_status, tail_lines
+from edgestream.launch.procs import SECRET_ENV, SECRET_FD_ENV, Child, ChildSet, describe_status, tail_lines
 from edgestream.launch.tail import JsonlTail, RanksTail
 from edgestream.launch.view import LiveState, View
 from edgestream.producers.status import account, printed_summary

@@ -38,6 +38,15 @@ from edgestream.forkserver import (
     take_prestarted,
 )
 
+#: the environment variable naming a file descriptor that holds runtime.kafka_client's secret values (a
+#: JSON object): the orchestrator hands them to each child on an inherited pipe (`ChildSet.handover`),
+#: which the child reads to its end and closes at start (edgestream.launch.command.child_secrets), so
+#: they are never on disk nor in any environment
+SECRET_FD_ENV = "EDGESTREAM_KAFKA_SECRETS_FD"
+#: the values themselves in the environment (how earlier versions handed them over): still read, with a
+#: warning, since a process's environment stays readable in /proc/<pid>/environ for its whole life
+SECRET_ENV = "EDGESTREAM_KAFKA_SECRETS"
+
 
 @dataclass
 class Child:

@@ -299,3 +299,5 @@ BASE_REQUESTS: frozenset[type] = frozenset({TakeBatch, Compute, Ack, Inject, Sta
 #: what the collective family adds / what the parameter-server family adds
 COLLECTIVE_REQUESTS: frozenset[type] = frozenset(COLLECTIVES)
 PS_REQUESTS: frozenset[type] = frozenset({Push, Pull})
+#: every request kind (what a performer of both families performs: the simulator's, the trainer's)
+REQUESTS: frozenset[type] = BASE_REQUESTS | COLLECTIVE_REQUESTS | PS_REQUESTS
