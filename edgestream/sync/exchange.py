@@ -32,7 +32,6 @@ from edgestream.compression import (
     Memory,
     NoneCompressor,
     build_compressor,
-    build_memory,
     compression_loss,
     payload_nbytes,
     scatter_add_sparse,
@@ -81,6 +80,10 @@ class Codec:
             return cls()
         memory_name = spec.get("memory") or ("residual" if compressor.sparse else "none")
         adaptive = compressor.new_state() if hasattr(compressor, "new_state") else None
+        # here, not at the top: memories import torch (~2.5 s, 600 MB), and the orchestrator and the producer
+        # import sync/ without it (tests/test_lazy_imports.py)
+        from edgestream.compression.memory import build_memory
+
         return cls(compressor, build_memory(memory_name), adaptive)
 
     def state_dict(self) -> dict[str, Any]:
