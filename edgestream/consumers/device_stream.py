@@ -28,6 +28,7 @@ from edgestream.kafka.clients import consumer_config
 from edgestream.kafka.leader_watch import LeaderWatch
 from edgestream.kafka.outage import Outage
 from edgestream.kafka.outage_calls import Probe, answers
+from edgestream.kafka.topics import trainer_group  # noqa: F401 - re-exported (consumer groups are named in kafka/)
 
 #: seconds of outage after which a reader whose own requests still fail asks a new client whether Kafka
 #: answers (and replaces its consumer when it does: PartitionReader._refresh); also the interval between asks
@@ -61,11 +62,6 @@ def commit_offset(bootstrap: str, topic: str, group: str, offset: int, security:
         reader.commit(offset)
     finally:
         reader.close()
-
-
-def trainer_group(run: str, device: int, kind: str = "dev") -> str:
-    """The consumer group of a run's device stream (kind 'dev') or injection topic (kind 'inj')."""
-    return f"{run}.{kind}.{device}.trainer"
 
 
 class PartitionReader:

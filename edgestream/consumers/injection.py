@@ -11,11 +11,12 @@ from collections.abc import Sequence
 
 from confluent_kafka import Message, Producer
 
-from edgestream.consumers.device_stream import BROKER_TIMEOUT_S, PartitionReader, trainer_group
+from edgestream.consumers.device_stream import BROKER_TIMEOUT_S, PartitionReader
 from edgestream.consumers.dlq import flush_through
 from edgestream.kafka.clients import produce, producer_config
 from edgestream.kafka.layout import StreamLayout
 from edgestream.kafka.outage import Outage
+from edgestream.kafka.topics import trainer_group
 
 
 class InjectionChannel:

@@ -20,9 +20,10 @@ from dataclasses import dataclass
 from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Message
 
 from edgestream.consumers.broker_calls import BROKER_TIMEOUT_S
-from edgestream.consumers.device_stream import PartitionReader, trainer_group
+from edgestream.consumers.device_stream import PartitionReader
 from edgestream.kafka.layout import StreamLayout
 from edgestream.kafka.outage import Outage
+from edgestream.kafka.topics import trainer_group
 from edgestream.streams.take import TakeDecision, TakeRule
 
 #: a lag bound (max_lag_s) reads at most this many messages ahead to find where its seconds begin: a

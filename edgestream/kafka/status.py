@@ -18,13 +18,14 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Consumer, TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 
 from edgestream.kafka.admin import admin_client
 from edgestream.kafka.clients import consumer_config
 from edgestream.kafka.layout import StreamLayout, streams_topic
-from edgestream.kafka.status_shared import shared_layout, shared_rows
-from edgestream.kafka.topics import dlq_topic, ps_topic
+from edgestream.kafka.status_external import external_runs, external_status
+from edgestream.kafka.status_shared import oldest_ages, shared_layout, shared_rows
+from edgestream.kafka.topics import dlq_topic, ps_topic, trainer_group
 
 DEVICE = re.compile(r"^(?P<run>.+)\.dev\.(?P<device>\d+)$")
 #: a run's stream topic in the partitioned layout (kafka/layout.py): its devices share its partitions
@@ -37,8 +38,6 @@ class StatusError(ValueError):
 
 def find_run(topics: list[str], run: str) -> str:
     """The run name (`<name>-<algorithm>-<run id>`) that `run` means: itself, or the one run whose id it is."""
-    from edgestream.kafka.status_external import external_runs
-
     runs = sorted({m.group("run") for t in topics if (m := DEVICE.match(t) or SHARED.match(t))}
                   | set(external_runs(topics)))
     if run in runs:
@@ -57,12 +56,9 @@ def find_run(topics: list[str], run: str) -> str:
 def run_status(bootstrap: str, run: str, *, interval_s: float = 2.0,
                security: Mapping[str, str] | None = None, timeout_s: float = 10.0) -> dict[str, Any]:
     """The figures of the module doc for `run` (a run name or a run id); StatusError when it is not there."""
-    from edgestream.consumers.device_stream import trainer_group
-
     metadata = admin_client(bootstrap, security).list_topics(timeout=timeout_s)
     topics = sorted(metadata.topics)
     run = find_run(topics, run)
-    from edgestream.kafka.status_external import external_runs, external_status
 
     external = external_runs(topics)
     if run in external:  # external streams: each device's topic from what its trainer group committed
@@ -105,7 +101,7 @@ def run_status(bootstrap: str, run: str, *, interval_s: float = 2.0,
             end = second[topic]
             rows.append({"device": d, "produced": end, "rate": (end - first[topic]) / dt if interval_s > 0 else None,
                          "acknowledged": committed, "lag": end - (committed or 0)})
-        ages = _oldest_ages(reader, {r["device"]: TopicPartition(stream[r["device"]], 0, r["acknowledged"] or 0)
+        ages = oldest_ages(reader, {r["device"]: TopicPartition(stream[r["device"]], 0, r["acknowledged"] or 0)
                                      for r in rows if r["lag"] > 0}, timeout_s)
         for r in rows:
             r["lag_s"] = ages.get(r["device"]) if r["lag"] > 0 else 0.0
@@ -132,29 +128,6 @@ def _with_dlq(bootstrap: str, run: str, topics: list[str], out: dict[str, Any],
     finally:
         reader.close()
     return out
-
-
-def _oldest_ages(reader: Consumer, at: Mapping[Any, TopicPartition], timeout_s: float) -> dict[Any, float]:
-    """Seconds since the message at each key's (topic, partition, offset) was produced (its timestamp), read with
-    one assignment (keys sharing a partition: its first position's); a partition whose message does not come
-    within `timeout_s` is left out."""
-    if not at:
-        return {}
-    parts = {}
-    for tp in at.values():
-        parts.setdefault((tp.topic, tp.partition), tp)
-    reader.assign(list(parts.values()))
-    stamps: dict[tuple[str, int], int] = {}
-    deadline = time.monotonic() + timeout_s
-    while len(stamps) < len(parts) and time.monotonic() < deadline:
-        for m in reader.consume(len(parts), timeout=0.2):
-            kind, ts = m.timestamp() if m.error() is None else (TIMESTAMP_NOT_AVAILABLE, -1)
-            if kind != TIMESTAMP_NOT_AVAILABLE and ts >= 0:
-                stamps.setdefault((m.topic(), m.partition()), ts)
-    reader.unassign()
-    now = time.time()
-    return {k: round(max(0.0, now - stamps[(tp.topic, tp.partition)] / 1000.0), 3)
-            for k, tp in at.items() if (tp.topic, tp.partition) in stamps}
 
 
 def format_status(st: dict[str, Any]) -> str:

@@ -18,6 +18,8 @@ from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartiti
 
 from edgestream.kafka.admin import admin_client
 from edgestream.kafka.clients import consumer_config
+from edgestream.kafka.status_shared import oldest_ages
+from edgestream.kafka.topics import trainer_group
 
 INJECTION = re.compile(r"^(?P<run>.+)\.inj\.(?P<device>\d+)$")
 
@@ -45,8 +47,6 @@ def _committed(admin: Any, group: str, timeout_s: float) -> TopicPartition | Non
 def external_status(bootstrap: str, run: str, devices: list[int], *, interval_s: float,
                     security: Mapping[str, str] | None, timeout_s: float) -> dict[str, Any]:
     """status.py's figures for an external run (see the module doc)."""
-    from edgestream.consumers.device_stream import trainer_group
-    from edgestream.kafka.status import _oldest_ages  # status.py imports this module lazily: no cycle
 
     admin = admin_client(bootstrap, security)
     where = {d: _committed(admin, trainer_group(run, d), timeout_s) for d in devices}
@@ -75,7 +75,7 @@ def external_status(bootstrap: str, run: str, devices: list[int], *, interval_s:
                          "acknowledged": tp.offset, "lag": lag})
             if lag:
                 behind[d] = TopicPartition(tp.topic, tp.partition, tp.offset)
-        ages = _oldest_ages(reader, behind, timeout_s)
+        ages = oldest_ages(reader, behind, timeout_s)
         for r in rows:
             if r["acknowledged"] is not None:
                 r["lag_s"] = ages.get(r["device"]) if r["lag"] else 0.0

@@ -20,6 +20,7 @@ from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Consumer, TopicPartition
 from edgestream.data.serde import SampleSerde, WireError
 from edgestream.kafka.clients import consumer_config
 from edgestream.kafka.layout import StreamLayout, streams_topic
+from edgestream.kafka.topics import trainer_group
 from edgestream.producers.restart import pinned_config, stream_ends
 
 
@@ -39,8 +40,6 @@ def shared_rows(bootstrap: str, layout: StreamLayout, interval_s: float, securit
                 timeout_s: float) -> tuple[list[dict[str, Any]], float]:
     """status.py's rows (device, produced, rate, acknowledged, lag, lag_s) of a partitioned run, and the
     seconds between the two reads of the stream ends."""
-    from edgestream.consumers.device_stream import trainer_group
-
     devices = range(layout.devices)
     t0 = time.monotonic()
     first = stream_ends(bootstrap, layout.run, devices, security, timeout_s, layout=layout)
@@ -111,3 +110,26 @@ def _first_unacknowledged(bootstrap: str, layout: StreamLayout, committed: dict[
     finally:
         reader.close()
     return out
+
+
+def oldest_ages(reader: Consumer, at: Mapping[Any, TopicPartition], timeout_s: float) -> dict[Any, float]:
+    """Seconds since the message at each key's (topic, partition, offset) was produced (its timestamp), read with
+    one assignment (keys sharing a partition: its first position's); a partition whose message does not come
+    within `timeout_s` is left out."""
+    if not at:
+        return {}
+    parts = {}
+    for tp in at.values():
+        parts.setdefault((tp.topic, tp.partition), tp)
+    reader.assign(list(parts.values()))
+    stamps: dict[tuple[str, int], int] = {}
+    deadline = time.monotonic() + timeout_s
+    while len(stamps) < len(parts) and time.monotonic() < deadline:
+        for m in reader.consume(len(parts), timeout=0.2):
+            kind, ts = m.timestamp() if m.error() is None else (TIMESTAMP_NOT_AVAILABLE, -1)
+            if kind != TIMESTAMP_NOT_AVAILABLE and ts >= 0:
+                stamps.setdefault((m.topic(), m.partition()), ts)
+    reader.unassign()
+    now = time.time()
+    return {k: round(max(0.0, now - stamps[(tp.topic, tp.partition)] / 1000.0), 3)
+            for k, tp in at.items() if (tp.topic, tp.partition) in stamps}

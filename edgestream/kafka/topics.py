@@ -30,6 +30,11 @@ def run_topic_prefix(run: str) -> str:
     return f"{run}."
 
 
+def trainer_group(run: str, device: int, kind: str = "dev") -> str:
+    """The consumer group of a run's device stream (kind 'dev') or injection topic (kind 'inj')."""
+    return f"{run}.{kind}.{device}.trainer"
+
+
 def hold_group(run: str) -> str:
     """The consumer group a live orchestrator of `run` is a member of (edgestream.launch.hold)."""
     return f"{run}.orchestrator"
