@@ -1,4 +1,4 @@
-"""`edgestream run --engine local` and `edgestream run --resume RUN_DIR`: the command's behaviour (cli.py
+"""`edgestream run --engine local` and `edgestream run --resume RUN_DIR`: the command's behaviour (cli/runs.py
 only hands the options over)."""
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """`edgestream broker start --nodes N` / `status` / `stop` for a multi-node instance dir: the command line of
-edgestream.kafka.cluster.LocalCluster (edgestream/cli.py wires it in; a one-node instance stays LocalBroker's)."""
+edgestream.kafka.cluster.LocalCluster (edgestream/cli/broker.py wires it in; a one-node instance stays
+LocalBroker's)."""
 
 from __future__ import annotations
 
