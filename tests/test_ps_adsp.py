@@ -13,15 +13,8 @@ from edgestream.config import validate_dict
 from edgestream.metrics import EventLog
 from edgestream.sim.engine import SimEngine
 from edgestream.sync import ALGORITHMS
-from edgestream.sync.adsp import (
-    ADSPCoordinator,
-    CommitRateSearch,
-    fit_loss_curve,
-    next_commit_at,
-    reward,
-    smooth,
-    window_reward,
-)
+from edgestream.sync.adsp import ADSPCoordinator, next_commit_at
+from edgestream.sync.adsp_search import CommitRateSearch, fit_loss_curve, reward, smooth, window_reward
 from edgestream.sync.coordinator import ServerContext
 from edgestream.sync.requests import Push
 
