@@ -10,6 +10,9 @@ from pathlib import Path
 import typer
 from confluent_kafka import KafkaException
 
+from edgestream.cli.common import default_broker_dir, load
+from edgestream.kafka.admin import wait_for_broker
+from edgestream.kafka.cluster import managed as managed_instance
 from edgestream.kafka.lifecycle import (
     LifecycleError,
     RunInfo,
@@ -37,20 +40,13 @@ def _fail(line: str, code: int = 2) -> None:
 def _connect(bootstrap: str | None, config: Path | None) -> tuple[str, dict]:
     """(bootstrap, client security settings) from the options, the config or the managed broker; exit 2
     with one line when no broker answers there."""
-    from edgestream.kafka.admin import wait_for_broker
-
     security: dict = {}
     if config is not None:
-        from edgestream.launch.command import load_or_exit
-
-        cfg = load_or_exit(config, None, notes=False)
+        cfg = load(config, None, notes=False)
         security = dict(cfg.runtime.kafka_client or {})
         bootstrap = bootstrap or cfg.runtime.bootstrap
     if not bootstrap:
-        from edgestream.kafka.cluster import managed as managed_instance
-        from edgestream.kafka.jars import cache_dir
-
-        managed = managed_instance(cache_dir() / "broker")  # the managed broker, or cluster
+        managed = managed_instance(default_broker_dir())  # the managed broker, or cluster
         if managed.running_pid() is None:
             _fail("--bootstrap: required (or --config with runtime.bootstrap; the managed local broker does not run)")
         bootstrap = managed.read_state()["bootstrap"]
