@@ -21,7 +21,6 @@ broker_app = typer.Typer(help="Run a managed local Apache Kafka broker (KRaft; o
 
 def _broker(data_dir: Path | None, port: int | None = None, version: str = DEFAULT_KAFKA_VERSION,
             host: str = "127.0.0.1", advertised_host: str | None = None, security: str | None = None):
-
     return LocalBroker(data_dir or default_broker_dir(), port=port, kafka_version=version,
                        log=lambda m: typer.echo(m, err=True), host=host, advertised_host=advertised_host,
                        security=security)
@@ -47,7 +46,6 @@ def broker_start(port: int = typer.Option(9092, min=1, max=65535, help="PLAINTEX
                  ) -> None:
     """Start a broker in the background and print its bootstrap address (with --security sasl-ssl, the
     client settings a run needs on stderr)."""
-
     if cluster.wants_cluster(data_dir or default_broker_dir(), nodes):
         return cluster.start(data_dir or default_broker_dir(), nodes, port=port, host=host,
                                  advertised_host=advertised_host, kafka_version=kafka_version, security=security)

@@ -29,7 +29,6 @@ def _produce_fail(message: object, code: int) -> None:
 
 
 def _produce_flags(duration: float | None, report_every: float, flush_timeout: float) -> None:
-
     checks = (("--duration", duration, duration is None or (math.isfinite(duration) and duration > 0),
                "a number of seconds > 0 (leave it out to stream until SIGINT/SIGTERM)"),
               ("--report-every", report_every, math.isfinite(report_every) and report_every >= 0,
