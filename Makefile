@@ -55,11 +55,12 @@ jars: $(STAMP)
 demo: jars
 	$(VENV)/bin/edgestream demo
 
-# TEST_WORKERS=N runs the suite on N pytest-xdist workers: one managed broker serves them all (tests/conftest.py),
-# and the tests that must not meet (the shared 3-node cluster, network-namespace hosts, per-file fixtures) keep to
-# one worker each. Not the default yet: on 2 cores, 4 workers made timing-bound tests fail (a full tmpfs, the netns
-# cluster's start, `topics list`) and took as long. TEST_WORKERS=0 (default) runs it in this process, in file order.
-TEST_WORKERS ?= 0
+# The suite runs on TEST_WORKERS pytest-xdist workers (2: one per core here): one managed broker serves them all
+# (tests/conftest.py), the tests that must not meet (the shared 3-node cluster, network-namespace hosts, per-file
+# fixtures) keep to one worker each, and the files that mostly wait (broker outages, cut-off leaders) start first.
+# On 2 cores 4 workers made timing-bound tests fail (a full tmpfs, the netns cluster's start, `topics list`) and
+# took as long. TEST_WORKERS=0 runs it in this process, in file order.
+TEST_WORKERS ?= 2
 test: jars
 	$(VENV)/bin/pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 

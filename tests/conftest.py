@@ -10,7 +10,15 @@ import subprocess
 import uuid
 
 import pytest
-import torch
+
+# One BLAS/OpenMP thread in the test process and, inherited, in every process it starts (trainers, producers,
+# the PS: a setting a test gives its child wins): on 2 cores shared with the broker, numpy's OpenBLAS and
+# scikit-learn's OpenMP start one spinning thread per core, so a 9 s test burnt 54 s of CPU (test_data_synthetic_signal:
+# 54.3 s user with the libraries' defaults, 10.2 s with one thread). Set before numpy or torch is imported.
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+import torch  # noqa: E402
 
 # One intra-op thread for the in-process torch work (simulator runs, unit tests): on a 2-core machine
 # shared with the broker, torch's default of one thread per core makes small steps contend for the
@@ -69,7 +77,21 @@ def pytest_unconfigure(config):
 SERIAL_FILES = ("test_kafka_cluster_netns.py", "test_testbed.py")
 
 
+# The files whose tests mostly wait (broker outages, a leader cut off, killed nodes, restarts) go first, longest
+# first: xdist hands out one work unit (a test, or a whole group) at a time in collection order, so a 2-4 minute
+# unit started early runs beside the short ones instead of alone at the end (longest-processing-time-first).
+# Figures: the slowest tests of a serial run (`--durations`); the rest keeps file order.
+LONG_FIRST = ("test_kafka_cluster_netns.py", "test_testbed.py", "test_kafka_outage_ps.py", "test_kafka_outage.py",
+              "test_kafka_leader_loss.py", "test_kafka_cluster.py", "test_kafka_cluster_cli.py",
+              "test_kafka_topic_settings.py", "test_consumer_hardening.py", "test_faults_run.py",
+              "test_continuous_run.py", "test_hostile_messages.py", "test_kafka_layout.py", "test_external_streams.py",
+              "test_faults_trainer.py", "test_backend.py", "test_collectives.py")
+
+
 def pytest_collection_modifyitems(config, items):
+    if _xdist_controller(config) or hasattr(config, "workerinput"):
+        rank = {name: i for i, name in enumerate(LONG_FIRST)}
+        items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: file order otherwise
     for item in items:
         fixtures = set(getattr(item, "fixturenames", ()))
         name = item.path.name
