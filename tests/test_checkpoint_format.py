@@ -14,10 +14,13 @@ from hypothesis import strategies as st
 from edgestream.models import build_model
 from edgestream.trainer.checkpoint import (
     CheckpointError,
+    agree_checkpoints,
     check_checkpoints,
     checkpoint_path,
+    held_steps,
     identity,
     load_checkpoint,
+    previous_path,
     save_checkpoint,
     step_disagreement,
 )
@@ -105,3 +108,46 @@ def test_ranks_must_agree_on_the_step(tmp_path, world):
     assert "different steps" in str(got.value)
     assert check_checkpoints(run, world, run="r", pin="p", agree=False)[odd] == 9  # the PS family: no lockstep
     assert step_disagreement("x", {r: 3 for r in range(world)}) is None
+
+
+@settings(max_examples=10, deadline=None)
+@given(world=st.integers(2, 5), written=st.data())
+def test_a_rank_killed_before_its_checkpoint_resumes_everyone_from_the_newest_common_step(tmp_path_factory, world,
+                                                                                         written):
+    """Ranks write a step's checkpoint each on its own: a rank killed after the others wrote step 2k leaves it at
+    k. The previous file (rank<i>.prev.pt) of each rank ahead is put back, so all resume from k; with no step
+    common to every rank the line names the disagreement."""
+    run = tmp_path_factory.mktemp("run")
+    # each rank wrote checkpoints at steps 4, 8, ... up to its own last one (at least one behind the rest: 1 or 2)
+    last = {r: written.draw(st.integers(1, 3), label=f"rank {r} checkpoints") for r in range(world)}
+    models = {}
+    for r in range(world):
+        models[r] = _model("mlp", (1, 8, 8), 3, torch.float32)
+        for k in range(1, last[r] + 1):
+            _save(checkpoint_path(run, r), models[r], (1, 8, 8), 4 * k, identity("r", r, "p"))
+    assert all(held_steps(run, world)[r].keys() == {4 * last[r], 4 * max(1, last[r] - 1)} for r in range(world))
+    spread = max(last.values()) - min(last.values())
+    if spread > 1:  # a rank two checkpoints behind: its step is in no other rank's two files
+        with pytest.raises(CheckpointError, match="different steps"):
+            agree_checkpoints(run, world, run="r", pin="p")
+        return
+    steps, back = agree_checkpoints(run, world, run="r", pin="p")
+    step = 4 * min(last.values())
+    assert steps == {r: step for r in range(world)}
+    assert back == [r for r in range(world) if last[r] > min(last.values())]
+    assert check_checkpoints(run, world, run="r", pin="p") == steps  # the files agree now; a second call: no change
+    assert agree_checkpoints(run, world, run="r", pin="p") == (steps, [])
+    for r in back:
+        assert not previous_path(checkpoint_path(run, r)).exists()
+        assert load_checkpoint(checkpoint_path(run, r))["stream"]["offsets"]["dev"] == 17 * step
+
+
+def test_a_checkpoint_keeps_the_one_it_replaced(tmp_path):
+    path = checkpoint_path(tmp_path, 0)
+    model = _model("mlp", (1, 8, 8), 3, torch.float32)
+    _save(path, model, (1, 8, 8), 5, identity("r", 0, "p"))
+    assert not previous_path(path).exists()
+    _save(path, model, (1, 8, 8), 10, identity("r", 0, "p"))
+    _save(path, model, (1, 8, 8), 15, identity("r", 0, "p"))
+    assert load_checkpoint(path)["step"] == 15 and load_checkpoint(previous_path(path))["step"] == 10
+    assert sorted(p.name for p in path.parent.iterdir()) == ["rank0.prev.pt", "rank0.pt"]

@@ -74,6 +74,16 @@ def load_ckpt(path: Path) -> dict:
     return load_checkpoint(path)
 
 
+def resume_ckpts(run_dir: Path, world: int) -> dict[int, dict]:
+    """The checkpoint each rank of a lockstep run resumes from: the newest step every rank's checkpoint
+    (rank<i>.pt, or the one it replaced) holds; a rank killed mid-run may have left the others one ahead."""
+    from edgestream.trainer.checkpoint import held_steps, load_checkpoint
+
+    held = held_steps(run_dir, world)
+    step = max(set.intersection(*(set(h) for h in held.values())))
+    return {r: load_checkpoint(h[step]) for r, h in held.items()}
+
+
 def flip_a_bit(path: Path) -> None:
     """Flip one bit in the middle of the largest member's data (tensor bytes) of a torch zip file."""
     with zipfile.ZipFile(path) as z:
@@ -133,7 +143,11 @@ def test_corrupted_foreign_and_stale_checkpoints_are_refused_naming_the_file(boo
     refused(ckpts / "rank2.pt", "empty")
     (ckpts / "rank0.pt").write_bytes(good[1])  # another rank's file
     refused(ckpts / "rank0.pt", "rank 1", "rank 0")
-    (ckpts / "rank2.pt").write_bytes(at5[2])  # stale: an older step than its peers
+    # each rank keeps the checkpoint its last one replaced (rank<i>.prev.pt): here the step-5 ones
+    assert all((ckpts / f"rank{r}.prev.pt").read_bytes() == at5[r] for r in range(3))
+    for r in range(3):
+        (ckpts / f"rank{r}.prev.pt").unlink()
+    (ckpts / "rank2.pt").write_bytes(at5[2])  # stale: an older step than its peers, who hold no step-5 checkpoint
     line = refused(ckpts / "rank2.pt", "step 5", "step 9")
     assert "rank 0" in line or "ranks 0" in line
     # another run's checkpoints: the same files under another run id
@@ -152,6 +166,14 @@ def test_corrupted_foreign_and_stale_checkpoints_are_refused_naming_the_file(boo
     last = [ln for ln in res.stderr.splitlines() if ln.strip()][-1]
     assert res.returncode != 0 and str(ckpts / "rank1.pt") in last and "checksum" in last, res.stderr[-2000:]
     assert "rendezvous" not in res.stderr
+    # rank 2 stopped before its step-9 checkpoint, the others kept their step-5 one: all continue from step 5
+    for r in range(3):
+        (ckpts / f"rank{r}.pt").write_bytes(at5[2] if r == 2 else good[r])
+        (ckpts / f"rank{r}.prev.pt").write_bytes(at5[r])
+    code, _, err = resume(cfg, bootstrap, run_dir, "stop.max_steps=7")
+    assert code == 0, err
+    assert "rank(s) 0, 1 continue from their previous checkpoint at step 5" in err, err
+    assert {load_ckpt(ckpts / f"rank{r}.pt")["step"] for r in range(3)} == {7}
 
 
 # ---------------------------------------------------------------- 3. the checkpoint's positions are the truth

@@ -477,13 +477,20 @@ class LocalRun:
                               f"{self.path / 'checkpoints'} (the run stopped before its first checkpoint)", 2)
         # every file whole (checksum), of this run, rank and config (identity), and, where the workers
         # move in lockstep (not the PS family), all at one step: else one line naming the file
-        from edgestream.trainer.checkpoint import CheckpointError, check_checkpoints, config_pin
+        # (a rank killed after the others wrote a step's checkpoint: those go back to their previous one)
+        from edgestream.trainer.checkpoint import CheckpointError, agree_checkpoints, check_checkpoints, config_pin
 
         try:
-            check_checkpoints(self.path, self.world, run=self.run_name, pin=config_pin(self.cfg),
-                              agree=not self.ps_family)
+            if self.ps_family:
+                check_checkpoints(self.path, self.world, run=self.run_name, pin=config_pin(self.cfg), agree=False)
+                return
+            steps, back = agree_checkpoints(self.path, self.world, run=self.run_name, pin=config_pin(self.cfg))
         except CheckpointError as exc:
             raise LaunchError(f"--resume: {exc}", 2) from None
+        if back:
+            self.echo(f"--resume: rank(s) {', '.join(map(str, back))} continue from their previous checkpoint at "
+                      f"step {steps[0]}, the newest step every rank's checkpoint holds (a rank stopped before writing "
+                      "the next one); their steps after it are trained again")
 
     def _child_config(self) -> Path:
         """config.yaml (secrets masked): the record, and the file the children read. Secret

@@ -12,7 +12,10 @@ the payload is found before anything is restored. Both levels load with
 `torch.load(..., weights_only=True)` (no pickle of arbitrary objects).
 
 Writing: a temporary file, fsynced, renamed over the previous checkpoint, then the directory fsynced:
-a crash or power loss leaves the previous checkpoint or the new one whole, never a mix.
+a crash or power loss leaves the previous checkpoint or the new one whole, never a mix. The checkpoint it
+replaces stays beside it as `rank<i>.prev.pt` (a hard link made before the rename): ranks write their
+checkpoints of one step each on its own, so a rank killed after the others wrote theirs leaves the ranks one
+checkpoint apart; `--resume` then continues from the newest step every rank has (`agree_checkpoints`).
 
 Loading (`load_checkpoint(path, expect=...)`) and the orchestrator's check of all ranks before a resume
 (`check_checkpoints`) raise `CheckpointError`: one line naming the file and what is wrong (unreadable,
@@ -47,6 +50,11 @@ class CheckpointError(ValueError):
 
 def checkpoint_path(run_dir: Path, rank: int) -> Path:
     return run_dir / "checkpoints" / f"rank{rank}.pt"
+
+
+def previous_path(path: Path) -> Path:
+    """The checkpoint that `path` replaced (rank<i>.prev.pt beside rank<i>.pt)."""
+    return path.with_name(f"{path.stem}.prev{path.suffix}")
 
 
 def config_pin(cfg: Any) -> str:
@@ -92,6 +100,12 @@ def save_checkpoint(path: Path, *, model, optimizer, step: int, state: dict, str
             torch.save(outer, f)
             f.flush()
             os.fsync(f.fileno())
+        if path.exists():  # kept as the previous checkpoint: a link, so rank<i>.pt is never missing
+            prev_tmp = previous_path(path).with_suffix(".prevtmp")
+            with contextlib.suppress(FileNotFoundError):
+                prev_tmp.unlink()
+            os.link(path, prev_tmp)
+            os.replace(prev_tmp, previous_path(path))
         os.replace(tmp, path)
         _fsync_dir(path.parent)
     except (OSError, RuntimeError) as exc:  # torch's zip writer reports a failed write as RuntimeError
@@ -207,3 +221,43 @@ def check_checkpoints(run_dir: Path, world: int, *, run: str, pin: str, agree: b
     if problem:
         raise CheckpointError(problem)
     return steps
+
+
+def held_steps(run_dir: Path, world: int, *, run: str | None = None, pin: str | None = None) -> dict[int, dict]:
+    """{rank: {step: file}} of each rank's checkpoint and its previous one (rank<i>.prev.pt, where whole and,
+    with `run` and `pin`, of this run and config); the current file's failure is raised (CheckpointError)."""
+    def expect(r: int) -> dict | None:
+        return identity(run, r, pin) if run is not None else None
+
+    held: dict[int, dict] = {}
+    for r in range(world):
+        path = checkpoint_path(run_dir, r)
+        held[r] = {int(load_checkpoint(path, expect=expect(r))["step"]): path}
+        with contextlib.suppress(CheckpointError):
+            held[r].setdefault(int(load_checkpoint(previous_path(path), expect=expect(r))["step"]), previous_path(path))
+    return held
+
+
+def agree_checkpoints(run_dir: Path, world: int, *, run: str, pin: str) -> tuple[dict[int, int], list[int]]:
+    """Before a resume of ranks that move in lockstep: when their checkpoints hold different steps (a rank
+    killed after the others wrote the step's checkpoint), put back the previous checkpoint (rank<i>.prev.pt)
+    of the ranks that are ahead, so every rank holds the newest step all of them have. Returns ({rank: step},
+    the ranks put back); CheckpointError (check_checkpoints' line) when no step is common to all."""
+    try:
+        return check_checkpoints(run_dir, world, run=run, pin=pin), []
+    except CheckpointError as exc:
+        if "different steps" not in str(exc):
+            raise
+    held = held_steps(run_dir, world, run=run, pin=pin)
+    current = {r: next(iter(h)) for r, h in held.items()}  # the current file's step comes first
+    common = set.intersection(*(set(h) for h in held.values()))
+    if not common:
+        raise CheckpointError(step_disagreement(str(run_dir / "checkpoints"), current,
+                                                {r: checkpoint_path(run_dir, r) for r in range(world)}))
+    step = max(common)
+    back = [r for r in range(world) if current[r] != step]
+    for r in back:  # the newer checkpoint is one no other rank reached: its steps are trained again
+        os.replace(held[r][step], checkpoint_path(run_dir, r))
+    if back:
+        _fsync_dir(run_dir / "checkpoints")
+    return {r: step for r in range(world)}, back
