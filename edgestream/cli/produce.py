@@ -17,8 +17,8 @@ from edgestream.cli.common import default_broker_dir, load
 from edgestream.kafka.admin import KafkaUnavailable, WaitInterrupted, wait_for_broker
 from edgestream.kafka.jars import BrokerError
 from edgestream.kafka.security import KafkaRefused
+from edgestream.kafka.topic_names import new_run_id
 from edgestream.kafka.topic_settings import TOPIC_SETTINGS_ENV
-from edgestream.kafka.topics import new_run_id
 from edgestream.producers.status import write_status
 
 

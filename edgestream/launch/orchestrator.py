@@ -401,9 +401,9 @@ class LocalRun:
 
         from edgestream.kafka.admin import KafkaUnavailable
         from edgestream.kafka.external import ExternalTopicError
-        from edgestream.kafka.run_topics import prepare_run_topics, run_settings
         from edgestream.kafka.security import denied
         from edgestream.kafka.topic_check import TopicMismatch
+        from edgestream.kafka.topic_provision import prepare_run_topics, run_settings
         from edgestream.kafka.topic_settings import TopicSettingsError
 
         try:
@@ -439,7 +439,7 @@ class LocalRun:
         and again after the stop, when the producer's and the PS's topics exist too); best effort."""
         from confluent_kafka import KafkaException
 
-        from edgestream.kafka.run_topics import record_run_topics
+        from edgestream.kafka.topic_provision import record_run_topics
 
         with contextlib.suppress(KafkaException, OSError):
             record_run_topics(self.path, self.bootstrap, self.run_name, self.topic_settings, self.plan.security,
@@ -451,7 +451,7 @@ class LocalRun:
         a concurrent one, named so while its orchestrator is a live member of the run's hold group (this
         run directory's lock cannot see an orchestrator of another --out folder; launch/hold.py)."""
         from edgestream.kafka.admin import list_topics
-        from edgestream.kafka.topics import run_topic_prefix
+        from edgestream.kafka.topic_names import run_topic_prefix
         from edgestream.launch.hold import hold_group, live_holder
 
         found = list_topics(self.bootstrap, prefix=run_topic_prefix(self.run_name),

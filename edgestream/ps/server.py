@@ -68,7 +68,7 @@ from edgestream.kafka.outage import Outage
 from edgestream.kafka.outage_calls import WaitLines, call_through
 from edgestream.kafka.topic_check import TopicMismatch
 from edgestream.kafka.topic_settings import TopicSettingsError
-from edgestream.ps.memory import keep_large_buffers
+from edgestream.ps.malloc import keep_large_buffers
 from edgestream.ps.transport import (
     Receiver,
     Sender,
