@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from edgestream import settings
 from edgestream.config import RESUME_MAY_CHANGE
 from edgestream.kafka.lifecycle import cleanup_after_run
 from edgestream.kafka.topic_settings import TOPIC_SETTINGS_ENV
@@ -53,9 +54,9 @@ from edgestream.runner.rundir import PS_FILE, is_ready, record_session, starting
 from edgestream.trainer.gpus import check_local
 
 #: seconds the other trainers get to finish after the first one stopped at the agreed stop condition
-STRAGGLER_S = float(os.environ.get("EDGESTREAM_LAUNCH_STRAGGLER_S", "120"))
+STRAGGLER_S = settings.launch_straggler_s()
 #: seconds children get to exit after SIGTERM before SIGKILL
-GRACE_S = float(os.environ.get("EDGESTREAM_LAUNCH_GRACE_S", "10"))
+GRACE_S = settings.launch_grace_s()
 #: seconds the producer gets to flush and print its summary after SIGTERM
 PRODUCER_STOP_S = 40.0
 #: the producer's own flush timeout at a stop (--flush-timeout): shorter than the time it gets, so it always
@@ -72,7 +73,7 @@ SECRET_FILE = ".child-config.yaml"
 #: the run's claim: an exclusive flock held for the orchestrator's lifetime (pid, host inside)
 LOCK_FILE = ".orchestrator.lock"
 #: times the orchestrator restarts a parameter server that died before the run ended
-PS_RESTARTS = int(os.environ.get("EDGESTREAM_PS_RESTARTS", "3"))
+PS_RESTARTS = settings.ps_restarts()
 
 
 class LaunchError(RuntimeError):
@@ -554,7 +555,8 @@ class LocalRun:
             return None
         if self.ps_restarts >= PS_RESTARTS:
             return _Outcome("failed", f"the parameter server {describe_status(code)} and was restarted "
-                            f"{self.ps_restarts} time(s) already (EDGESTREAM_PS_RESTARTS={PS_RESTARTS})", child=self.ps)
+                            f"{self.ps_restarts} time(s) already ({settings.PS_RESTARTS.name}={PS_RESTARTS})",
+                            child=self.ps)
         self.ps_restarts += 1
         self.echo(f"the parameter server {describe_status(code)}: restarting it from its checkpoint "
                   f"({self.ps_restarts} of at most {PS_RESTARTS})")
