@@ -12,7 +12,7 @@ A value that is not allowed raises `SettingError` (a ValueError), one line namin
 allowed -- except where the domain owns the check and its error: EDGESTREAM_BACKEND and EDGESTREAM_DEVICE
 (trainer/backend.py, trainer/gpus.py), EDGESTREAM_SIM_COMPUTE (the simulator's SimConfigError),
 EDGESTREAM_TOPIC_SETTINGS (kafka/topic_settings.py) and the secrets (launch/command.py); there the accessor
-gives the text as set. `environ`: a mapping to read instead of os.environ (tests, a child's planned env).
+gives the text as set. `environ`: a mapping to read instead of the environment (tests, a child's planned env).
 
 `python -m edgestream.settings` prints the table (tests/test_settings.py keeps docs/settings.md equal to it).
 """
@@ -24,7 +24,7 @@ from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
 
-#: the variables read from os.environ in this process so far (tests/test_forkserver.py: none while the fork
+#: the variables read from the environment in this process so far (tests/test_forkserver.py: none while the fork
 #: server's preloaded modules are imported)
 READ: set[str] = set()
 
