@@ -132,7 +132,7 @@ KAFKA_SECRETS_FD = _setting(
     "and the variable dropped (docs/runtime.md)", f"{_CALL}: launch/command.py (checked there)")
 KAFKA_SECRETS = _setting(
     "EDGESTREAM_KAFKA_SECRETS", "unset", "a JSON object",
-    "the same secrets in the environment itself (a warning: readable in /proc/<pid>/environ); dropped once read",
+    "the same secrets in the environment itself (a warning: readable in /proc/PID/environ); dropped once read",
     f"{_CALL}: launch/command.py (checked there)")
 TOPIC_SETTINGS = _setting(
     "EDGESTREAM_TOPIC_SETTINGS", "unset", "a TopicSettings as JSON",
