@@ -36,7 +36,7 @@ from edgestream.consumers import KafkaStreamDataset  # noqa: E402
 from edgestream.consumers.device_stream import STREAM_PREFETCH  # noqa: E402
 from edgestream.data import Affine, encode_sample  # noqa: E402
 from edgestream.kafka import consumer_config, device_topic, producer_config  # noqa: E402
-from edgestream.kafka.run_topics import ensure_run_topics  # noqa: E402
+from edgestream.kafka.topic_provision import ensure_run_topics  # noqa: E402
 
 
 def fill(bootstrap: str, run: str, n: int) -> None:

@@ -3,7 +3,7 @@
 layout (`<run>.dev.<i>` + `<run>.inj.<i>`: 2 topics per device) vs partitioned (`<run>.streams` + `<run>.inj`
 of min(devices, 64) partitions: kafka.topics.layout), side by side in the same run and on the same broker:
 
-- topic creation: seconds for edgestream's run-topic creation (kafka/run_topics.py ensure_run_topics, with the
+- topic creation: seconds for edgestream's run-topic creation (kafka/topic_provision.py ensure_run_topics, with the
   run's resolved kafka.topics settings: replication min(3, brokers)) to return with every topic ready, or its
   error line and the seconds until they were all ready after all (`create_total_s`, waiting up to 120 s more);
 - producer rate held: edgestream's StreamProducer drives every device at `--rate` samples/s for `--duration`
@@ -43,7 +43,7 @@ from edgestream.consumers.kafka_stream import KafkaDeviceStream  # noqa: E402
 from edgestream.data import encode_sample  # noqa: E402
 from edgestream.kafka.admin import create_topics, delete_run_topics  # noqa: E402
 from edgestream.kafka.layout import StreamLayout  # noqa: E402
-from edgestream.kafka.run_topics import ensure_run_topics  # noqa: E402
+from edgestream.kafka.topic_provision import ensure_run_topics  # noqa: E402
 from edgestream.kafka.topic_settings import TopicSettings  # noqa: E402
 from edgestream.producers.stream_producer import StreamProducer  # noqa: E402
 from edgestream.streams import build_batch_policy, build_buffer_policy  # noqa: E402

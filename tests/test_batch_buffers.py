@@ -15,7 +15,7 @@ from edgestream.consumers import KafkaStreamDataset
 from edgestream.data import Affine, DeviceRule, SampleSerde, SampleSpec
 from edgestream.data.buffers import SLOTS, BatchBuffers
 from edgestream.kafka import device_topic, producer_config
-from edgestream.kafka.run_topics import ensure_run_topics
+from edgestream.kafka.topic_provision import ensure_run_topics
 
 SPEC = SampleSpec(np.uint8, (3, 4, 4), 10)
 SPEC_GPU = (3, 32, 32)

@@ -26,7 +26,7 @@ from edgestream.consumers import KafkaStreamDataset
 from edgestream.data import Affine, DeviceRule, SampleSerde, SampleSpec, encode_sample, validate, wire
 from edgestream.data.wire import HEADER_SIZE, decode_batch, decode_normalized
 from edgestream.kafka import device_topic, injection_topic, producer_config
-from edgestream.kafka.run_topics import ensure_run_topics
+from edgestream.kafka.topic_provision import ensure_run_topics
 
 DTYPES = [np.uint8, np.int8, np.int16, np.int32, np.int64, np.float16, np.float32, np.float64]
 #: the target: None = class indices; (shape, dtype) = a float target

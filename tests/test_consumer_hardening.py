@@ -25,7 +25,7 @@ from edgestream.data import encode_sample
 from edgestream.data.validate import DeviceRule, SampleSpec, decode_checked
 from edgestream.data.wire import HEADER, MAGIC, decode_sample
 from edgestream.kafka import consumer_config, device_topic, dlq_topic, producer_config
-from edgestream.kafka.run_topics import ensure_run_topics
+from edgestream.kafka.topic_provision import ensure_run_topics
 from edgestream.runner.plan import RunPlan
 
 

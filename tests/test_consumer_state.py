@@ -17,7 +17,7 @@ from edgestream.consumers import KafkaStreamDataset, StreamBatch
 from edgestream.consumers.device_stream import trainer_group
 from edgestream.data import Affine, SampleSerde, SampleSpec
 from edgestream.kafka import consumer_config, device_topic, injection_topic, producer_config
-from edgestream.kafka.run_topics import ensure_run_topics
+from edgestream.kafka.topic_provision import ensure_run_topics
 
 INJ_SEQ0 = 10_000  # injected samples (device 1's) are numbered from here
 

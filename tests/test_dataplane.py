@@ -18,7 +18,7 @@ from edgestream.config import validate_dict
 from edgestream.consumers import KafkaStreamDataset, StreamBatch, make_dataloader
 from edgestream.data import encode_sample
 from edgestream.kafka import consumer_config, device_topic, dlq_topic, producer_config
-from edgestream.kafka.run_topics import ensure_run_topics
+from edgestream.kafka.topic_provision import ensure_run_topics
 from edgestream.runner.plan import RunPlan
 
 

@@ -19,7 +19,7 @@ from edgestream.consumers import KafkaStreamDataset
 from edgestream.data import Affine, SampleSerde, SampleSpec
 from edgestream.kafka.admin import KafkaUnavailable, admin_client
 from edgestream.kafka.layout import StreamLayout
-from edgestream.kafka.run_topics import ensure_run_topics
+from edgestream.kafka.topic_provision import ensure_run_topics
 from edgestream.producers.device import DeliveryError, DeviceProducer
 
 

@@ -201,7 +201,8 @@ def _alive(pid: int) -> bool:
 
 def test_the_preloaded_edgestream_modules_read_no_setting_at_import():
     """The server imports PRELOAD once, in its own environment; a child's environment comes later, so no
-    edgestream module the preload brings in may read os.environ at import (module level)."""
+    edgestream module the preload brings in may read os.environ at import (module level), nor call an accessor of
+    edgestream/settings.py there."""
     script = textwrap.dedent("""
         import re, sys
         from edgestream.forkserver import PRELOAD
@@ -213,6 +214,9 @@ def test_the_preloaded_edgestream_modules_read_no_setting_at_import():
                 for n, line in enumerate(open(path), 1):
                     if re.match(r"^\\S.*(os\\.environ|getenv)", line):
                         print(f"{name}:{n}: {line.strip()}")
+        # edgestream/settings.py records each variable an accessor read; none may be read at the preload
+        for v in sorted(getattr(sys.modules.get("edgestream.settings"), "READ", ())):
+            print(f"edgestream.settings: {v} read at import")
         print("checked", sum(n.startswith("edgestream") for n in sys.modules))
     """)
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=HANG_S)

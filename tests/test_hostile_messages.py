@@ -24,8 +24,8 @@ from test_faults_run import start, step_lines, wait_steps, write_cfg
 from test_launch import finish
 
 from edgestream.kafka import device_topic, dlq_topic, producer_config
-from edgestream.kafka.run_topics import ensure_run_topics
-from edgestream.kafka.topics import injection_topic
+from edgestream.kafka.topic_names import injection_topic
+from edgestream.kafka.topic_provision import ensure_run_topics
 from edgestream.runner.plan import RunPlan
 
 KINDS = ("garbage", "version", "device", "shape")

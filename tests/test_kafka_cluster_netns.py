@@ -28,7 +28,7 @@ from test_kafka_leader_loss import (
 )
 
 from edgestream.kafka.cluster import LocalCluster
-from edgestream.kafka.topics import device_topic
+from edgestream.kafka.topic_names import device_topic
 
 STEPS = 240  # 16 samples a step at 200 samples/s per device
 HANG_S = 600

@@ -29,8 +29,8 @@ from edgestream.data.serde import SampleSerde
 from edgestream.kafka import consumer_config, list_topics, producer_config
 from edgestream.kafka.admin import MAX_CREATE_RECORDS, _create_batches
 from edgestream.kafka.layout import StreamLayout, default_partitions, streams_topic
-from edgestream.kafka.run_topics import ensure_run_topics
 from edgestream.kafka.status import format_status, run_status
+from edgestream.kafka.topic_provision import ensure_run_topics
 from edgestream.producers.restart import stream_ends
 from edgestream.runner.plan import RunPlan
 

@@ -30,7 +30,7 @@ from test_launch import finish
 from edgestream.consumers.device_stream import PartitionReader
 from edgestream.kafka.clients import producer_config
 from edgestream.kafka.outage import Outage
-from edgestream.kafka.topics import device_topic, ps_topic
+from edgestream.kafka.topic_names import device_topic, ps_topic
 
 STEPS = 240  # 16 samples a step at 200 samples/s: the run lasts well beyond the election
 HANG_S = 240

@@ -18,7 +18,7 @@ from test_launch import finish, wait_training, write_cfg
 from edgestream.consumers.device_stream import commit_offset, trainer_group
 from edgestream.kafka.admin import admin_client, create_topics, list_topics
 from edgestream.kafka.lifecycle import parse_duration, run_of_topic
-from edgestream.kafka.topics import device_topic
+from edgestream.kafka.topic_names import device_topic
 
 CLI = [sys.executable, "-m", "edgestream.cli"]
 

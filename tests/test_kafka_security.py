@@ -32,8 +32,8 @@ from edgestream.kafka import security as sec
 from edgestream.kafka.admin import wait_for_broker
 from edgestream.kafka.broker import LocalBroker, free_port
 from edgestream.kafka.clients import CLIENT_LOGGER
-from edgestream.kafka.run_topics import run_topics
 from edgestream.kafka.security import KafkaRefused
+from edgestream.kafka.topic_provision import run_topics
 from edgestream.launch.command import SECRET_FD_ENV
 
 #: a run that hangs or waits out an outage budget runs past this; a refusal ends long before

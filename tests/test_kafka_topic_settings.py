@@ -17,7 +17,9 @@ from test_launch import CLI, finish, start_run, write_cfg  # the launch tests' h
 
 from edgestream.config_kafka import TopicsConfig
 from edgestream.kafka.admin import admin_client, create_topics, list_topics
-from edgestream.kafka.run_topics import (
+from edgestream.kafka.topic_check import TopicMismatch, read_back
+from edgestream.kafka.topic_names import meta_topic
+from edgestream.kafka.topic_provision import (
     TOPICS_FILE,
     ensure_run_topics,
     prepare_run_topics,
@@ -26,9 +28,7 @@ from edgestream.kafka.run_topics import (
     run_settings,
     run_topics,
 )
-from edgestream.kafka.topic_check import TopicMismatch, read_back
 from edgestream.kafka.topic_settings import TopicSettings, TopicSettingsError, config_rules
-from edgestream.kafka.topics import meta_topic
 from edgestream.producers.restart import claim_run
 from edgestream.ps.transport import ensure_ps_topics
 

@@ -23,7 +23,7 @@ from typer.testing import CliRunner
 from edgestream.cli import app
 from edgestream.consumers.device_stream import commit_offset, trainer_group
 from edgestream.kafka import device_topic, producer_config
-from edgestream.kafka.run_topics import ensure_run_topics
+from edgestream.kafka.topic_provision import ensure_run_topics
 from edgestream.runner.plan import RunPlan
 
 

@@ -109,7 +109,7 @@ def test_no_cycle_among_module_level_imports() -> None:
 
 
 @pytest.mark.parametrize("pair", [
-    ("edgestream.compression.base", "edgestream.compression.memory"),
+    ("edgestream.compression.base", "edgestream.compression.error_feedback"),
     ("edgestream.config", "edgestream.config_check"),
     ("edgestream.launch.command", "edgestream.launch.orchestrator"),
     ("edgestream.kafka.status", "edgestream.kafka.status_external"),

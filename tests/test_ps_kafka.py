@@ -15,7 +15,7 @@ from confluent_kafka import Consumer, Producer
 
 from edgestream.config import validate_dict
 from edgestream.kafka.clients import consumer_config, producer_config
-from edgestream.kafka.topics import dlq_topic
+from edgestream.kafka.topic_names import dlq_topic
 from edgestream.ps.client import PSClient
 from edgestream.ps.server import ParameterServer, ps_checkpoint_path
 from edgestream.ps.transport import push_topic

@@ -89,7 +89,7 @@ def test_pull_without_copy_hands_out_w_itself(shapes: list[tuple[int, ...]]) -> 
 
 
 def _malloc(code: str, **env: str) -> list:
-    out = subprocess.run([sys.executable, "-c", "import json\nfrom edgestream.ps.memory import keep_large_buffers "
+    out = subprocess.run([sys.executable, "-c", "import json\nfrom edgestream.ps.malloc import keep_large_buffers "
                           f"as k\nprint(json.dumps({code}))"], capture_output=True, text=True, check=True,
                          env={**os.environ, **env}, timeout=60)
     return json.loads(out.stdout)

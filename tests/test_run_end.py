@@ -14,7 +14,7 @@ import pytest
 from edgestream.config import validate_dict
 from edgestream.kafka.lifecycle import RUN_ID_TIME, run_of_topic
 from edgestream.kafka.status import find_run
-from edgestream.kafka.topics import device_topic, ps_topic
+from edgestream.kafka.topic_names import device_topic, ps_topic
 from edgestream.runid import new_run_id, run_name
 from edgestream.runner import run_config
 from edgestream.runner.plan import RunPlan

@@ -15,8 +15,8 @@ from typer.testing import CliRunner
 from edgestream.cli import app
 from edgestream.consumers.device_stream import commit_offset, trainer_group
 from edgestream.kafka import device_topic, producer_config
-from edgestream.kafka.run_topics import ensure_run_topics
-from edgestream.kafka.topics import dlq_topic
+from edgestream.kafka.topic_names import dlq_topic
+from edgestream.kafka.topic_provision import ensure_run_topics
 
 runner = CliRunner()
 

@@ -19,7 +19,7 @@ from edgestream.consumers import KafkaStreamDataset
 from edgestream.consumers.device_stream import trainer_group
 from edgestream.data import Affine, SampleSerde, SampleSpec
 from edgestream.kafka import consumer_config, device_topic, producer_config
-from edgestream.kafka.run_topics import ensure_run_topics
+from edgestream.kafka.topic_provision import ensure_run_topics
 from edgestream.metrics import EventLog
 from edgestream.runner.plan import RunPlan
 from edgestream.trainer.digest import ParamDigest

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import signal
 import time
 from pathlib import Path
@@ -12,13 +11,13 @@ from pathlib import Path
 import typer
 from confluent_kafka import KafkaException
 
+from edgestream import settings
 from edgestream.cli import cluster
 from edgestream.cli.common import default_broker_dir, load
 from edgestream.kafka.admin import KafkaUnavailable, WaitInterrupted, wait_for_broker
 from edgestream.kafka.jars import BrokerError
 from edgestream.kafka.security import KafkaRefused
-from edgestream.kafka.topic_settings import TOPIC_SETTINGS_ENV
-from edgestream.kafka.topics import new_run_id
+from edgestream.kafka.topic_names import new_run_id
 from edgestream.producers.status import write_status
 
 
@@ -103,7 +102,7 @@ def produce(config: Path = typer.Argument(..., help="experiment YAML file"),
         logging.getLogger("edgestream.kafka.outage").addHandler(logging.NullHandler())
         producer = plan.producer(bootstrap, run, ids, outage_s=cfg.runtime.kafka_outage_s,
                                  note=lambda m: typer.echo(m, err=True))
-        if TOPIC_SETTINGS_ENV not in os.environ and plan.topic_settings(bootstrap).warning():  # by hand: said here
+        if settings.topic_settings() is None and plan.topic_settings(bootstrap).warning():  # by hand: said here
             typer.echo(plan.topic_settings(bootstrap).warning(), err=True)
         resumed = {d: k for d, k in producer.start.items() if k}
         typer.echo(f"run {run}: devices {ids[0]}-{ids[-1]} -> {bootstrap}"

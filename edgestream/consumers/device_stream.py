@@ -28,7 +28,7 @@ from edgestream.kafka.clients import consumer_config
 from edgestream.kafka.leader_watch import LeaderWatch
 from edgestream.kafka.outage import Outage
 from edgestream.kafka.outage_calls import Probe, answers
-from edgestream.kafka.topics import trainer_group  # noqa: F401 - re-exported (consumer groups are named in kafka/)
+from edgestream.kafka.topic_names import trainer_group  # noqa: F401 - re-exported (consumer groups are named in kafka/)
 
 #: seconds of outage after which a reader whose own requests still fail asks a new client whether Kafka
 #: answers (and replaces its consumer when it does: PartitionReader._refresh); also the interval between asks

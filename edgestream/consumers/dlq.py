@@ -15,7 +15,7 @@ from edgestream.consumers.broker_calls import BROKER_TIMEOUT_S
 from edgestream.data.serde import SampleSerde, WireError
 from edgestream.kafka.clients import produce, producer_config
 from edgestream.kafka.outage import Outage
-from edgestream.kafka.topics import dlq_topic
+from edgestream.kafka.topic_names import dlq_topic
 
 
 def flush_through(producer: Producer, outage: Outage, what: str, wait: bool = True) -> None:

@@ -16,7 +16,7 @@ from edgestream.consumers.dlq import flush_through
 from edgestream.kafka.clients import produce, producer_config
 from edgestream.kafka.layout import StreamLayout
 from edgestream.kafka.outage import Outage
-from edgestream.kafka.topics import trainer_group
+from edgestream.kafka.topic_names import trainer_group
 
 
 class InjectionChannel:

@@ -23,7 +23,7 @@ from edgestream.consumers.broker_calls import BROKER_TIMEOUT_S
 from edgestream.consumers.device_stream import PartitionReader
 from edgestream.kafka.layout import StreamLayout
 from edgestream.kafka.outage import Outage
-from edgestream.kafka.topics import trainer_group
+from edgestream.kafka.topic_names import trainer_group
 from edgestream.streams.take import TakeDecision, TakeRule
 
 #: a lag bound (max_lag_s) reads at most this many messages ahead to find where its seconds begin: a

@@ -11,7 +11,7 @@ from edgestream.kafka.admin import (
 from edgestream.kafka.broker import MAX_MESSAGE_BYTES, LocalBroker, free_port, port_in_use
 from edgestream.kafka.clients import admin_config, client_config, consumer_config, producer_config
 from edgestream.kafka.jars import DEFAULT_KAFKA_VERSION, BrokerError, resolve_jars
-from edgestream.kafka.topics import device_topic, dlq_topic, injection_topic, new_run_id, ps_topic, run_name
+from edgestream.kafka.topic_names import device_topic, dlq_topic, injection_topic, new_run_id, ps_topic, run_name
 
 __all__ = [
     "DEFAULT_KAFKA_VERSION", "MAX_MESSAGE_BYTES", "BrokerError", "KafkaUnavailable", "LocalBroker",

@@ -15,6 +15,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from edgestream import settings
+
 DEFAULT_KAFKA_VERSION = "3.9.1"
 POM = Path(__file__).with_name("pom.xml")
 _MARKER = ".resolved"
@@ -26,8 +28,9 @@ class BrokerError(RuntimeError):
 
 def cache_dir() -> Path:
     """$EDGESTREAM_CACHE, else $XDG_CACHE_HOME/edgestream, else ~/.cache/edgestream."""
-    if os.environ.get("EDGESTREAM_CACHE"):
-        return Path(os.environ["EDGESTREAM_CACHE"])
+    given = settings.cache()
+    if given is not None:
+        return given
     base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     return base / "edgestream"
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from edgestream.config_kafka import DEFAULT_MAX_PARTITIONS
-from edgestream.kafka.topics import device_topic, injection_topic
+from edgestream.kafka.topic_names import device_topic, injection_topic
 
 #: the partitioned layout's topics: `<run>.streams` (samples) and `<run>.inj` (injected samples)
 STREAMS_SUFFIX = "streams"

@@ -28,7 +28,7 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from edgestream.kafka.admin import admin_client, delete_topics
-from edgestream.kafka.topics import hold_group
+from edgestream.kafka.topic_names import hold_group
 
 #: a run's topic: `<name>-<algorithm>-<run id>.<kind>` (name and run id: letters, digits, '-', '_'; no '.')
 RUN_TOPIC = re.compile(r"^(?P<run>[A-Za-z0-9][A-Za-z0-9_\-]*-[A-Za-z0-9_\-]+)"

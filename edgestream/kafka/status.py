@@ -25,7 +25,7 @@ from edgestream.kafka.clients import consumer_config
 from edgestream.kafka.layout import StreamLayout, streams_topic
 from edgestream.kafka.status_external import external_runs, external_status
 from edgestream.kafka.status_shared import oldest_ages, shared_layout, shared_rows
-from edgestream.kafka.topics import dlq_topic, ps_topic, trainer_group
+from edgestream.kafka.topic_names import dlq_topic, ps_topic, trainer_group
 
 DEVICE = re.compile(r"^(?P<run>.+)\.dev\.(?P<device>\d+)$")
 #: a run's stream topic in the partitioned layout (kafka/layout.py): its devices share its partitions

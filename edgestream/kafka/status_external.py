@@ -19,7 +19,7 @@ from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartiti
 from edgestream.kafka.admin import admin_client
 from edgestream.kafka.clients import consumer_config
 from edgestream.kafka.status_shared import oldest_ages
-from edgestream.kafka.topics import trainer_group
+from edgestream.kafka.topic_names import trainer_group
 
 INJECTION = re.compile(r"^(?P<run>.+)\.inj\.(?P<device>\d+)$")
 

@@ -20,7 +20,7 @@ from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Consumer, TopicPartition
 from edgestream.data.serde import SampleSerde, WireError
 from edgestream.kafka.clients import consumer_config
 from edgestream.kafka.layout import StreamLayout, streams_topic
-from edgestream.kafka.topics import trainer_group
+from edgestream.kafka.topic_names import trainer_group
 from edgestream.producers.restart import pinned_config, stream_ends
 
 

@@ -16,15 +16,15 @@ topics.json (the settings its topics were created with).
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from edgestream import settings
 from edgestream.kafka.admin import admin_client
 
 #: the environment variable the orchestrator hands the run's resolved settings to its children in (JSON)
-TOPIC_SETTINGS_ENV = "EDGESTREAM_TOPIC_SETTINGS"
+TOPIC_SETTINGS_ENV = settings.TOPIC_SETTINGS.name
 #: the defaults' caps: Kafka's norm for data that must not be lost (RF 3, min.insync.replicas 2)
 DEFAULT_REPLICATION = 3
 DEFAULT_MIN_INSYNC = 2
@@ -85,7 +85,7 @@ class TopicSettings:
                     environ: Mapping[str, str] | None = None) -> TopicSettings:
         """The run's settings in a process of the run: those its orchestrator handed over
         (TOPIC_SETTINGS_ENV), else resolved here (a producer, trainer or PS started by hand)."""
-        raw = (os.environ if environ is None else environ).get(TOPIC_SETTINGS_ENV)
+        raw = settings.topic_settings(environ)
         if raw:
             return cls.from_json(raw, where=TOPIC_SETTINGS_ENV)
         return cls.resolve(topics_cfg, bootstrap, security)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import typer
 
+from edgestream import settings
 from edgestream.launch.procs import SECRET_ENV, SECRET_FD_ENV
 
 __all__ = ["SECRET_ENV", "SECRET_FD_ENV", "child_secrets", "load_for_run", "load_or_exit", "print_end",
@@ -77,8 +78,7 @@ def child_secrets(cfg, environ=None) -> None:
     sees them; a bad handover exits 2 with one line."""
     from edgestream.config import SECRET_MASK
 
-    env = os.environ if environ is None else environ
-    fd_text, raw = env.pop(SECRET_FD_ENV, None), env.pop(SECRET_ENV, None)
+    fd_text, raw = settings.kafka_secrets_fd(environ, drop=True), settings.kafka_secrets(environ, drop=True)
     values: dict = {}
     if raw:
         typer.echo(f"warning: {SECRET_ENV}: secrets in the environment stay readable in /proc/<pid>/environ for "

@@ -22,7 +22,7 @@ from confluent_kafka import Consumer, KafkaException
 
 from edgestream.kafka.admin import admin_client
 from edgestream.kafka.clients import consumer_config
-from edgestream.kafka.topics import dlq_topic, hold_group
+from edgestream.kafka.topic_names import dlq_topic, hold_group
 
 
 class RunHold:

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from edgestream import settings
 from edgestream.config import RESUME_MAY_CHANGE
 from edgestream.kafka.lifecycle import cleanup_after_run
 from edgestream.kafka.topic_settings import TOPIC_SETTINGS_ENV
@@ -53,9 +54,9 @@ from edgestream.runner.rundir import PS_FILE, is_ready, record_session, starting
 from edgestream.trainer.gpus import check_local
 
 #: seconds the other trainers get to finish after the first one stopped at the agreed stop condition
-STRAGGLER_S = float(os.environ.get("EDGESTREAM_LAUNCH_STRAGGLER_S", "120"))
+STRAGGLER_S = settings.launch_straggler_s()
 #: seconds children get to exit after SIGTERM before SIGKILL
-GRACE_S = float(os.environ.get("EDGESTREAM_LAUNCH_GRACE_S", "10"))
+GRACE_S = settings.launch_grace_s()
 #: seconds the producer gets to flush and print its summary after SIGTERM
 PRODUCER_STOP_S = 40.0
 #: the producer's own flush timeout at a stop (--flush-timeout): shorter than the time it gets, so it always
@@ -72,7 +73,7 @@ SECRET_FILE = ".child-config.yaml"
 #: the run's claim: an exclusive flock held for the orchestrator's lifetime (pid, host inside)
 LOCK_FILE = ".orchestrator.lock"
 #: times the orchestrator restarts a parameter server that died before the run ended
-PS_RESTARTS = int(os.environ.get("EDGESTREAM_PS_RESTARTS", "3"))
+PS_RESTARTS = settings.ps_restarts()
 
 
 class LaunchError(RuntimeError):
@@ -401,9 +402,9 @@ class LocalRun:
 
         from edgestream.kafka.admin import KafkaUnavailable
         from edgestream.kafka.external import ExternalTopicError
-        from edgestream.kafka.run_topics import prepare_run_topics, run_settings
         from edgestream.kafka.security import denied
         from edgestream.kafka.topic_check import TopicMismatch
+        from edgestream.kafka.topic_provision import prepare_run_topics, run_settings
         from edgestream.kafka.topic_settings import TopicSettingsError
 
         try:
@@ -439,7 +440,7 @@ class LocalRun:
         and again after the stop, when the producer's and the PS's topics exist too); best effort."""
         from confluent_kafka import KafkaException
 
-        from edgestream.kafka.run_topics import record_run_topics
+        from edgestream.kafka.topic_provision import record_run_topics
 
         with contextlib.suppress(KafkaException, OSError):
             record_run_topics(self.path, self.bootstrap, self.run_name, self.topic_settings, self.plan.security,
@@ -451,7 +452,7 @@ class LocalRun:
         a concurrent one, named so while its orchestrator is a live member of the run's hold group (this
         run directory's lock cannot see an orchestrator of another --out folder; launch/hold.py)."""
         from edgestream.kafka.admin import list_topics
-        from edgestream.kafka.topics import run_topic_prefix
+        from edgestream.kafka.topic_names import run_topic_prefix
         from edgestream.launch.hold import hold_group, live_holder
 
         found = list_topics(self.bootstrap, prefix=run_topic_prefix(self.run_name),
@@ -561,7 +562,8 @@ class LocalRun:
             return None
         if self.ps_restarts >= PS_RESTARTS:
             return _Outcome("failed", f"the parameter server {describe_status(code)} and was restarted "
-                            f"{self.ps_restarts} time(s) already (EDGESTREAM_PS_RESTARTS={PS_RESTARTS})", child=self.ps)
+                            f"{self.ps_restarts} time(s) already ({settings.PS_RESTARTS.name}={PS_RESTARTS})",
+                            child=self.ps)
         self.ps_restarts += 1
         self.echo(f"the parameter server {describe_status(code)}: restarting it from its checkpoint "
                   f"({self.ps_restarts} of at most {PS_RESTARTS})")

@@ -30,6 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from edgestream import settings
 from edgestream.forkserver import (
     ForkedProc,
     ForkServer,
@@ -42,10 +43,10 @@ from edgestream.forkserver import (
 #: JSON object): the orchestrator hands them to each child on an inherited pipe (`ChildSet.handover`),
 #: which the child reads to its end and closes at start (edgestream.launch.command.child_secrets), so
 #: they are never on disk nor in any environment
-SECRET_FD_ENV = "EDGESTREAM_KAFKA_SECRETS_FD"
+SECRET_FD_ENV = settings.KAFKA_SECRETS_FD.name
 #: the values themselves in the environment (how earlier versions handed them over): still read, with a
 #: warning, since a process's environment stays readable in /proc/<pid>/environ for its whole life
-SECRET_ENV = "EDGESTREAM_KAFKA_SECRETS"
+SECRET_ENV = settings.KAFKA_SECRETS.name
 
 
 @dataclass

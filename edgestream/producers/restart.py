@@ -24,8 +24,8 @@ from edgestream.data.serde import SampleSerde, WireError
 from edgestream.kafka.admin import admin_client, create_topics
 from edgestream.kafka.clients import consumer_config, producer_config
 from edgestream.kafka.layout import StreamLayout
+from edgestream.kafka.topic_names import meta_topic
 from edgestream.kafka.topic_settings import TopicSettings
-from edgestream.kafka.topics import meta_topic
 
 #: keys of producer-config records in `<run>.meta`: this prefix + the config's fingerprint, so that
 #: compaction keeps one record per distinct config (and never removes the first one)

@@ -37,7 +37,7 @@ from edgestream.kafka.clients import producer_config
 from edgestream.kafka.layout import StreamLayout
 from edgestream.kafka.outage import Outage
 from edgestream.kafka.outage_calls import Probe, WaitLines, answers, on_client_error
-from edgestream.kafka.run_topics import ensure_run_topics
+from edgestream.kafka.topic_provision import ensure_run_topics
 from edgestream.kafka.topic_settings import TopicSettings
 from edgestream.producers.restart import claim_run, stream_ends
 from edgestream.producers.schedule import due_count

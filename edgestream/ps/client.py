@@ -37,7 +37,7 @@ from torch import Tensor
 from edgestream.kafka.outage import Outage
 from edgestream.kafka.outage_calls import WaitLines, call_through
 from edgestream.kafka.topic_settings import TopicSettings
-from edgestream.ps.memory import keep_large_buffers
+from edgestream.ps.malloc import keep_large_buffers
 from edgestream.ps.transport import (
     Receiver,
     Sender,

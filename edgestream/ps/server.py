@@ -63,12 +63,13 @@ from typing import Any
 
 import torch
 
+from edgestream import settings
 from edgestream.kafka.admin import KafkaUnavailable
 from edgestream.kafka.outage import Outage
 from edgestream.kafka.outage_calls import WaitLines, call_through
 from edgestream.kafka.topic_check import TopicMismatch
 from edgestream.kafka.topic_settings import TopicSettingsError
-from edgestream.ps.memory import keep_large_buffers
+from edgestream.ps.malloc import keep_large_buffers
 from edgestream.ps.transport import (
     Receiver,
     Sender,
@@ -86,7 +87,7 @@ log = logging.getLogger("edgestream.ps")
 
 CHECKPOINT_FORMAT = 1
 #: seconds between the PS's checkpoints (and its stats lines)
-CHECKPOINT_S = float(os.environ.get("EDGESTREAM_PS_CHECKPOINT_S", "2.0"))
+CHECKPOINT_S = settings.ps_checkpoint_s()
 STATS_S = 1.0
 
 

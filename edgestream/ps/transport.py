@@ -44,8 +44,8 @@ from edgestream.kafka.outage_calls import (
     on_client_error,
     retriable,
 )
+from edgestream.kafka.topic_names import dlq_topic, ps_topic
 from edgestream.kafka.topic_settings import TopicSettings
-from edgestream.kafka.topics import dlq_topic, ps_topic
 from edgestream.ps.wire import DEFAULT_CHUNK_BYTES, Envelope, chunks
 
 #: room for a chunk's header (run name included) and Kafka's record overhead

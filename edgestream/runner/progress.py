@@ -5,28 +5,25 @@ PLAIN_EVERY_S by default, 0: at every update."""
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from edgestream import settings
 from edgestream.runner.report import progress_line
 
 #: seconds of wall time between two plain progress lines when the output is not a terminal (the local engine's
 #: status line too: launch.view.View)
 PLAIN_EVERY_S = 5.0
-PLAIN_EVERY_ENV = "EDGESTREAM_PROGRESS_EVERY_S"
+PLAIN_EVERY_ENV = settings.PROGRESS_EVERY_S.name
 
 
 def plain_every_s() -> float:
     """PLAIN_EVERY_S, or EDGESTREAM_PROGRESS_EVERY_S when it is a number >= 0."""
-    try:
-        value = float(os.environ.get(PLAIN_EVERY_ENV, ""))
-    except ValueError:
-        return PLAIN_EVERY_S
-    return value if value >= 0 else PLAIN_EVERY_S
+    value = settings.progress_every_s()
+    return PLAIN_EVERY_S if value is None else value
 
 
 class RunProgress:

@@ -55,7 +55,6 @@ import copy
 import gc
 import itertools
 import logging
-import os
 import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
@@ -66,6 +65,7 @@ import numpy as np
 import simpy
 import torch
 
+from edgestream import settings
 from edgestream.metrics import EventLog
 from edgestream.runner.divergence import Diverged, LossGrowth, check_loss
 from edgestream.runner.engines import EngineError
@@ -108,7 +108,7 @@ HARD_LIMIT_FACTOR, HARD_LIMIT_EXTRA_S = 1.5, 60.0
 #: (model, reason) pairs already logged: a user's model that falls back to the per-device path is named once
 _LOGGED_FALLBACKS: set[tuple[str, str]] = set()
 #: environment switch for how Compute requests are served: auto (default), batched, per-device
-COMPUTE_ENV = "EDGESTREAM_SIM_COMPUTE"
+COMPUTE_ENV = settings.SIM_COMPUTE.name
 COMPUTE_MODES = ("auto", "batched", "per-device")
 #: algorithms that `auto` keeps on the per-device path although batching them is correct, because their
 #: batched runs were measurably slower: {name: the measurement}. Every other algorithm (a user's own
@@ -296,7 +296,8 @@ class SimEngine:
     def _batcher(self, batch_compute: bool | None) -> tuple[BatchedCompute | None, str]:
         """The batched compute server, or None for the per-device path; and why (module doc)."""
         if batch_compute is None:
-            mode = (os.environ.get(COMPUTE_ENV) or "auto").strip().lower()
+            told = settings.sim_compute()
+            mode = "auto" if told is None else told
             if mode not in COMPUTE_MODES:
                 raise SimConfigError([f"{COMPUTE_ENV}={mode!r}: expected one of {', '.join(COMPUTE_MODES)}"])
             if mode == "per-device":
@@ -304,7 +305,7 @@ class SimEngine:
             slower = AUTO_PER_DEVICE.get(self.spec.name) if mode == "auto" else None
             if slower is not None:
                 return None, f"per-device: {self.spec.name} is slower batched ({slower}; auto)"
-            source = f"{COMPUTE_ENV}={mode}" if COMPUTE_ENV in os.environ else "auto"
+            source = f"{COMPUTE_ENV}={mode}" if told is not None else "auto"
         elif not batch_compute:
             return None, "per-device: batch_compute=False"
         else:

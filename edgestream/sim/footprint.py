@@ -25,13 +25,14 @@ allocator's slack and the rest of the machine). No figure is known elsewhere: no
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
+
+from edgestream import settings
 
 #: algorithms whose simulated workers keep one shared replica (measured: `Replicas.shared` after a run)
 ONE_REPLICA = frozenset({"ddl", "scadles", "dbs-sgd"})
 #: the memory a simulation may use, in bytes (default: MemAvailable)
-MEMORY_ENV = "EDGESTREAM_SIM_MEMORY_BYTES"
+MEMORY_ENV = settings.SIM_MEMORY_BYTES.name
 #: the share of the available memory an estimate may take
 HEADROOM = 0.9
 #: copies of a device's batch inputs held at once (batch, stacked input, first activations)
@@ -63,15 +64,9 @@ def bytes_per_device(algorithm: str, param_bytes: int, batch_input_bytes: int = 
 
 def available_bytes() -> int | None:
     """The memory a simulation may use: EDGESTREAM_SIM_MEMORY_BYTES, else MemAvailable, else None."""
-    given = os.environ.get(MEMORY_ENV)
-    if given:
-        try:
-            value = int(float(given))
-        except ValueError:
-            raise ValueError(f"{MEMORY_ENV}: {given!r} is not allowed; give a number of bytes") from None
-        if value <= 0:
-            raise ValueError(f"{MEMORY_ENV}: {given!r} is not allowed; must be > 0")
-        return value
+    given = settings.sim_memory_bytes()
+    if given is not None:
+        return given
     try:
         with open("/proc/meminfo") as f:
             for line in f:

@@ -48,7 +48,7 @@ import numpy as np
 
 from edgestream.streams._spec import check_keys, choice, number
 from edgestream.streams.presets import preset
-from edgestream.streams.profiles import (
+from edgestream.streams.rate_profiles import (
     BurstProfile,
     ConstantProfile,
     Profile,

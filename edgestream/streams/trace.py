@@ -13,7 +13,7 @@ import csv
 import math
 from pathlib import Path
 
-from edgestream.streams.profiles import PiecewiseProfile
+from edgestream.streams.rate_profiles import PiecewiseProfile
 
 COLUMNS = ("time", "device", "rate")
 

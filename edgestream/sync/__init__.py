@@ -20,7 +20,7 @@ _EXPORTS = {
     "ExchangeResult": "edgestream.sync.exchange",
     "exchange": "edgestream.sync.exchange",
     "adacomm_tau": "edgestream.sync.local_sgd",
-    "Param": "edgestream.sync.params",
+    "Param": "edgestream.sync.hyperparams",
     "gradient_worker": "edgestream.sync.ps_worker",
     "ALGORITHMS": "edgestream.sync.registry",
     "AlgorithmSpec": "edgestream.sync.registry",

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from edgestream.compression import payload_nbytes, wire_floats
 from edgestream.sync.context import WorkerContext
-from edgestream.sync.params import Param, coerce
+from edgestream.sync.hyperparams import Param, coerce
 from edgestream.sync.requests import (
     Ack,
     AllReduce,

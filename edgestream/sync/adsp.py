@@ -80,7 +80,7 @@ from edgestream.sync.adsp_search import CommitRateSearch, window_reward
 from edgestream.sync.context import WorkerContext
 from edgestream.sync.coordinator import Coordinator, ServerContext
 from edgestream.sync.exchange import Codec
-from edgestream.sync.params import Param, coerce
+from edgestream.sync.hyperparams import Param, coerce
 from edgestream.sync.ps_worker import BATCH, encode
 from edgestream.sync.requests import (
     Ack,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from edgestream.sync.coordinator import ServerContext
-from edgestream.sync.params import Param
+from edgestream.sync.hyperparams import Param
 from edgestream.sync.ps_worker import BATCH, gradient_worker
 from edgestream.sync.requests import Push
 from edgestream.sync.ssp import S, SSPCoordinator

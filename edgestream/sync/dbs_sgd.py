@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from edgestream.sync.context import WorkerContext
 from edgestream.sync.exchange import Codec, synchronous_step
-from edgestream.sync.params import Param, coerce
+from edgestream.sync.hyperparams import Param, coerce
 from edgestream.sync.requests import AllReduce, Compute, ComputeResult, GetParams, Log, Now, TakeBatch
 
 if TYPE_CHECKING:  # torch loads where a tensor is made: reading a config imports no torch

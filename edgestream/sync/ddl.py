@@ -12,7 +12,7 @@ from typing import Any
 
 from edgestream.sync.context import WorkerContext
 from edgestream.sync.exchange import Codec, synchronous_step
-from edgestream.sync.params import Param, coerce
+from edgestream.sync.hyperparams import Param, coerce
 from edgestream.sync.requests import Compute, ComputeResult, Log, TakeBatch
 
 PARAMS = (Param("batch", None, "int", ge=1, optional=True,

@@ -39,7 +39,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from edgestream.sync.coordinator import ServerContext
-from edgestream.sync.params import Param
+from edgestream.sync.hyperparams import Param
 from edgestream.sync.ps_worker import BATCH, gradient_worker
 from edgestream.sync.requests import Pulled, Push
 from edgestream.sync.ssp import SSPCoordinator

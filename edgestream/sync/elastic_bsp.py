@@ -54,7 +54,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from edgestream.sync.coordinator import Coordinator, ServerContext
-from edgestream.sync.params import Param
+from edgestream.sync.hyperparams import Param
 from edgestream.sync.ps_worker import BATCH, gradient_worker
 from edgestream.sync.requests import Push
 from edgestream.sync.zipline import ZipLineResult, full_grid_scan, grid_scan, zipline, zipline_opt, zipline_opt_bs

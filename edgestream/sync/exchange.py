@@ -82,7 +82,7 @@ class Codec:
         adaptive = compressor.new_state() if hasattr(compressor, "new_state") else None
         # here, not at the top: memories import torch (~2.5 s, 600 MB), and the orchestrator and the producer
         # import sync/ without it (tests/test_lazy_imports.py)
-        from edgestream.compression.memory import build_memory
+        from edgestream.compression.error_feedback import build_memory
 
         return cls(compressor, build_memory(memory_name), adaptive)
 

@@ -44,8 +44,8 @@ from edgestream.sync.bsp import BSPCoordinator
 from edgestream.sync.context import WorkerContext
 from edgestream.sync.coordinator import ServerContext
 from edgestream.sync.exchange import Codec
+from edgestream.sync.hyperparams import coerce
 from edgestream.sync.local_sgd import ADACOMM_PARAMS, FIXED_ADACOMM_PARAMS, adacomm_tau, local_step, period_length
-from edgestream.sync.params import coerce
 from edgestream.sync.ps_worker import encode
 from edgestream.sync.requests import (
     GetParams,

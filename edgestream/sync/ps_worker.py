@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from edgestream.compression import NoneCompressor, payload_nbytes, wire_floats
 from edgestream.sync.context import WorkerContext
 from edgestream.sync.exchange import Codec, _compression_loss
-from edgestream.sync.params import Param, coerce
+from edgestream.sync.hyperparams import Param, coerce
 from edgestream.sync.requests import Ack, Compute, ComputeResult, Log, Pull, Pulled, Push, SetParams, TakeBatch
 
 if TYPE_CHECKING:  # torch loads where a tensor is made: reading a config imports no torch

@@ -34,7 +34,7 @@ from edgestream.sync import (
 )
 from edgestream.sync.context import WorkerContext
 from edgestream.sync.coordinator import CoordinatorFactory
-from edgestream.sync.params import Param, check_params, coerce, defaults
+from edgestream.sync.hyperparams import Param, check_params, coerce, defaults
 from edgestream.sync.requests import BASE_REQUESTS, COLLECTIVE_REQUESTS, PS_REQUESTS
 
 #: the batch policy of every algorithm that declares none: a fixed batch of 64 samples

@@ -20,7 +20,7 @@ from typing import Any
 from edgestream.streams import build_injection
 from edgestream.sync.context import WorkerContext
 from edgestream.sync.exchange import Codec, synchronous_step
-from edgestream.sync.params import Param, coerce
+from edgestream.sync.hyperparams import Param, coerce
 from edgestream.sync.requests import Compute, ComputeResult, Inject, Log, TakeBatch
 
 PARAMS = (

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from edgestream.sync.coordinator import Coordinator
-from edgestream.sync.params import Param
+from edgestream.sync.hyperparams import Param
 from edgestream.sync.ps_worker import BATCH, gradient_worker
 
 S = Param("s", 3, "int", ge=0, doc="staleness bound: a worker runs at most s clocks ahead of the slowest")

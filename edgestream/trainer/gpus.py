@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from edgestream import settings
 from edgestream.trainer.backend import BackendError, check_requested, ranks_text, shared_gpus
 
 if TYPE_CHECKING:  # torch loads where a tensor is made: reading a config imports no torch
@@ -123,7 +124,7 @@ def device_for(local_rank: int, gpus: Sequence[int] | None = None,
     import torch
 
     env = os.environ if environ is None else environ
-    told = check_told(env.get("EDGESTREAM_DEVICE"))
+    told = check_told(settings.device(environ))
     count = torch.cuda.device_count() if told != "cpu" and torch.cuda.is_available() else 0
     placed = place(local_rank, count, gpus=gpus, told=told, visible=env.get("CUDA_VISIBLE_DEVICES"))
     if placed.index is None:
@@ -161,13 +162,13 @@ def check_local(world: int, gpus: Sequence[int] | None = None, environ: Mapping[
     work (`refusal`; `collectives` False: a parameter-server run, whose workers use no backend). Asks CUDA
     only when one of those is set."""
     env = os.environ if environ is None else environ
-    if not (env.get("EDGESTREAM_BACKEND") or env.get("EDGESTREAM_DEVICE") or gpus):
+    if not (settings.backend(environ) or settings.device(environ) or gpus):
         return None
     import torch
 
     try:
-        requested = check_requested(env.get("EDGESTREAM_BACKEND"))
-        told = check_told(env.get("EDGESTREAM_DEVICE"))
+        requested = check_requested(settings.backend(environ))
+        told = check_told(settings.device(environ))
         count = torch.cuda.device_count() if told != "cpu" and torch.cuda.is_available() else 0
         placements = [place(r, count, gpus=gpus, told=told, visible=env.get("CUDA_VISIBLE_DEVICES"))
                       for r in range(world)]

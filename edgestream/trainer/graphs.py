@@ -22,16 +22,17 @@ static buffers, which the next replay overwrites).
 from __future__ import annotations
 
 import logging
-import os
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 from torch.nn.modules import module as module_mod
 
+from edgestream import settings
+
 log = logging.getLogger("edgestream.trainer")
 
-ENV = "EDGESTREAM_CUDA_GRAPHS"
+ENV = settings.CUDA_GRAPHS.name
 #: forward-backward passes before the capture (make_graphed_callables' default)
 WARMUP = 3
 
@@ -39,8 +40,7 @@ WARMUP = 3
 def graphs_wanted(fixed_batches: bool, device: torch.device, environ: dict | None = None) -> bool:
     """Whether a trainer on `device` replays its step from CUDA graphs: on a GPU, when every batch has one
     shape (`fixed_batches`), unless EDGESTREAM_CUDA_GRAPHS=0."""
-    raw = (os.environ if environ is None else environ).get(ENV, "").strip()
-    return raw != "0" and fixed_batches and torch.device(device).type == "cuda"
+    return settings.cuda_graphs(environ) and fixed_batches and torch.device(device).type == "cuda"
 
 
 _HOOKS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")

@@ -43,15 +43,12 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from edgestream import settings
 from edgestream.kafka.admin import KafkaUnavailable
 from edgestream.runner.driver import StepMeter
 from edgestream.trainer.digest import DigestTaker, ParamDigest
 
 log = logging.getLogger("edgestream.trainer")
-
-#: seconds a trainer waits for all peers at the rendezvous before failing; a collective waits this long
-#: plus runtime.kafka_outage_s (a peer may be waiting for Kafka: edgestream.trainer.outage)
-RENDEZVOUS_TIMEOUT_S = 60.0
 
 
 class TrainerError(RuntimeError):
@@ -291,7 +288,7 @@ def _train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: bo
     handler = _setup_logging(ranks / f"{env.rank}.log")
     try:  # the rank-to-GPU rule; what this rank was told (empty: automatic); the ranks agree at the rendezvous
         placed = device_for(env.local_rank, cfg.runtime.gpus)
-        requested = check_requested(os.environ.get("EDGESTREAM_BACKEND"))
+        requested = check_requested(settings.backend())
     except (GpuError, BackendError) as exc:
         raise TrainerError(f"device {env.rank}: {exc}") from None
     device, cuda, note = torch.device(placed.device), placed.cuda, ""
@@ -367,7 +364,7 @@ def _train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: bo
             dataset.close(wait=False)
             raise
     else:
-        timeout_s = float(os.environ.get("EDGESTREAM_RENDEZVOUS_TIMEOUT_S", RENDEZVOUS_TIMEOUT_S))
+        timeout_s = settings.rendezvous_timeout_s()
         write_phase(ranks, env.rank, f"rendezvous of {env.world}")
         try:
             backend, note = _rendezvous(env, placed, requested, timeout_s,

@@ -31,7 +31,6 @@
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -42,6 +41,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from edgestream import settings
 from edgestream.consumers.batch import StreamBatch
 from edgestream.models import set_lr
 from edgestream.runner.divergence import Diverged, check_loss, non_finite_params  # noqa: F401 - Diverged re-exported
@@ -97,12 +97,11 @@ class InjectedFailure(Exception):
 
 #: test-only: the trainer raises `InjectedFailure` when it computes this step (0-based, as the step
 #: lines count). It is read here and nowhere else; no run outside the test suite sets it
-TEST_FAIL_AT_STEP = "EDGESTREAM_TEST_FAIL_AT_STEP"
+TEST_FAIL_AT_STEP = settings.TEST_FAIL_AT_STEP.name
 
 
 def _fail_at_step() -> int | None:
-    raw = os.environ.get(TEST_FAIL_AT_STEP, "").strip()
-    return int(raw) if raw else None
+    return settings.fail_at_step()
 
 
 @dataclass

@@ -29,25 +29,24 @@ emulation. EDGESTREAM_PREFETCH=0 turns it off, =2 deepens it.
 from __future__ import annotations
 
 import logging
-import os
 import queue
 import threading
 from typing import Any
 
 import torch
 
+from edgestream import settings
+
 log = logging.getLogger("edgestream.trainer")
 
 DEFAULT_DEPTH = 1
-ENV = "EDGESTREAM_PREFETCH"
+ENV = settings.PREFETCH.name
 
 
 def prefetch_depth(plan: Any, environ: dict | None = None) -> int:
     """The prefetch queue depth for `plan`'s trainers: 0 (off) unless every take ahead is the one the
     algorithm makes (module doc); EDGESTREAM_PREFETCH (0, 1, 2) sets it where it applies."""
-    raw = (os.environ if environ is None else environ).get(ENV, "").strip()
-    depth = DEFAULT_DEPTH if raw == "" else max(0, min(2, int(raw))) if raw.isdigit() else DEFAULT_DEPTH
-    return depth if takes_fixed_batches(plan) else 0
+    return settings.prefetch(environ) if takes_fixed_batches(plan) else 0
 
 
 def takes_fixed_batches(plan: Any) -> bool:

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import ctypes
 import logging
-import os
+
+from edgestream import settings
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +33,7 @@ def keep_large_buffers(model_bytes: int) -> int | None:
     that); returns the threshold in force, or None where it was left alone (not glibc, or
     EDGESTREAM_PS_MALLOC=default). Idempotent; a later call with a bigger model raises it further."""
     global _applied
-    if os.environ.get("EDGESTREAM_PS_MALLOC", "").strip().lower() == "default":
+    if settings.ps_malloc() == "default":
         return None
     # a whole reassembled body plus its meta; above 512 MiB a fresh mmap costs little next to the transfer
     want = min(512 * _MIB, max(32 * _MIB, int(model_bytes) + 4 * _MIB))

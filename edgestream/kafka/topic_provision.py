@@ -17,8 +17,15 @@ from typing import Any
 from edgestream.kafka.admin import admin_client, create_topics
 from edgestream.kafka.layout import StreamLayout
 from edgestream.kafka.topic_check import read_back
+from edgestream.kafka.topic_names import (
+    device_topic,
+    dlq_topic,
+    injection_topic,
+    meta_topic,
+    ps_topic,
+    run_topic_prefix,
+)
 from edgestream.kafka.topic_settings import TopicSettings
-from edgestream.kafka.topics import device_topic, dlq_topic, injection_topic, meta_topic, ps_topic, run_topic_prefix
 
 #: the run directory's record of the run's topic settings and its topics as the cluster reports them
 TOPICS_FILE = "topics.json"
