@@ -11,26 +11,10 @@ from pathlib import Path
 import typer
 
 from edgestream.launch.procs import SECRET_ENV, SECRET_FD_ENV
+from edgestream.runner.report import print_end
 
 __all__ = ["SECRET_ENV", "SECRET_FD_ENV", "child_secrets", "load_for_run", "load_or_exit", "print_end",
            "run_local_command"]
-
-#: summary.json keys printed as the one-line JSON summary on stdout (`edgestream run --json`; the engine's time:
-#: virtual_time_s in the simulator, run_time_s for a real run)
-PRINTED = ("time_to_target_s", "final_accuracy", "final_metrics", "steps", "buffer_max_samples", "dropped_total",
-           "floats_sent_total", "cnc_ratio", "stop_reason", "interrupted", "virtual_time_s", "run_time_s", "wall_s")
-
-
-def print_end(summary: dict, run_dir: Path, as_json: bool = False) -> None:
-    """The end of `edgestream run` on stdout: the short human summary (runner.report.end_lines), or with
-    `as_json` one JSON line of the PRINTED keys the summary has (summary.json holds them all)."""
-    if as_json:
-        optional = ("interrupted", "virtual_time_s", "run_time_s")  # only where the run has them
-        print(json.dumps({k: summary.get(k) for k in PRINTED if k in summary or k not in optional}), flush=True)
-        return
-    from edgestream.runner.report import end_lines
-
-    print("\n".join(end_lines(summary, run_dir)), flush=True)
 
 
 def _fail(line: str, code: int = 2) -> None:
