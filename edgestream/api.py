@@ -182,8 +182,9 @@ def _run_failed(exc: BaseException) -> RunFailed | None:
 def run(config: ConfigLike | None, engine: str | None = None, *, out: str | os.PathLike | None = None,
         overrides: Iterable[str] | None = None, progress: bool = True, run_id: str | None = None,
         bootstrap: str | None = None, resume: str | os.PathLike | None = None) -> RunResult:
-    """Run `config` once on `engine` ("sim" or "local"; default the config's runtime.engine) and return
-    its RunResult. out: parent of the run directory (default runtime.out); run_id: default a new one.
+    """Run `config` once on `engine` ("sim", "local" or "lockstep": edgestream.engine_names; default the config's
+    runtime.engine) and return its RunResult. out: parent of the run directory (default runtime.out); run_id:
+    default a new one.
 
     Local engine only: bootstrap (HOST:PORT of a Kafka broker; default runtime.bootstrap, else the managed
     local broker), resume (a run directory to continue from its checkpoints; `config` may then be None:

@@ -43,6 +43,7 @@ from edgestream.config_check import check_buildable
 from edgestream.config_kafka import KafkaConfig
 from edgestream.config_streams import StreamsConfig
 from edgestream.config_types import MAX_RATE, SECRET_MASK, Float, Int, _Model, is_secret_key
+from edgestream.engine_names import ENGINES
 
 RATE_PRESETS = ("S1", "S2", "S1'", "S2'")
 PRESET_ALIASES = {"S1p": "S1'", "S2p": "S2'", "S1prime": "S1'", "S2prime": "S2'"}
@@ -50,7 +51,6 @@ DISTRIBUTIONS = ("constant", "uniform", "normal", "lognormal", "exponential", "t
 VARIATIONS = ("none", "sinusoid", "random_walk", "bursts")
 PARTITIONS = ("iid", "labels", "dirichlet")
 MEMORIES = ("none", "residual", "dgc")
-ENGINES = ("sim", "local")
 #: Client settings a user may pass through to librdkafka (brokers on a WAN need them).
 CLIENT_KEY_PREFIXES = ("security.protocol", "sasl.", "ssl.", "client.id", "socket.", "request.timeout.ms")
 #: topic settings users try to pass as client settings -> the kafka.topics field that sets them
@@ -485,7 +485,7 @@ CONTINUOUS_EVERY_S = 60.0
 
 
 class RuntimeConfig(_Model):
-    engine: Literal["sim", "local"] = "sim"
+    engine: Literal[ENGINES] = "sim"  # edgestream.engine_names
     bootstrap: str | None = None
     out: str = "runs/"
     kafka_client: dict[str, str] = Field(default_factory=dict)

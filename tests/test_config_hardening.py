@@ -367,7 +367,7 @@ def test_cli_bad_paths_options_and_yaml_exit_2_with_one_line(tmp_path):
     (tmp_path / "bin.yaml").write_bytes(b"name: \xff\xfe\x00\x81\n")
     assert cli("config", "validate", str(tmp_path / "bin.yaml")).endswith("not a text (UTF-8) file")
     assert cli("run", str(write(tmp_path / "l.yaml", "- a\n- b\n"))).startswith("(top level): must be a mapping")
-    assert cli("run", str(ok), "--engine", "gpu") == "--engine: 'gpu' is not allowed; must be one of sim, local"
+    assert cli("run", str(ok), "--engine", "gpu") == "--engine: 'gpu' is not allowed; must be one of sim, local, lockstep"
     assert cli("run", str(ok), "--engine", "local", "--bootstrap", "nohost").startswith("--bootstrap: 'nohost' is not allowed")
     assert cli("run", str(ok), "--engine", "sim", "--resume", str(tmp_path)).startswith("--resume: only local runs")
     assert cli("run", str(ok), "--run-id", "a/b").startswith("--run-id: run id 'a/b' is not allowed")
@@ -388,7 +388,7 @@ def test_cli_bad_paths_options_and_yaml_exit_2_with_one_line(tmp_path):
     (["run"], "error: Missing argument 'config'. (see: edgestream run --help)"),
     (["config", "validate", "x.yaml", "--bogus"], "error: No such option: --bogus"),
     (["broker", "start", "--port", "99999"], "error: Invalid value for '--port'"),
-    (["run", "x.yaml", "--engine", "gpu"], "--engine: 'gpu' is not allowed; must be one of sim, local"),
+    (["run", "x.yaml", "--engine", "gpu"], "--engine: 'gpu' is not allowed; must be one of sim, local, lockstep"),
     (["config", "validate", "."], ".: is a folder, not a config file"),
 ])
 def test_console_script_bad_input_is_one_line(tmp_path, args, expected):

@@ -12,13 +12,14 @@ from confluent_kafka import KafkaException
 
 from edgestream.algorithm_names import COLLECTIVE, PS
 from edgestream.cli.common import bad_input, check_out, check_run_id, config_problems, console, load
+from edgestream.engine_names import ENGINES
 from edgestream.kafka.admin import KafkaUnavailable
 from edgestream.kafka.jars import BrokerError
 from edgestream.profiles.select import ENTRY_HELP, cli_overrides, profile_help
 
 
 def run_cmd(config: Path = typer.Argument(None, help="experiment YAML file (optional with --resume)"),
-            engine: str = typer.Option(None, "--engine", help="sim | local; default runtime.engine"),
+            engine: str = typer.Option(None, "--engine", help=f"{' | '.join(ENGINES)}; default runtime.engine"),
             out: Path = typer.Option(None, "--out", help="parent of the run directory; default runtime.out"),
             run_id: str = typer.Option(None, "--run-id", help="run id (folder <name>-<algorithm>-<run id>); "
                                         "default new"),
@@ -39,14 +40,14 @@ def run_cmd(config: Path = typer.Argument(None, help="experiment YAML file (opti
     Relative paths in CONFIG (data.root, devices.rates.path) are relative to CONFIG's folder; in --set,
     to the current directory. The run directory's config.yaml shows secrets as ***.
     """
-    if engine is not None and engine not in ("sim", "local"):
-        bad_input(f"--engine: {engine!r} is not allowed; must be one of sim, local")
+    if engine is not None and engine not in ENGINES:
+        bad_input(f"--engine: {engine!r} is not allowed; must be one of {', '.join(ENGINES)}")
     check_out(out)
     check_run_id(run_id)
     if config is None and resume is None:
         bad_input("error: Missing argument 'config'. (see: edgestream run --help)")
-    if resume is not None and engine == "sim":
-        bad_input("--resume: only local runs resume; leave out --engine sim")
+    if resume is not None and engine not in (None, "local"):
+        bad_input(f"--resume: only local runs resume; leave out --engine {engine}")
     if engine == "local" or resume is not None:  # the children's fork server imports while the config loads
         from edgestream.forkserver import prestart  # lazy: +10 ms start-up
         from edgestream.launch.command import SECRET_ENV, SECRET_FD_ENV  # lazy: +800 ms start-up
@@ -59,21 +60,30 @@ def run_cmd(config: Path = typer.Argument(None, help="experiment YAML file (opti
     else:
         cfg = load(config, set_)
     engine = engine or ("local" if resume is not None else cfg.runtime.engine)
-    if engine == "local":  # launch/command.py (--bootstrap, --resume, exit codes); compare reaches it via the registry
-        from edgestream.launch.command import run_local_command  # lazy: +800 ms start-up
+    _run(cfg, engine, out=out, run_id=run_id, quiet=quiet, as_json=as_json, bootstrap=bootstrap, resume=resume)
 
-        run_local_command(cfg, out=out, run_id=run_id, bootstrap=bootstrap, resume=resume, quiet=quiet,
-                          as_json=as_json)
-        return
+
+def _run(cfg, engine: str, *, out: Path | None, run_id: str | None, quiet: bool, as_json: bool,
+         bootstrap: str | None, resume: Path | None) -> None:
+    """Run `cfg` on `engine` through the engine registry (runner.run_config) and end as every engine does: the run
+    directory on stderr, `print_end` on stdout; each way a run fails ends in one line and its exit status."""
     from edgestream.config import ConfigError  # lazy: +250 ms start-up
-    from edgestream.launch.command import print_end  # lazy: +800 ms start-up
+    from edgestream.launch.command import engine_problems, launch_failed, local_options  # lazy: +800 ms start-up
+    from edgestream.launch.orchestrator import LaunchError  # loaded with launch.command
     from edgestream.runner import EngineError, RunInterrupted, run_config  # lazy: +15 ms start-up
     from edgestream.runner.divergence import Diverged  # lazy: +6 ms start-up
+    from edgestream.runner.report import print_end  # loaded with launch.command
 
+    # the local engine's own options (--bootstrap, --resume); the other engines take none
+    options = local_options(out=out, run_id=run_id, bootstrap=bootstrap, resume=resume) if engine == "local" else {}
     try:
-        path, summary = run_config(cfg, engine, out=out, run_id=run_id, progress=not quiet)
+        path, summary = run_config(cfg, engine, out=out, run_id=run_id, progress=not quiet, **options)
     except (EngineError, ConfigError) as exc:
+        if engine == "local":
+            engine_problems(exc)
         config_problems(exc)
+    except LaunchError as exc:  # a local run that could not start or finish (its summary if interrupted)
+        launch_failed(exc, as_json)
     except Diverged as exc:  # the simulated training diverged: one line (its run directory is written)
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(exc.code) from None
@@ -95,7 +105,8 @@ def compare_cmd(paths: list[Path] = typer.Argument(..., metavar="CONFIG | RUN_DI
                 set_: list[str] = typer.Option(None, "--set", help="override KEY.PATH=VALUE (repeatable)"),
                 out: Path = typer.Option(None, "--out", help="parent folder; default runtime.out"),
                 run_id: str = typer.Option(None, "--run-id", help="id of the compare folder; default new"),
-                engine: str = typer.Option("sim", "--engine", help="sim | local | sim,local: the engine(s) every "
+                engine: str = typer.Option("sim", "--engine", help=f"{' | '.join(ENGINES)} | sim,local: the "
+                                           "engine(s) every "
                                            "variant runs on (sim,local: simulated and real side by side)"),
                 quiet: bool = typer.Option(False, "--quiet", help="no progress bars"),
                 profile: str = typer.Option(None, "--profile", help=profile_help()),
@@ -123,8 +134,9 @@ def compare_cmd(paths: list[Path] = typer.Argument(..., metavar="CONFIG | RUN_DI
     config = paths[0]
     if algorithms is None:
         bad_input(f"--algorithms: required with CONFIG {str(config)!r} (or give run directories to compare)")
-    if not engine or any(e not in ("sim", "local") for e in engine.split(",")):
-        bad_input(f"--engine: {engine!r} is not allowed; must be sim, local or a comma list of them (sim,local)")
+    if not engine or any(e not in ENGINES for e in engine.split(",")):
+        bad_input(f"--engine: {engine!r} is not allowed; must be {', '.join(ENGINES)} or a comma list of them "
+                  "(sim,local)")
     check_out(out)
     check_run_id(run_id)
     if profile_model is not None and profile is None:

@@ -1,5 +1,5 @@
-"""`edgestream run --engine local` and `edgestream run --resume RUN_DIR`: the command's behaviour (cli/runs.py
-only hands the options over)."""
+"""`edgestream run --engine local` and `edgestream run --resume RUN_DIR`: the local engine's options and how its
+failures end the command (cli/runs.py runs every engine through the registry and hands these over)."""
 
 from __future__ import annotations
 
@@ -7,31 +7,16 @@ import contextlib
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import typer
 
 from edgestream import settings
 from edgestream.launch.procs import SECRET_ENV, SECRET_FD_ENV
+from edgestream.runner.report import print_end
 
-__all__ = ["SECRET_ENV", "SECRET_FD_ENV", "child_secrets", "load_for_run", "load_or_exit", "print_end",
-           "run_local_command"]
-
-#: summary.json keys printed as the one-line JSON summary on stdout (`edgestream run --json`; the engine's time:
-#: virtual_time_s in the simulator, run_time_s for a real run)
-PRINTED = ("time_to_target_s", "final_accuracy", "final_metrics", "steps", "buffer_max_samples", "dropped_total",
-           "floats_sent_total", "cnc_ratio", "stop_reason", "interrupted", "virtual_time_s", "run_time_s", "wall_s")
-
-
-def print_end(summary: dict, run_dir: Path, as_json: bool = False) -> None:
-    """The end of `edgestream run` on stdout: the short human summary (runner.report.end_lines), or with
-    `as_json` one JSON line of the PRINTED keys the summary has (summary.json holds them all)."""
-    if as_json:
-        optional = ("interrupted", "virtual_time_s", "run_time_s")  # only where the run has them
-        print(json.dumps({k: summary.get(k) for k in PRINTED if k in summary or k not in optional}), flush=True)
-        return
-    from edgestream.runner.report import end_lines
-
-    print("\n".join(end_lines(summary, run_dir)), flush=True)
+__all__ = ["SECRET_ENV", "SECRET_FD_ENV", "child_secrets", "engine_problems", "launch_failed", "load_for_run",
+           "load_or_exit", "local_options"]
 
 
 def _fail(line: str, code: int = 2) -> None:
@@ -121,35 +106,37 @@ def _secret_values(raw: str, where: str) -> dict:
     return values
 
 
-def run_local_command(cfg, *, out: Path | None, run_id: str | None, bootstrap: str | None,
-                      resume: Path | None, quiet: bool, as_json: bool = False) -> None:
-    """Run `cfg` with the local engine (or continue `resume`); print the run directory on stderr and the
-    short human summary (`as_json`: a one-line JSON summary) on stdout, also for an interrupted run; exit 1
-    (child died, broker unreachable), 2 (bad input), 130/143 (SIGINT/SIGTERM) with one line on stderr naming the
-    problem (a dead child's log tail follows)."""
+def local_options(*, out: Path | None, run_id: str | None, bootstrap: str | None, resume: Path | None
+                  ) -> dict[str, Any]:
+    """The local engine's options of `edgestream run` (what the registry's run function for "local" takes
+    besides the common ones), checked: exit 2 with one line for a bad --bootstrap, or --resume with --out or
+    --run-id."""
     from edgestream.config import bootstrap_ok
-    from edgestream.launch.orchestrator import LaunchError, run_local
-    from edgestream.runner.engines import EngineError
 
     if bootstrap is not None and not bootstrap_ok(bootstrap):
         _fail(f"--bootstrap: {bootstrap!r} is not allowed; must be HOST:PORT[,HOST:PORT...]")
     if resume is not None and (out is not None or run_id is not None):
         _fail("--resume takes the run id and folder from RUN_DIR; leave out --run-id and --out")
-    try:
-        path, summary = run_local(cfg, out=out, run_id=run_id, progress=not quiet, bootstrap=bootstrap,
-                                  resume=resume)
-    except EngineError as exc:
-        for line in exc.problems:
-            typer.echo(f"error: {line}", err=True)
-        raise typer.Exit(2) from None
-    except LaunchError as exc:
-        summary_file = Path(exc.run_dir) / "summary.json" if exc.run_dir is not None else None
-        if exc.code in (130, 143) and summary_file is not None and summary_file.is_file():
-            with contextlib.suppress(ValueError, OSError):  # an interrupted run: what it reached, as at a stop
-                print_end(json.loads(summary_file.read_text()), exc.run_dir, as_json)
-        typer.echo(f"error: {exc}", err=True)
-        for line in exc.detail:
-            typer.echo(line, err=True)
-        raise typer.Exit(exc.code) from None
-    typer.echo(f"run directory: {path}", err=True)
-    print_end(summary, path, as_json)
+    return {"bootstrap": bootstrap, "resume": resume}
+
+
+def engine_problems(exc: Exception) -> None:
+    """A local run the engine refused (EngineError): exit 2 with one `error: ` line per problem."""
+    for line in getattr(exc, "problems", None) or str(exc).splitlines():
+        typer.echo(f"error: {line}", err=True)
+    raise typer.Exit(2) from None
+
+
+def launch_failed(exc: Exception, as_json: bool = False) -> None:
+    """A local run that could not start or did not finish (LaunchError): an interrupted run's summary as at a
+    stop (`print_end`), then one line on stderr naming the problem (a dead child's log tail follows); exit with
+    the error's code: 1 (child died, broker unreachable), 130/143 (SIGINT/SIGTERM)."""
+    code, run_dir = getattr(exc, "code", 1), getattr(exc, "run_dir", None)
+    summary_file = Path(run_dir) / "summary.json" if run_dir is not None else None
+    if code in (130, 143) and summary_file is not None and summary_file.is_file():
+        with contextlib.suppress(ValueError, OSError):  # an interrupted run: what it reached, as at a stop
+            print_end(json.loads(summary_file.read_text()), run_dir, as_json)
+    typer.echo(f"error: {exc}", err=True)
+    for line in getattr(exc, "detail", None) or []:
+        typer.echo(line, err=True)
+    raise typer.Exit(code) from None

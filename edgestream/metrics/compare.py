@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-#: (summary key, header); time_to_target_s shows whether and when the run reached its target (runner.report)
-COLUMNS = [("time_to_target_s", "target"), ("final_accuracy", "final acc"),
-           ("buffer_max_samples", "buffer max"), ("dropped_total", "dropped"),
+#: (summary key, header), common keys of summary.json only (edgestream.runner.summary), so runs of every engine
+#: fill every column; time_to_target_s shows whether and when the run reached its target (runner.report), time_s
+#: how long it ran at its engine's clock (virtual seconds for sim and lockstep, wall seconds for local)
+COLUMNS = [("time_to_target_s", "target"), ("engine", "engine"), ("time_s", "time (s)"),
+           ("final_accuracy", "final acc"), ("buffer_max_samples", "buffer max"), ("dropped_total", "dropped"),
            ("floats_sent_total", "floats sent"), ("cnc_ratio", "CNC"), ("steps", "steps"), ("wall_s", "wall (s)")]
 
 
@@ -20,15 +22,24 @@ def _fmt(v) -> str:
     return str(v)
 
 
+def _cell(summary: dict, key: str) -> str:
+    from edgestream.runner.report import engine_time_s, target_text  # here: the runner package imports this one
+
+    if key == "time_to_target_s":
+        return target_text(summary)
+    if key == "time_s":
+        t = engine_time_s(summary)  # also a summary written before the common schema (virtual_time_s, run_time_s)
+        return "-" if t is None else _fmt(t)
+    return _fmt(summary.get(key))
+
+
 def markdown_table(summaries: Mapping[str, dict], baseline: str | None = None) -> str:
     """Markdown table of summaries; with a baseline, a speedup column (baseline time / time)."""
-    from edgestream.runner.report import target_text  # here: the runner package imports this one
-
     head = ["run"] + [h for _, h in COLUMNS] + (["speedup vs " + baseline] if baseline else [])
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     base_t = summaries.get(baseline, {}).get("time_to_target_s") if baseline else None
     for name, s in summaries.items():
-        row = [name] + [target_text(s) if k == "time_to_target_s" else _fmt(s.get(k)) for k, _ in COLUMNS]
+        row = [name] + [_cell(s, k) for k, _ in COLUMNS]
         if baseline:
             t = s.get("time_to_target_s")
             row.append(f"{base_t / t:.2f}x" if base_t and t else "n/a")

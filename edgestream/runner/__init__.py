@@ -1,7 +1,8 @@
 """edgestream.runner — the engine-neutral run core: the run plan (the one place a config is
 interpreted), the one request driver and the worker session around it, the stop rule, evaluation, the
-workers of an in-process run, the run directory and comparison; and the in-process
-lockstep engine for tests (`edgestream.runner.lockstep`). Engines (sim/, trainer/, launch/) perform
+workers of an in-process run, the run directory, its one summary schema (`edgestream.runner.summary`) and
+comparison; and the in-process lockstep engine for tests (`edgestream.runner.lockstep`, registered as the
+engine "lockstep" by `edgestream.runner.lockstep_run`). Engines (sim/, trainer/, launch/) perform
 requests and nothing else; they register by name (`register_engine`), so this package imports none
 of them."""
 
@@ -35,6 +36,8 @@ _EXPORTS = {
     "write_run": "edgestream.runner.rundir",
     "WorkerSession": "edgestream.runner.session",
     "StopRule": "edgestream.runner.stop",
+    "SUMMARY_KEYS": "edgestream.runner.summary",
+    "build_summary": "edgestream.runner.summary",
 }
 __all__ = sorted(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)

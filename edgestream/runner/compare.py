@@ -36,7 +36,8 @@ from edgestream.config import ConfigError, apply_override, validate_dict
 from edgestream.metrics import accuracy_plot, markdown_table, read_events
 from edgestream.runid import new_run_id
 from edgestream.runner.engines import get_engine
-from edgestream.runner.report import engine_time_s, target_text
+from edgestream.runner.report import target_text
+from edgestream.runner.summary import SUMMARY_KEYS, engine_time_s
 from edgestream.sync.registry import get_algorithm
 from edgestream.tasks import get_task
 
@@ -121,7 +122,8 @@ def _time_words(engine: str) -> tuple[str, str]:
     if engine == "sim":
         return "virtual seconds", "simulated, virtual time"
     if "," in engine:
-        return "virtual seconds for sim, seconds of the engine for the others", f"engines {engine}"
+        return ("the summary's time_s: virtual seconds for sim and lockstep, wall seconds for local",
+                f"engines {engine}")
     return f"seconds of the {engine} engine", f"engine {engine}"
 
 
@@ -131,8 +133,8 @@ def run_compare(cfg: Any, variants: list[Variant], out: str | Path | None = None
     """Run every variant of `cfg` on `engine`; returns (compare folder, {label: summary}, markdown table).
 
     All variant configs are built (and validated), and the engine looked up (EngineUnavailable), before
-    the first run starts. options go to the engine's run function (see runner.engines).
-    """
+    the first run starts. options go to the local engine's run function (bootstrap, ...; see runner.engines),
+    base_dir to the in-process engines' (sim, lockstep)."""
     configs = [(v, variant_config(cfg, v)) for v in variants]
     engines = [e.strip() for e in engine.split(",") if e.strip()]
     if not engines or len(set(engines)) != len(engines):
@@ -155,8 +157,8 @@ def run_compare(cfg: Any, variants: list[Variant], out: str | Path | None = None
             # where several run; unique in the folder and (the compare id is new) on a broker
             rid = "-".join([compare_id] + ([f"v{i}"] if v.algorithm in repeated else [])
                            + ([eng] if len(engines) > 1 else []))
-            # the simulator takes base_dir; the other engines their own options (bootstrap, ...)
-            opts = ({"base_dir": base_dir} if base_dir is not None else {}) if eng == "sim" else options
+            # the in-process engines take base_dir; the local engine its own options (bootstrap, ...)
+            opts = options if eng == "local" else ({"base_dir": base_dir} if base_dir is not None else {})
             path, summary = run(vcfg, out=folder, run_id=rid, progress=progress, **opts)
             summary["run_dir"] = str(path)
             summary["batch"] = vcfg.algorithm.batch.spec() if vcfg.algorithm.batch else None
@@ -294,13 +296,16 @@ def compare_algorithms(cfg: Any, algorithms: list[str], out: str | Path | None =
             "runs": {label: summary_row(s) for label, s in summaries.items()}}
 
 
-#: the headline figures of a compared run (`summary_row`); time_s is the engine's time (`engine_time_s`)
+#: the headline figures of a compared run (`summary_row`), common keys of every engine's summary
+#: (runner.summary); time_s is the run's time at its engine's clock (`engine_time_s`)
 ROW_KEYS = ("time_to_target_s", "final_accuracy", "final_metrics", "buffer_max_samples", "floats_sent_total",
             "cnc_ratio", "steps", "stop_reason", "time_s", "wall_s")
+assert set(ROW_KEYS) <= set(SUMMARY_KEYS)
 
 
 def summary_row(summary: dict) -> dict[str, Any]:
-    """The ROW_KEYS of one run's summary (None where the summary lacks one)."""
+    """The ROW_KEYS of one run's summary (None where the summary lacks one; time_s also from a summary written
+    before the common schema)."""
     return {k: engine_time_s(summary) if k == "time_s" else summary.get(k) for k in ROW_KEYS}
 
 

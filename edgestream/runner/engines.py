@@ -2,8 +2,9 @@
 that schedules its workers, and the request kinds its performer can perform).
 
 runner/ never imports an engine: an engine registers itself when its package is imported
-(`edgestream.sim` registers "sim"; `edgestream.launch` registers "local"), and `get_engine` imports
-the package named for an engine in `ENGINE_MODULES` the first time it is asked for. An engine that is
+(`edgestream.sim` registers "sim"; `edgestream.launch` registers "local"; `edgestream.runner.lockstep_run`
+registers "lockstep"), and `get_engine` imports the module named for an engine in `ENGINE_MODULES`
+(edgestream.engine_names: every engine's name, in one place) the first time it is asked for. An engine that is
 neither registered nor registers itself on import is "not available" (`EngineUnavailable`, a one-line
 error the CLI reports with exit status 2).
 
@@ -14,8 +15,10 @@ An engine's run function (what `register_engine` takes and `get_engine` returns)
 cfg: a validated ExperimentConfig; out: parent of the run directory (None: cfg.runtime.out); run_id:
 None for a new one; progress: live display on a terminal; options: engine-specific keywords passed
 through from the caller (the simulator takes base_dir; the local orchestrator bootstrap, resume, ...).
-It writes the run directory of DESIGN.md (config.yaml, events.jsonl, summary.json with `engine`, plots)
-and returns its path and the summary. In-process engines build theirs with `runner.rundir.write_run`.
+It writes the run directory of DESIGN.md (config.yaml, events.jsonl, summary.json in the one schema of
+`runner.summary`, plots) and returns its path and the summary. In-process engines build theirs with
+`runner.rundir.write_run`, a real run with `runner.rundir.write_local_rundir`; both go through
+`runner.rundir.finish`, which builds every summary.
 Problems with the config that only the engine can see raise `EngineError` (one line each).
 
 Capabilities: an engine registers the request kinds its performer performs (`performs`; None = every
@@ -32,12 +35,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from edgestream.engine_names import ENGINE_MODULES  # engine name -> the module that registers it
+
 #: run(cfg, *, out, run_id, progress, **options) -> (run directory, summary)
 EngineRun = Callable[..., tuple[Path, dict[str, Any]]]
-
-#: engine name -> the module that registers it when imported
-ENGINE_MODULES: dict[str, str] = {"sim": "edgestream.sim", "local": "edgestream.launch"}
-
 
 
 @dataclass(frozen=True)

@@ -1,22 +1,16 @@
 """How a run reads to a person, from its summary (summary.json) alone: whether and when it reached its target
 (`target_text`), the few lines a finished or interrupted run ends with on the terminal (`end_lines`; the JSON
 stays in summary.json), and the plain progress line of a run whose output is not a terminal
-(`progress_line`). Used by `edgestream run` (both engines), `compare` and the demo: one wording."""
+(`progress_line`). Used by `edgestream run` (every engine), `compare` and the demo: one wording."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
 from edgestream.runner.stop import reached
-
-
-def engine_time_s(summary: Mapping[str, Any]) -> float | None:
-    """How long the run lasted at the engine's clock: the simulator's virtual_time_s, a real run's run_time_s."""
-    for key in ("virtual_time_s", "run_time_s"):
-        if summary.get(key) is not None:
-            return float(summary[key])
-    return None
+from edgestream.runner.summary import PRINTED_KEYS, clock_of, engine_time_s
 
 
 def target_of(summary: Mapping[str, Any]) -> tuple[str, float] | None:
@@ -54,7 +48,7 @@ def target_text(summary: Mapping[str, Any]) -> str:
 
 
 def _time_unit(summary: Mapping[str, Any]) -> str:
-    return "virtual s" if summary.get("engine") == "sim" else "s"
+    return "virtual s" if clock_of(summary) == "virtual" else "s"
 
 
 def end_lines(summary: Mapping[str, Any], run_dir: Any) -> list[str]:
@@ -77,6 +71,15 @@ def end_lines(summary: Mapping[str, Any], run_dir: Any) -> list[str]:
              f"  final {metric} {final:.4g}" if final is not None else "  no evaluation",
              f"  target {target[0]} {target[1]:g}: {target_text(summary)}" if target else "  no target"]
     return lines
+
+
+def print_end(summary: Mapping[str, Any], run_dir: Any, as_json: bool = False) -> None:
+    """The end of `edgestream run` on stdout, the same for every engine: the short human summary (`end_lines`),
+    or with `as_json` one JSON line of the summary's PRINTED_KEYS (runner.summary; summary.json holds them all)."""
+    if as_json:
+        print(json.dumps({k: summary.get(k) for k in PRINTED_KEYS}), flush=True)
+        return
+    print("\n".join(end_lines(summary, run_dir)), flush=True)
 
 
 def progress_line(label: str, time_s: float, total_s: float | None, steps: int, metric: str,

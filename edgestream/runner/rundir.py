@@ -1,16 +1,17 @@
 """The run directory, the same for every engine (DESIGN.md "Run directory"), written by this one module.
 
 `<out>/<name>-<algorithm>-<run id>/`: config.yaml (resolved; secrets masked, see ExperimentConfig.to_yaml),
-events.jsonl, summary.json (with `engine`, `task` and the last evaluation's `final_metrics`), a plot of the
+events.jsonl, summary.json (one schema for every engine: edgestream.runner.summary), a plot of the
 task's primary metric vs engine time (accuracy.png; rmse.png for regression) and buffer.png (buffer
 samples, max over devices, vs step; log scale).
 
-* `write_run` writes it for an engine that runs inside this process (the simulator): it opens the
-  events, builds and runs the engine, and adds the engine's own figures to the summary.
+* `write_run` writes it for an engine that runs inside this process (the simulator, the lockstep engine): it
+  opens the events, builds and runs the engine, and adds the engine's time and own figures to the summary.
 * A real run's trainers write `ranks/<rank>.jsonl` (+ .log, .summary.json); `write_local_rundir`
   merges them into the same files (the orchestrator at every stop), `collect_rundir` does it for
   trainers that ran without the orchestrator (compose testbed, torchrun across machines).
-* `finish` writes summary.json and the plots from an `EventLog`, for both.
+* `finish` writes summary.json (`runner.summary.build_summary`: the same keys for every engine) and the plots
+  from an `EventLog`, for all of them.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from typing import Any, Protocol
 
 from edgestream.metrics.events import EventLog, read_events
 from edgestream.runid import new_run_id
+from edgestream.runner.summary import build_summary
 
 
 class RunDir:
@@ -51,7 +53,8 @@ class RunDir:
 
 class InProcessEngine(Protocol):
     """What `write_run` needs of an engine object: run to the end (writing step and eval lines to the
-    EventLog it was built with), then its own summary figures (stop_reason, engine time, ...)."""
+    EventLog it was built with), then its summary figures: `time_s` (how long the run lasted at its clock,
+    runner.summary) and stop_reason, then its own keys (runner.summary's rule)."""
 
     def run(self) -> Any: ...
 
@@ -69,19 +72,20 @@ def buffer_series(events: Iterable[dict]) -> list[tuple[int, float]]:
 
 
 def finish(path: Path, plan: Any, log: EventLog, records: Iterable[dict], *, engine: str, run: str, wall_s: float,
-           xlabel: str = "time (s)", **extra: Any) -> dict:
-    """Write summary.json (the EventLog's aggregates + `extra`) and the two plots; returns the summary."""
+           clock: str, time_s: float, **extra: Any) -> dict:
+    """Write summary.json (the one schema of runner.summary: the EventLog's aggregates, the run's clock and
+    time_s, then the engine's own keys `extra`) and the two plots; returns the summary."""
     from edgestream.metrics.plots import accuracy_plot, buffer_plot  # matplotlib: at the end of a run only
     from edgestream.metrics.tensorboard import log_mlflow, write_tensorboard
 
     task = plan.task
-    target = {"metric": plan.target[0], "value": plan.target[1]} if plan.target else None
-    summary = log.summary(target=plan.target, wall_s=wall_s, engine=engine, run=run, task=task.name, **extra)
-    summary.setdefault("target", target)
+    aggregates = log.summary(target=plan.target, wall_s=wall_s, engine=engine)
+    summary = build_summary(aggregates, plan=plan, run=run, engine=engine, clock=clock, time_s=time_s, **extra)
     RunDir(path.parent, path.name).write_summary(summary)
     label = plan.algorithm.name
     records = list(records)
     metric = task.primary
+    xlabel = "virtual time (s)" if clock == "virtual" else "time (s)"
     accuracy_plot({label: log.series(metric)}, path / f"{metric}.png", title=run, xlabel=xlabel,
                   ylabel=f"test {metric}")
     buffer_plot({label: buffer_series(records)}, path / "buffer.png", title=run)
@@ -93,10 +97,10 @@ def finish(path: Path, plan: Any, log: EventLog, records: Iterable[dict], *, eng
 
 
 def write_run(plan: Any, engine: str, build: Callable[[EventLog], InProcessEngine], *, out: str | Path | None = None,
-              run_id: str | None = None) -> tuple[Path, dict]:
+              run_id: str | None = None, clock: str = "virtual") -> tuple[Path, dict]:
     """The run directory of an in-process engine (see module doc): build(events) makes the engine,
-    which then runs; summary.json gets `engine`, `run`, the wall time and the engine's extra_summary
-    (called with the engine's own run wall time)."""
+    which then runs; summary.json gets `engine`, `run`, `clock`, the wall time and the engine's extra_summary
+    (called with the engine's own run wall time; its `time_s` is the run's time on `clock`)."""
     cfg = plan.cfg
     run = plan.run_name(run_id or new_run_id())
     parent = Path(out if out is not None else cfg.runtime.out)
@@ -127,12 +131,15 @@ def write_run(plan: Any, engine: str, build: Callable[[EventLog], InProcessEngin
     except Exception:  # noqa: BLE001 - an engine stopped mid-step may not say everything; the events do
         if interrupted is None:
             raise
-        extra = {"algorithm": plan.algorithm.name, "devices": plan.world}
+        extra = {}
+    records = read_events(rd.events_path)
+    time_s = extra.pop("time_s", None)
+    if time_s is None:  # the latest event's time (an engine stopped mid-step)
+        time_s = max((float(r["time"]) for r in records if isinstance(r.get("time"), (int, float))), default=0.0)
     if interrupted is not None:
         extra.update(stop_reason="interrupted", interrupted=True, interrupted_by=_signal_name(interrupted))
-    summary = finish(rd.path, plan, events, read_events(rd.events_path), engine=engine, run=run,
-                     wall_s=time.perf_counter() - t_start, xlabel="virtual time (s)" if engine == "sim" else "time (s)",
-                     **extra)
+    summary = finish(rd.path, plan, events, records, engine=engine, run=run, wall_s=time.perf_counter() - t_start,
+                     clock=clock, time_s=time_s, **extra)
     if interrupted is not None:
         raise RunInterrupted(rd.path, summary, getattr(interrupted, "signum", signal.SIGINT)) from interrupted
     return rd.path, summary
@@ -362,10 +369,12 @@ def write_local_rundir(path: Path, plan: Any, run: str, *, wall_s: float, stop_r
         log.close()
     ranks = read_rank_summaries(path / "ranks")
     times = [float(r["time"]) for r in records if isinstance(r.get("time"), (int, float))]
+    run_time = round(max(times), 6) if times else 0.0
     reached = steps_reached(records)
-    return finish(path, plan, log, records, engine="local", run=run, wall_s=wall_s,
-                  algorithm=plan.algorithm.name, devices=plan.world, stop_reason=stop_reason,
-                  run_time_s=round(max(times), 6) if times else 0.0,
+    # time_s: the trainers' time (wall seconds since the run started); run_time_s: the same, this engine's
+    # own key from before the common schema (runner.summary), kept for the tools that read it
+    return finish(path, plan, log, records, engine="local", run=run, wall_s=wall_s, clock="wall", time_s=run_time,
+                  stop_reason=stop_reason, run_time_s=run_time,
                   device_steps={str(r): max(int((ranks.get(r) or {}).get("steps") or 0), reached.get(r, 0))
                                 for r in sorted(set(range(plan.world)) | set(ranks))},
                   rank_stop_reasons={str(r): s.get("stop_reason") for r, s in ranks.items()}, **(extra or {}))

@@ -586,12 +586,15 @@ class SimEngine:
         return {k: round(v, 4) for k, v in prof.items()}
 
     def extra_summary(self, wall_s: float) -> dict[str, Any]:
-        """Simulator-specific summary fields (merged into summary.json); wall_s: the run's wall time."""
+        """The run's time and stop reason, then the simulator's own summary keys (runner.summary's rule: read
+        only for simulated runs; virtual_time_s is time_s, kept for the tools that read it); wall_s: the run's
+        wall time."""
         prof = self.profile(wall_s)
         cm = self.compute_model
         torch_s = prof["forward_backward"] + prof["optimizer"] + prof["eval"] + prof["reduce"]
         outside = max(0.0, wall_s - torch_s - prof["algorithm"])
         return {
+            "time_s": float(self.env.now),
             "sim_wall_s": round(wall_s, 3),
             "algorithm": self.spec.name,
             "devices": self.world,
@@ -633,7 +636,7 @@ def run_sim(cfg: Any, *, out: str | Path | None = None, run_id: str | None = Non
         raise SimConfigError(exc.problems) from None
     unbounded_problem(plan.cfg)  # before the run directory is written
     path, summary = write_run(plan, "sim", lambda events: SimEngine(plan, events, progress=progress), out=out,
-                              run_id=run_id)
+                              run_id=run_id, clock="virtual")
     if summary.get("stop_reason") == "diverged":  # the run directory is written; the run failed
         raise Diverged(f"{summary['error']}; run directory {path}")
     return path, summary
