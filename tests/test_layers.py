@@ -134,6 +134,15 @@ def test_kafka_does_not_import_upward(upper: str) -> None:
     assert not any(bad.values()), {m: n for m, n in bad.items() if n}
 
 
+@pytest.mark.parametrize("upper", ["edgestream.consumers", "edgestream.producers"])
+def test_runner_does_not_import_consumers_or_producers(upper: str) -> None:
+    """runner/ (the plan, the driver, the run) is engine-neutral: a run's Kafka consumers and producer are built
+    from its plan beside them (consumers/from_plan.py, producers/from_plan.py), not by the plan."""
+    bad = {m: sorted(n for n in names if n == upper or n.startswith(upper + "."))
+           for m, names in _all_imports("edgestream.runner").items()}
+    assert not any(bad.values()), {m: n for m, n in bad.items() if n}
+
+
 def test_launch_does_not_import_the_trainers_dispatch_table() -> None:
     """The orchestrator registers the local engine with sync.requests.REQUESTS, the same set as the trainer's
     table (checked here), without importing the trainer's performer side."""
