@@ -32,8 +32,8 @@ from edgestream.kafka.admin import MAX_CREATE_RECORDS, _create_batches
 from edgestream.kafka.layout import StreamLayout, default_partitions, streams_topic
 from edgestream.kafka.run_topics import ensure_run_topics
 from edgestream.kafka.status import format_status, run_status
+from edgestream.kafka.stream_ends import stream_ends
 from edgestream.producers.from_plan import stream_producer
-from edgestream.producers.restart import stream_ends
 from edgestream.runner.plan import RunPlan
 
 

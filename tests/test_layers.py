@@ -125,8 +125,8 @@ def _all_imports(folder: str) -> dict[str, set[str]]:
     return {m: _imports(m, in_functions=True) for m in MODULES if m == folder or m.startswith(folder + ".")}
 
 
-@pytest.mark.parametrize("upper", ["edgestream.consumers", "edgestream.trainer", "edgestream.launch",
-                                   "edgestream.runner", "edgestream.sim", "edgestream.ps"])
+@pytest.mark.parametrize("upper", ["edgestream.consumers", "edgestream.producers", "edgestream.trainer",
+                                   "edgestream.launch", "edgestream.runner", "edgestream.sim", "edgestream.ps"])
 def test_kafka_does_not_import_upward(upper: str) -> None:
     """kafka/ (the broker, topics, clients, status) knows nothing of the processes that use it."""
     bad = {m: sorted(n for n in names if n == upper or n.startswith(upper + "."))

@@ -8,7 +8,7 @@ from edgestream.lazy import lazy_exports
 _EXPORTS = {
     "DeliveryError": "edgestream.producers.device",
     "DeviceProducer": "edgestream.producers.device",
-    "ResumeError": "edgestream.producers.restart",
+    "ResumeError": "edgestream.kafka.stream_ends",
     "RunConfigConflict": "edgestream.producers.restart",
     "due_count": "edgestream.producers.schedule",
     "ProducerSummary": "edgestream.producers.stream_producer",
