@@ -110,7 +110,7 @@ def test_no_cycle_among_module_level_imports() -> None:
 
 @pytest.mark.parametrize("pair", [
     ("edgestream.compression.base", "edgestream.compression.memory"),
-    ("edgestream.config", "edgestream.config_check"),
+    ("edgestream.config.load", "edgestream.config.check"),
     ("edgestream.launch.command", "edgestream.launch.orchestrator"),
     ("edgestream.kafka.status", "edgestream.kafka.status_external"),
 ], ids=lambda p: p[0].rpartition(".")[2])

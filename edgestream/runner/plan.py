@@ -195,7 +195,7 @@ class RunPlan:
     @staticmethod
     def dataset_of(cfg: Any) -> Any:
         """`load_dataset` of a config's data.* fields, task and seed: what `dataset` loads and what `config
-        validate` (edgestream.config_check) loads, so the two agree (loaded once per config object).
+        validate` (edgestream.config.check) loads, so the two agree (loaded once per config object).
         ValueError: one line per problem."""
         from edgestream.data.datasets import load_once
 
