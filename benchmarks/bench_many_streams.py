@@ -38,7 +38,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 from common import bench_broker, record  # noqa: E402
 
-from edgestream.config_kafka import TopicsConfig  # noqa: E402
+from edgestream.config.kafka import TopicsConfig  # noqa: E402
 from edgestream.consumers.kafka_stream import KafkaDeviceStream  # noqa: E402
 from edgestream.data import encode_sample  # noqa: E402
 from edgestream.kafka.admin import create_topics, delete_run_topics  # noqa: E402

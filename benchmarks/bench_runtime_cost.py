@@ -50,6 +50,7 @@ def _free_port() -> int:
 
 def real_run(bootstrap: str, devices: int, steps: int, work: Path) -> dict:
     from edgestream.config import load_config
+    from edgestream.producers.from_plan import stream_producer
     from edgestream.runner.plan import RunPlan
 
     cfg_path = _config(work / f"cost{devices}.yaml", devices, steps)
@@ -57,7 +58,7 @@ def real_run(bootstrap: str, devices: int, steps: int, work: Path) -> dict:
     run_id = f"b{int(time.time())}{devices}"
     need_s = (steps * BATCH) / 4000 + 0.5  # produce every sample the run needs before it starts
     plan = RunPlan.resolve(cfg)
-    plan.producer(bootstrap, plan.run_name(run_id), list(range(devices))).run_for(need_s)
+    stream_producer(plan, bootstrap, plan.run_name(run_id), list(range(devices))).run_for(need_s)
     port = _free_port()
     procs = []
     for r in range(devices):

@@ -35,6 +35,7 @@ def produce_ahead(bootstrap: str, cfg_path: Path, devices: list[int], need: int,
     as fast as it goes) before anything starts; the run id (`prefix` + a time stamp). A producer behind
     its schedule produces less: a new one continues where the topics end."""
     from edgestream.config import load_config
+    from edgestream.producers.from_plan import stream_producer
     from edgestream.runner.plan import RunPlan
 
     cfg = load_config(cfg_path)
@@ -42,7 +43,7 @@ def produce_ahead(bootstrap: str, cfg_path: Path, devices: list[int], need: int,
     done = 0
     for _ in range(50):
         plan = RunPlan.resolve(cfg)
-        producer = plan.producer(bootstrap, plan.run_name(run_id), list(devices))  # the trainers' topics
+        producer = stream_producer(plan, bootstrap, plan.run_name(run_id), list(devices))  # the trainers' topics
         summary = producer.run_for((need - done) / rate + 0.2, report_every_s=0)
         if not summary.complete:
             raise SystemExit(f"producing ahead failed: {summary.to_json()}")

@@ -36,9 +36,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 #: imported once by the server, shared copy-on-write by every child (CPU, no CUDA initialised); of edgestream
-#: only the CLI and the config schema, none of whose modules reads a setting at import (tests/test_forkserver.py)
+#: only the CLI and the config schema (edgestream.config.load: the sections and their loading), none of whose
+#: modules reads a setting at import (tests/test_forkserver.py)
 PRELOAD = ("numpy", "torch", "torch.distributed", "torch.optim", "torch._dynamo", "confluent_kafka", "pydantic",
-           "typer", "yaml", "rich", "edgestream.cli", "edgestream.config")
+           "typer", "yaml", "rich", "edgestream.cli", "edgestream.config.load")
 _MAX_MSG = 1 << 20
 _PR_SET_NAME = 15
 _PR_SET_PDEATHSIG = 1

@@ -21,6 +21,7 @@ from typer.testing import CliRunner
 
 from edgestream.cli import app
 from edgestream.config import MAX_RATE, ConfigError, is_secret_key, load_config
+from edgestream.producers.from_plan import stream_producer
 from edgestream.streams import build_rate_model
 
 runner = CliRunner()
@@ -289,7 +290,7 @@ def test_produce_reads_the_trace_next_to_the_config(tmp_path, monkeypatch, boots
     write(folder / "rates.csv", TRACE)
     cfg_file = write(folder / "c.yaml", trace_cfg("rates.csv"))
     monkeypatch.chdir(tmp_path)
-    producer = RunPlan.resolve(load_config(cfg_file)).producer(bootstrap, run_prefix, [0, 1])
+    producer = stream_producer(RunPlan.resolve(load_config(cfg_file)), bootstrap, run_prefix, [0, 1])
     assert [producer.rates.base_rate(d) for d in (0, 1)] == [40.0, 90.0]
     assert producer.rates.rate(1, 3.0) == 30.0
 

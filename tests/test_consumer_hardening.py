@@ -21,6 +21,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from edgestream.config import validate_dict
 from edgestream.consumers.device_stream import trainer_group
+from edgestream.consumers.from_plan import kafka_dataset
 from edgestream.data import encode_sample
 from edgestream.data.validate import DeviceRule, SampleSpec, decode_checked
 from edgestream.data.wire import HEADER, MAGIC, decode_sample
@@ -117,7 +118,7 @@ def test_odd_head_message_is_dead_lettered_and_the_batch_is_delivered(bootstrap,
     ensure_run_topics(bootstrap, run_prefix, [0, 1])
     values = [_digit(shape=(1, 1, 1))] + [_digit(seq=k) for k in range(1, 17)]
     _send(bootstrap, device_topic(run_prefix, 0), values, keys=[b"odd"] + [b"0"] * 16)
-    ds = RunPlan.resolve(cfg).kafka_dataset(bootstrap, run_prefix, 0, timeout=5)
+    ds = kafka_dataset(RunPlan.resolve(cfg), bootstrap, run_prefix, 0, timeout=5)
     batch = ds.next_batch()  # the rejected sample is replaced by the next one: the fixed batch stays 16
     assert batch.n == 16 and batch.dlq == 1 and tuple(batch.x.shape) == (16, 1, 8, 8)
     assert batch.seqs.tolist() == list(range(1, 17)) and batch.next_offset == 17
@@ -138,7 +139,7 @@ def test_channel_mismatch_is_no_poison_pill(bootstrap, run_prefix):
     values[9] = _digit(seq=9, shape=(3, 4, 16))
     _send(bootstrap, device_topic(run_prefix, 0), values)
     for _ in range(2):  # a restart without ack sees the same batch, and again does not crash
-        ds = RunPlan.resolve(cfg).kafka_dataset(bootstrap, run_prefix, 0, timeout=5)
+        ds = kafka_dataset(RunPlan.resolve(cfg), bootstrap, run_prefix, 0, timeout=5)
         batch = ds.next_batch()
         ds.close()
         assert batch.n == 16 and batch.dlq == 2  # the two rejected ones replaced by samples 16 and 17
@@ -149,7 +150,7 @@ def test_async_ack_reaches_the_broker_while_the_trainer_idles(bootstrap, run_pre
     cfg = _cfg(run_prefix)
     ensure_run_topics(bootstrap, run_prefix, [0, 1])
     _send(bootstrap, device_topic(run_prefix, 0), [_digit(seq=k) for k in range(64)])
-    ds = RunPlan.resolve(cfg).kafka_dataset(bootstrap, run_prefix, 0, timeout=5, commit="async")
+    ds = kafka_dataset(RunPlan.resolve(cfg), bootstrap, run_prefix, 0, timeout=5, commit="async")
     for _ in range(3):  # acks in quick succession: the later ones are coalesced behind the first
         batch = ds.next_batch()
         ds.ack(batch)
@@ -205,7 +206,7 @@ def test_broker_bounce_mid_stream_loses_and_duplicates_nothing(run_prefix, tmp_p
         ensure_run_topics(bs, run_prefix, [0, 1])
         n = 600
         _send(bs, device_topic(run_prefix, 0), [_digit(seq=k) for k in range(n)])
-        ds = RunPlan.resolve(cfg).kafka_dataset(bs, run_prefix, 0, timeout=2, broker_timeout_s=60)
+        ds = kafka_dataset(RunPlan.resolve(cfg), bs, run_prefix, 0, timeout=2, broker_timeout_s=60)
         seqs: list[int] = []
         for _ in range(3):
             batch = ds.next_batch()
@@ -224,7 +225,7 @@ def test_broker_bounce_mid_stream_loses_and_duplicates_nothing(run_prefix, tmp_p
         restarter.join()
         ds.close()
         assert sorted(seqs) == list(range(n)) and len(seqs) == n
-        again = RunPlan.resolve(cfg).kafka_dataset(bs, run_prefix, 0, timeout=1)
+        again = kafka_dataset(RunPlan.resolve(cfg), bs, run_prefix, 0, timeout=1)
         assert again.next_batch() is None  # every ack was durable across the bounce
         again.close()
     finally:
@@ -295,7 +296,7 @@ def test_fuzz_hostile_messages_interleaved_with_valid_ones(bootstrap, run_prefix
     keys = [f"k{i}".encode() for i in range(len(stream))]
     _send(bootstrap, device_topic(run_prefix, 0), [v for v, _ in stream], keys)
 
-    ds = RunPlan.resolve(cfg).kafka_dataset(bootstrap, run_prefix, 0, timeout=3)
+    ds = kafka_dataset(RunPlan.resolve(cfg), bootstrap, run_prefix, 0, timeout=3)
     seqs: list[int] = []
     dlq = 0
     deadline = time.monotonic() + 120  # no hang: bounded

@@ -16,9 +16,11 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from edgestream.config import validate_dict
 from edgestream.consumers import KafkaStreamDataset, StreamBatch, make_dataloader
+from edgestream.consumers.from_plan import kafka_dataset
 from edgestream.data import encode_sample
 from edgestream.kafka import consumer_config, device_topic, dlq_topic, producer_config
 from edgestream.kafka.topic_provision import ensure_run_topics
+from edgestream.producers.from_plan import stream_producer
 from edgestream.runner.plan import RunPlan
 
 
@@ -31,7 +33,7 @@ def _cfg(name: str, devices: int = 2, rates: dict | None = None, algorithm: dict
 
 
 def _produce(cfg, bootstrap, run, seconds: float, devices=None):
-    p = RunPlan.resolve(cfg).producer(bootstrap, run, devices or list(range(cfg.devices.count)))
+    p = stream_producer(RunPlan.resolve(cfg), bootstrap, run, devices or list(range(cfg.devices.count)))
     return p.run_for(seconds)
 
 
@@ -56,7 +58,7 @@ def test_persist_is_gap_free_per_device(bootstrap, run_prefix):
     for dev in summary.devices:
         d, n = dev["device"], dev["delivered"]
         assert n >= 500
-        ds = RunPlan.resolve(cfg).kafka_dataset(bootstrap, run_prefix, d, timeout=2)
+        ds = kafka_dataset(RunPlan.resolve(cfg), bootstrap, run_prefix, d, timeout=2)
         seqs, metas = _drain(ds, n)
         # every sample produced arrives exactly once, in order; batches are the fixed size
         assert seqs.tolist() == list(range(n))[: len(seqs)] and len(seqs) >= n - 32
@@ -67,9 +69,9 @@ def test_persist_is_gap_free_per_device(bootstrap, run_prefix):
 def test_truncate_drops_exactly_what_it_reports(bootstrap, run_prefix):
     cfg = _cfg(run_prefix, devices=1, rates={"distribution": "constant", "rate": 400},
                algorithm={"name": "scadles", "buffer": "truncate", "batch": {"policy": "rate", "min": 8, "max": 1024}})
-    producer = RunPlan.resolve(cfg).producer(bootstrap, run_prefix, [0])
+    producer = stream_producer(RunPlan.resolve(cfg), bootstrap, run_prefix, [0])
     producer.run_for(2.5)  # a backlog of ~1000 samples, most older than the 1 s window
-    ds = RunPlan.resolve(cfg).kafka_dataset(bootstrap, run_prefix, 0, timeout=5)
+    ds = kafka_dataset(RunPlan.resolve(cfg), bootstrap, run_prefix, 0, timeout=5)
     batch = ds.next_batch()
     assert batch.dropped > 0
     seqs = batch.seqs
@@ -83,7 +85,7 @@ def test_truncate_drops_exactly_what_it_reports(bootstrap, run_prefix):
 
 def test_rate_accuracy_10s(bootstrap, run_prefix):
     cfg = _cfg(run_prefix, devices=4, rates={"distribution": "uniform", "low": 20, "high": 120})
-    producer = RunPlan.resolve(cfg).producer(bootstrap, run_prefix, list(range(4)))
+    producer = stream_producer(RunPlan.resolve(cfg), bootstrap, run_prefix, list(range(4)))
     summary = producer.run_for(10.0)
     for dev in summary.devices:
         target = dev["target_rate"]
@@ -107,7 +109,7 @@ def test_injection_counts_add_up(bootstrap, run_prefix):
     _produce(cfg, bootstrap, run_prefix, 1.0)
     from edgestream.streams import build_injection
 
-    sets = [RunPlan.resolve(cfg).kafka_dataset(bootstrap, run_prefix, d, timeout=5) for d in range(3)]
+    sets = [kafka_dataset(RunPlan.resolve(cfg), bootstrap, run_prefix, d, timeout=5) for d in range(3)]
     injection = build_injection({"alpha": 0.5, "beta": 0.25})
     sent = 0
     for step in range(3):
@@ -148,7 +150,7 @@ def test_corrupted_message_goes_to_dlq_and_data_keeps_flowing(bootstrap, run_pre
             value = b"JUNK" + value[4:]
         p.produce(topic, value=None if k == 12 else value, key=b"0")  # 12: a null value (tombstone)
     p.flush()
-    ds = RunPlan.resolve(cfg).kafka_dataset(bootstrap, run_prefix, 0, timeout=5)
+    ds = kafka_dataset(RunPlan.resolve(cfg), bootstrap, run_prefix, 0, timeout=5)
     batch = ds.next_batch()
     assert batch.dlq == 2 and batch.n == 32  # the fixed batch of 32: the two rejected ones replaced
     assert batch.seqs.tolist() == [k for k in range(34) if k not in (7, 12)] and batch.next_offset == 34
@@ -171,12 +173,12 @@ def test_corrupted_message_goes_to_dlq_and_data_keeps_flowing(bootstrap, run_pre
 def test_crash_before_ack_redelivers_exactly_the_unacknowledged(bootstrap, run_prefix):
     cfg = _cfg(run_prefix, devices=1, rates={"distribution": "constant", "rate": 400})
     _produce(cfg, bootstrap, run_prefix, 1.0)
-    ds = RunPlan.resolve(cfg).kafka_dataset(bootstrap, run_prefix, 0, timeout=5)
+    ds = kafka_dataset(RunPlan.resolve(cfg), bootstrap, run_prefix, 0, timeout=5)
     m1 = ds.next_batch()
     ds.ack(m1)
     m2 = ds.next_batch()  # taken, never acknowledged: the "crash"
     ds.stream.reader.consumer.close()
-    again = RunPlan.resolve(cfg).kafka_dataset(bootstrap, run_prefix, 0, timeout=5)
+    again = kafka_dataset(RunPlan.resolve(cfg), bootstrap, run_prefix, 0, timeout=5)
     m3 = again.next_batch()
     assert m3.seqs.tolist() == m2.seqs.tolist()
     assert m3.seqs[0] == m1.seqs[-1] + 1
@@ -186,7 +188,7 @@ def test_crash_before_ack_redelivers_exactly_the_unacknowledged(bootstrap, run_p
 def test_dataloader_yields_tensors(bootstrap, run_prefix):
     cfg = _cfg(run_prefix, devices=1)
     _produce(cfg, bootstrap, run_prefix, 0.5)
-    ds = RunPlan.resolve(cfg).kafka_dataset(bootstrap, run_prefix, 0, timeout=5, max_batches=2)
+    ds = kafka_dataset(RunPlan.resolve(cfg), bootstrap, run_prefix, 0, timeout=5, max_batches=2)
     batches = list(make_dataloader(ds))
     assert len(batches) == 2
     first = batches[0]
@@ -234,7 +236,7 @@ def test_sigterm_to_produce_loses_nothing(bootstrap, run_prefix, tmp_path):
 def test_async_acks_are_coalesced_and_never_lose(bootstrap, run_prefix):
     cfg = _cfg(run_prefix, devices=1, rates={"distribution": "constant", "rate": 400})
     _produce(cfg, bootstrap, run_prefix, 1.0)
-    ds = RunPlan.resolve(cfg).kafka_dataset(bootstrap, run_prefix, 0, timeout=5, commit="async")
+    ds = kafka_dataset(RunPlan.resolve(cfg), bootstrap, run_prefix, 0, timeout=5, commit="async")
     metas = []
     for _ in range(6):
         batch = ds.next_batch()
@@ -243,12 +245,12 @@ def test_async_acks_are_coalesced_and_never_lose(bootstrap, run_prefix):
     # a crash now (no close): the broker holds at most the newest acknowledged offset, so a restart
     # re-delivers from at or before the first unacknowledged sample -- duplicates, never a gap
     ds.stream.reader.consumer.close()
-    again = RunPlan.resolve(cfg).kafka_dataset(bootstrap, run_prefix, 0, timeout=5, commit="async")
+    again = kafka_dataset(RunPlan.resolve(cfg), bootstrap, run_prefix, 0, timeout=5, commit="async")
     m = again.next_batch()
     assert m.seqs[0] <= metas[-1].seqs[-1] + 1
     again.ack(m)
     again.close()  # close makes the newest acknowledged offset durable
-    last = RunPlan.resolve(cfg).kafka_dataset(bootstrap, run_prefix, 0, timeout=5)
+    last = kafka_dataset(RunPlan.resolve(cfg), bootstrap, run_prefix, 0, timeout=5)
     m2 = last.next_batch()
     assert m2.seqs[0] == m.seqs[-1] + 1
     last.close()

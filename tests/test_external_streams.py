@@ -24,6 +24,7 @@ from test_faults_run import HANG_S, resume_ckpts, run, start, step_lines, wait_s
 from test_launch import finish
 
 from edgestream.config import ConfigError, load_config, load_dict
+from edgestream.consumers.from_plan import eval_data, kafka_dataset
 from edgestream.data.holdout import held_out
 from edgestream.kafka.layout import StreamLayout, key_partition
 
@@ -334,7 +335,7 @@ def test_held_out_records_never_reach_a_batch(bootstrap, run_prefix, tmp_path):
     cfg = load_config(_cfg(tmp_path, run_prefix, {"topic": pattern, "format": "json", "input": "v", "target": "cls"},
                            devices=1, eval_={"holdout": 0.25}))
     plan = RunPlan.resolve(cfg)
-    ds = plan.kafka_dataset(bootstrap, run_prefix, 0, timeout=5.0)
+    ds = kafka_dataset(plan, bootstrap, run_prefix, 0, timeout=5.0)
     trained = []
     try:
         while len(trained) < 400 - int(held_out(0, np.arange(400), 0.25).sum()) - 16:
@@ -351,7 +352,7 @@ def test_held_out_records_never_reach_a_batch(bootstrap, run_prefix, tmp_path):
     # the evaluator's side: exactly those records
     from edgestream.consumers.holdout import HoldoutSet
 
-    hs = plan.eval_data(bootstrap, run_prefix)
+    hs = eval_data(plan, bootstrap, run_prefix)
     try:
         assert isinstance(hs, HoldoutSet)
         deadline = time.monotonic() + 20

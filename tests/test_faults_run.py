@@ -289,7 +289,7 @@ def test_secrets_never_reach_the_disk_even_when_the_orchestrator_is_killed(boots
 
 
 def test_masking_replaces_secret_values_not_substrings():
-    from edgestream.config_check import _masked
+    from edgestream.config.check import _masked
 
     client = {"sasl.password": "o", "ssl.key.password": "hunter22", "sasl.username": "o"}
     text = ('No such configuration property: "bogus.producer" ssl.key.password=hunter22 sasl.password=o '

@@ -30,6 +30,7 @@ from test_trainer import _finish  # noqa: E402  (the trainer tests' helper: wait
 
 from edgestream.config import load_config, validate_dict
 from edgestream.kafka import consumer_config, device_topic, dlq_topic, producer_config
+from edgestream.producers.from_plan import stream_producer
 from edgestream.runner import run_config
 from edgestream.runner.plan import RunPlan
 
@@ -81,7 +82,7 @@ def _config(tmp_path: Path, name: str, devices: int, *, lr: float = 0.05, max_st
 def _produce(cfg_path: Path, bootstrap: str, run_id: str, seconds: float) -> None:
     cfg = load_config(cfg_path)
     run = f"{cfg.name}-{cfg.algorithm.name}-{run_id}"
-    RunPlan.resolve(cfg).producer(bootstrap, run, list(range(cfg.devices.count))).run_for(seconds)
+    stream_producer(RunPlan.resolve(cfg), bootstrap, run, list(range(cfg.devices.count))).run_for(seconds)
 
 
 def _start(cfg_path: Path, bootstrap: str, run_id: str, out: Path, world: int, **env) -> list[subprocess.Popen]:

@@ -23,6 +23,7 @@ from test_consumer_hardening import _cfg, _digit, _read_all, _with_header
 from test_faults_run import start, step_lines, wait_steps, write_cfg
 from test_launch import finish
 
+from edgestream.consumers.from_plan import kafka_dataset
 from edgestream.kafka import device_topic, dlq_topic, producer_config
 from edgestream.kafka.topic_names import injection_topic
 from edgestream.kafka.topic_provision import ensure_run_topics
@@ -84,7 +85,7 @@ def test_a_hostile_burst_never_changes_a_batch(bootstrap, size, at, policy):
     n = 160
     genuine = [_digit(label=k % 10, seq=k) for k in range(n)]
     write(bootstrap, device_topic(run, 0), genuine[:at] + burst(size) + genuine[at:])
-    ds = RunPlan.resolve(_cfg(run, batch=policy)).kafka_dataset(bootstrap, run, 0, timeout=1.5)
+    ds = kafka_dataset(RunPlan.resolve(_cfg(run, batch=policy)), bootstrap, run, 0, timeout=1.5)
     try:
         batches = drain(ds)
     finally:
@@ -110,7 +111,7 @@ def test_an_explicit_size_and_peers_injected_samples(bootstrap, run_prefix):
           + [hostile("garbage", 99)])
     cfg = _cfg(run_prefix, algorithm={"name": "scadles", "batch": {"policy": "fixed", "size": 16},
                                       "injection": {"alpha": 0.5, "beta": 0.1}})
-    ds = RunPlan.resolve(cfg).kafka_dataset(bootstrap, run_prefix, 0, timeout=3)
+    ds = kafka_dataset(RunPlan.resolve(cfg), bootstrap, run_prefix, 0, timeout=3)
     try:
         # the injection reader joins its topic on its own clock: let its 4 messages arrive first (bounded),
         # so that the first batch taken after they arrive is the first one, however loaded the machine is
@@ -136,8 +137,8 @@ def test_available_takes_what_is_buffered_and_never_an_empty_batch(bootstrap, ru
     without waiting; a take whose messages were all rejected waits for one genuine sample."""
     ensure_run_topics(bootstrap, run_prefix, [0, 1])
     write(bootstrap, device_topic(run_prefix, 0), burst(30) + [_digit(seq=k) for k in range(12)] + burst(5, 30))
-    ds = RunPlan.resolve(_cfg(run_prefix, batch={"policy": "available", "max": 20})).kafka_dataset(
-        bootstrap, run_prefix, 0, timeout=3)
+    ds = kafka_dataset(RunPlan.resolve(_cfg(run_prefix, batch={"policy": "available", "max": 20})),
+                       bootstrap, run_prefix, 0, timeout=3)
     try:
         batches = drain(ds, limit_s=60)
     finally:

@@ -25,13 +25,15 @@ from test_faults_run import resume, resume_ckpts, start, step_lines, wait_steps,
 from test_hostile_messages import dlq_reasons, drain
 from test_launch import finish
 
+from edgestream.consumers.from_plan import kafka_dataset
 from edgestream.data.serde import SampleSerde
 from edgestream.kafka import consumer_config, list_topics, producer_config
 from edgestream.kafka.admin import MAX_CREATE_RECORDS, _create_batches
 from edgestream.kafka.layout import StreamLayout, default_partitions, streams_topic
 from edgestream.kafka.status import format_status, run_status
+from edgestream.kafka.stream_ends import stream_ends
 from edgestream.kafka.topic_provision import ensure_run_topics
-from edgestream.producers.restart import stream_ends
+from edgestream.producers.from_plan import stream_producer
 from edgestream.runner.plan import RunPlan
 
 
@@ -111,7 +113,7 @@ def test_a_run_s_topics_are_created_in_requests_kraft_accepts():
 def _drain_all(bootstrap: str, run: str, cfg, devices: int) -> dict[int, list]:
     out = {}
     for d in range(devices):
-        ds = RunPlan.resolve(cfg).kafka_dataset(bootstrap, run, d, timeout=1.5)
+        ds = kafka_dataset(RunPlan.resolve(cfg), bootstrap, run, d, timeout=1.5)
         try:
             out[d] = drain(ds)
         finally:
@@ -146,7 +148,7 @@ def test_a_stray_message_goes_to_the_dlq_once_and_a_restored_position_resumes(bo
     ensure_run_topics(bootstrap, run_prefix, range(4), layout=layout)
     write_interleaved(bootstrap, layout, 64, extra=[(0, b"hostile", b"JUNK" * 20)])
     plan = RunPlan.resolve(cfg)
-    ds = plan.kafka_dataset(bootstrap, run_prefix, 2, timeout=1.5)
+    ds = kafka_dataset(plan, bootstrap, run_prefix, 2, timeout=1.5)
     try:
         first = [ds.next_batch() for _ in range(2)]
         for b in first:
@@ -155,7 +157,7 @@ def test_a_stray_message_goes_to_the_dlq_once_and_a_restored_position_resumes(bo
     finally:
         ds.close()
     assert [s for b in first for s in b.seqs.tolist()] == list(range(32))
-    again = plan.kafka_dataset(bootstrap, run_prefix, 2, timeout=1.5)
+    again = kafka_dataset(plan, bootstrap, run_prefix, 2, timeout=1.5)
     try:
         again.load_state_dict(state)
         rest = drain(again)
@@ -177,7 +179,7 @@ def test_injected_samples_reach_their_target_on_a_shared_injection_topic(bootstr
     layout = plan.layout(run_prefix)
     ensure_run_topics(bootstrap, run_prefix, range(4), layout=layout)
     write_interleaved(bootstrap, layout, 16)
-    sets = {d: plan.kafka_dataset(bootstrap, run_prefix, d, timeout=3) for d in (1, 3)}
+    sets = {d: kafka_dataset(plan, bootstrap, run_prefix, d, timeout=3) for d in (1, 3)}
     try:
         b1 = sets[1].next_batch()
         assert sets[1].inject(b1, [0, 1], [3]) == (2, sum(len(b1.messages[i].value()) for i in (0, 1)))
@@ -199,11 +201,11 @@ def test_injected_samples_reach_their_target_on_a_shared_injection_topic(bootstr
 def test_the_producer_continues_each_device_after_its_last_sample_on_a_shared_partition(bootstrap, run_prefix):
     cfg = partitioned(run_prefix, 5, 2)
     plan = RunPlan.resolve(cfg)
-    first = plan.producer(bootstrap, run_prefix, list(range(5))).run_for(1.5, report_every_s=0)
+    first = stream_producer(plan, bootstrap, run_prefix, list(range(5))).run_for(1.5, report_every_s=0)
     assert first.complete and all(d["delivered"] > 0 for d in first.devices)
     ends = stream_ends(bootstrap, run_prefix, range(5), layout=plan.layout(run_prefix))
     assert ends == {d["device"]: d["delivered"] for d in first.devices}
-    second = plan.producer(bootstrap, run_prefix, list(range(5))).run_for(1.0, report_every_s=0)
+    second = stream_producer(plan, bootstrap, run_prefix, list(range(5))).run_for(1.0, report_every_s=0)
     assert [d["start_seq"] for d in second.devices] == [ends[d] for d in range(5)]
     seqs = read_partitions(bootstrap, streams_topic(run_prefix), 2)
     for d in second.devices:
@@ -219,7 +221,7 @@ def test_two_hundred_device_streams_on_the_default_partitions(bootstrap, run_pre
     cfg = partitioned(run_prefix, devices, None)
     plan = RunPlan.resolve(cfg)
     layout = plan.layout(run_prefix)
-    summary = plan.producer(bootstrap, run_prefix, list(range(devices))).run_for(3.0, report_every_s=0)
+    summary = stream_producer(plan, bootstrap, run_prefix, list(range(devices))).run_for(3.0, report_every_s=0)
     assert summary.complete and all(d["delivered"] >= 5 for d in summary.devices), summary.devices[:3]
     assert sorted(list_topics(bootstrap, f"{run_prefix}.")) == [f"{run_prefix}.{t}" for t in
                                                                 ("dlq", "inj", "meta", "streams")]
@@ -229,7 +231,7 @@ def test_two_hundred_device_streams_on_the_default_partitions(bootstrap, run_pre
     ends = stream_ends(bootstrap, run_prefix, range(devices), layout=layout)
     assert ends == {d["device"]: d["delivered"] for d in summary.devices}
     for d in (0, 64, 131, 199):  # 0, 64, 128, 192 share partition 0
-        ds = plan.kafka_dataset(bootstrap, run_prefix, d, timeout=3, max_batches=1)
+        ds = kafka_dataset(plan, bootstrap, run_prefix, d, timeout=3, max_batches=1)
         try:
             b = ds.next_batch(size=5)
         finally:
@@ -274,9 +276,9 @@ def test_status_shows_each_device_s_own_samples_of_a_shared_partition(bootstrap,
     (not its partition's offsets)."""
     cfg = partitioned(run_prefix, 4, 2)
     plan = RunPlan.resolve(cfg)
-    summary = plan.producer(bootstrap, run_prefix, list(range(4))).run_for(1.5, report_every_s=0)
+    summary = stream_producer(plan, bootstrap, run_prefix, list(range(4))).run_for(1.5, report_every_s=0)
     produced = {d["device"]: d["delivered"] for d in summary.devices}
-    ds = plan.kafka_dataset(bootstrap, run_prefix, 1, timeout=3)
+    ds = kafka_dataset(plan, bootstrap, run_prefix, 1, timeout=3)
     try:
         ds.ack(ds.next_batch(size=5))
     finally:

@@ -15,7 +15,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from test_launch import CLI, finish, start_run, write_cfg  # the launch tests' helpers: a short local run
 
-from edgestream.config_kafka import TopicsConfig
+from edgestream.config.kafka import TopicsConfig
 from edgestream.kafka.admin import admin_client, create_topics, list_topics
 from edgestream.kafka.topic_check import TopicMismatch, read_back
 from edgestream.kafka.topic_names import meta_topic

@@ -22,6 +22,7 @@ from typer.testing import CliRunner
 
 from edgestream.cli import app
 from edgestream.consumers.device_stream import commit_offset, trainer_group
+from edgestream.consumers.from_plan import kafka_dataset
 from edgestream.kafka import device_topic, producer_config
 from edgestream.kafka.topic_provision import ensure_run_topics
 from edgestream.runner.plan import RunPlan
@@ -55,7 +56,7 @@ def test_the_lag_in_seconds_and_the_bound_on_a_kafka_stream(bootstrap, run_prefi
     ages = [100 - k * 50 / 300 for k in range(300)] + [1.0] * 50
     t0 = write_aged(bootstrap, device_topic(run_prefix, 0), ages)
     plan = RunPlan.resolve(_cfg(run_prefix))
-    free = plan.kafka_dataset(bootstrap, run_prefix, 0, timeout=10, max_lag_s=None)
+    free = kafka_dataset(plan, bootstrap, run_prefix, 0, timeout=10, max_lag_s=None)
     first = free.next_batch()
     free.close()  # not acknowledged: the bounded reader below starts from the beginning too
     assert first.n == 16 and first.dropped == 0 and first.buffer_samples == 334
@@ -63,7 +64,7 @@ def test_the_lag_in_seconds_and_the_bound_on_a_kafka_stream(bootstrap, run_prefi
     # whole milliseconds (truncated: up to 1 ms older than `now - age`)
     assert ages[15] <= first.lag_s <= ages[15] + (time.time() - t0) + 0.001
 
-    bounded = plan.kafka_dataset(bootstrap, run_prefix, 0, timeout=4, max_lag_s=10.0)
+    bounded = kafka_dataset(plan, bootstrap, run_prefix, 0, timeout=4, max_lag_s=10.0)
     try:
         batches = drain(bounded)
     finally:

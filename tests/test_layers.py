@@ -110,7 +110,7 @@ def test_no_cycle_among_module_level_imports() -> None:
 
 @pytest.mark.parametrize("pair", [
     ("edgestream.compression.base", "edgestream.compression.error_feedback"),
-    ("edgestream.config", "edgestream.config_check"),
+    ("edgestream.config.load", "edgestream.config.check"),
     ("edgestream.launch.command", "edgestream.launch.orchestrator"),
     ("edgestream.kafka.status", "edgestream.kafka.status_external"),
 ], ids=lambda p: p[0].rpartition(".")[2])
@@ -125,12 +125,21 @@ def _all_imports(folder: str) -> dict[str, set[str]]:
     return {m: _imports(m, in_functions=True) for m in MODULES if m == folder or m.startswith(folder + ".")}
 
 
-@pytest.mark.parametrize("upper", ["edgestream.consumers", "edgestream.trainer", "edgestream.launch",
-                                   "edgestream.runner", "edgestream.sim", "edgestream.ps"])
+@pytest.mark.parametrize("upper", ["edgestream.consumers", "edgestream.producers", "edgestream.trainer",
+                                   "edgestream.launch", "edgestream.runner", "edgestream.sim", "edgestream.ps"])
 def test_kafka_does_not_import_upward(upper: str) -> None:
     """kafka/ (the broker, topics, clients, status) knows nothing of the processes that use it."""
     bad = {m: sorted(n for n in names if n == upper or n.startswith(upper + "."))
            for m, names in _all_imports("edgestream.kafka").items()}
+    assert not any(bad.values()), {m: n for m, n in bad.items() if n}
+
+
+@pytest.mark.parametrize("upper", ["edgestream.consumers", "edgestream.producers"])
+def test_runner_does_not_import_consumers_or_producers(upper: str) -> None:
+    """runner/ (the plan, the driver, the run) is engine-neutral: a run's Kafka consumers and producer are built
+    from its plan beside them (consumers/from_plan.py, producers/from_plan.py), not by the plan."""
+    bad = {m: sorted(n for n in names if n == upper or n.startswith(upper + "."))
+           for m, names in _all_imports("edgestream.runner").items()}
     assert not any(bad.values()), {m: n for m, n in bad.items() if n}
 
 

@@ -16,7 +16,7 @@ import pytest
 
 import edgestream
 
-LAZY = ["edgestream", "edgestream.runner", "edgestream.metrics", "edgestream.data", "edgestream.producers", "edgestream.consumers",
+LAZY = ["edgestream", "edgestream.config", "edgestream.runner", "edgestream.metrics", "edgestream.data", "edgestream.producers", "edgestream.consumers",
         "edgestream.sync", "edgestream.models", "edgestream.compression", "edgestream.trainer"]
 
 _BLOCKED = textwrap.dedent("""

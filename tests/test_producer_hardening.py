@@ -24,6 +24,7 @@ from edgestream.data.order import ShardOrder
 from edgestream.kafka import LocalBroker, consumer_config, device_topic, free_port
 from edgestream.kafka.admin import WaitInterrupted, wait_for_broker
 from edgestream.producers import RunConfigConflict
+from edgestream.producers.from_plan import stream_producer
 from edgestream.runner.plan import RunPlan
 
 CLI = [sys.executable, "-m", "edgestream.cli", "produce"]
@@ -133,15 +134,15 @@ def test_other_producer_config_under_a_run_is_refused_a_device_split_is_not(boot
     raw = _raw("conf")
     cfg_file, run_id = _write(tmp_path, raw), _run_id(run_prefix)
     run = f"conf-scadles-{run_id}"
-    first = RunPlan.resolve(validate_dict(raw)).producer(bootstrap, run, [0]).run_for(0.3)
+    first = stream_producer(RunPlan.resolve(validate_dict(raw)), bootstrap, run, [0]).run_for(0.3)
     assert first.complete and first.delivered > 0
     # another process driving another device range, with a trainer-only field changed: allowed
     split = validate_dict(raw | {"optim": {"lr": 0.5}})
-    second = RunPlan.resolve(split).producer(bootstrap, run, [1])
+    second = stream_producer(RunPlan.resolve(split), bootstrap, run, [1])
     assert second.start == {1: 0}
     assert second.run_for(0.3).delivered > 0
     with pytest.raises(RunConfigConflict, match=r"seed: 4 here, 3 in the run"):
-        RunPlan.resolve(validate_dict(raw | {"seed": 4})).producer(bootstrap, run, [0])
+        stream_producer(RunPlan.resolve(validate_dict(raw | {"seed": 4})), bootstrap, run, [0])
     # the command: exit 2, one line naming the field, no summary, nothing produced
     end = _end(bootstrap, device_topic(run, 0))
     res = CliRunner().invoke(app, ["produce", str(cfg_file), "--bootstrap", bootstrap, "--run-id", run_id,

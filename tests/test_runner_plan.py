@@ -20,7 +20,7 @@ PKG = Path(__file__).resolve().parents[1] / "edgestream"
 
 #: modules allowed to read a config's sections: the schema itself, the plan, and the comparison (which
 #: writes variant configs, it does not run them)
-READS_CONFIG = {"config.py", "config_check.py", "runner/plan.py", "runner/compare.py"}
+READS_CONFIG = {"config/load.py", "config/check.py", "runner/plan.py", "runner/compare.py"}
 #: config sections whose reading is interpretation (runtime.* only says where things are: broker, out dir)
 SECTIONS = {"data", "devices", "algorithm", "optim", "compression", "stop", "eval", "model", "checkpoint", "seed"}
 #: builders of a run's pieces from config values: only the plan calls them (and their own packages)
@@ -40,7 +40,7 @@ def _config_name(node: ast.AST) -> bool:
 
 
 def test_config_is_interpreted_only_in_the_plan() -> None:
-    """Fails when a module outside runner/plan.py and config.py reads a config section, builds a dataset,
+    """Fails when a module outside runner/plan.py and config/ reads a config section, builds a dataset,
     shards, a rate model or a worker/server context itself, or when sync/ grows a from_config again (the
     four copies of the dataset construction, one of which drifted, were how >10 classes broke)."""
     reads, builds, from_config = [], [], []
@@ -53,7 +53,7 @@ def test_config_is_interpreted_only_in_the_plan() -> None:
                 fn = node.func
                 name = fn.id if isinstance(fn, ast.Name) else fn.attr if isinstance(fn, ast.Attribute) else None
                 if name in BUILDERS and rel != "runner/plan.py" and not any(rel.startswith(d) for d in BUILDERS[name]) \
-                        and rel not in ("config_check.py",):
+                        and rel not in ("config/check.py",):
                     builds.append(f"{rel}:{node.lineno} calls {name}(")
             if isinstance(node, ast.FunctionDef) and node.name == "from_config" and rel.startswith(("sync/", "sim/",
                                                                                                  "runner/")):

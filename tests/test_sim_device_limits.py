@@ -90,7 +90,7 @@ def test_twenty_thousand_devices_of_a_tiny_model_run(monkeypatch):
 def test_more_devices_than_samples_run_when_they_share_samples():
     """300 devices on a 100-sample set: refused naming data.share_samples; with it, each device streams one
     sample (each sample on 3 devices), and the run trains (issue 35: 10,000 devices on digits' 1,438)."""
-    from edgestream.config_check import check_runnable
+    from edgestream.config.check import check_runnable
     from edgestream.runner.plan import RunPlan
 
     cfg = config(300, hidden=[16], n_train=100)

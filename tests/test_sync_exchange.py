@@ -9,9 +9,9 @@ from collections.abc import Sequence
 
 import pytest
 import torch
+import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
-import torch.nn.functional as F
 from sklearn.datasets import load_digits
 from torch import Tensor, nn
 

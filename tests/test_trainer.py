@@ -21,6 +21,7 @@ import pytest
 import yaml
 
 from edgestream.config import load_config
+from edgestream.producers.from_plan import stream_producer
 from edgestream.runner.plan import RunPlan
 
 PY = sys.executable
@@ -47,7 +48,7 @@ def _config(tmp_path: Path, name: str, devices: int, algorithm: dict, **extra) -
 def _produce(cfg_path: Path, bootstrap: str, run_id: str, seconds: float) -> None:
     cfg = load_config(cfg_path)
     run = f"{cfg.name}-{cfg.algorithm.name}-{run_id}"
-    RunPlan.resolve(cfg).producer(bootstrap, run, list(range(cfg.devices.count))).run_for(seconds)
+    stream_producer(RunPlan.resolve(cfg), bootstrap, run, list(range(cfg.devices.count))).run_for(seconds)
 
 
 def _env(rank: int, world: int, port: int, **extra) -> dict:

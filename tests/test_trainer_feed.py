@@ -10,9 +10,9 @@ import time
 import numpy as np
 import pytest
 import torch
+from confluent_kafka import Consumer, Producer, TopicPartition
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from confluent_kafka import Consumer, Producer, TopicPartition
 
 from edgestream.config import load_dict
 from edgestream.consumers import KafkaStreamDataset

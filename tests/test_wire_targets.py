@@ -26,7 +26,7 @@ from edgestream.data import Affine, DeviceRule, SampleSerde, SampleSpec, WireErr
 from edgestream.data.validate import SPEC_REASONS
 from edgestream.data.wire import HEADER, HEADER_SIZE, MAGIC, REASONS, decode_sample
 from edgestream.kafka import consumer_config, device_topic, dlq_topic, producer_config
-from edgestream.producers.restart import stream_ends
+from edgestream.kafka.stream_ends import stream_ends
 from edgestream.producers.stream_producer import StreamProducer
 from edgestream.streams import build_rate_model
 

@@ -65,6 +65,7 @@ def produce(config: Path = typer.Argument(..., help="experiment YAML file"),
     """
     from edgestream.config import ConfigError  # lazy: +250 ms start-up
     from edgestream.producers import ResumeError, RunConfigConflict, parse_device_range  # lazy: +175 ms start-up
+    from edgestream.producers.from_plan import stream_producer  # lazy: the producer, as above
     from edgestream.runner.plan import RunPlan  # lazy: +270 ms start-up
 
     _produce_flags(duration, report_every, flush_timeout)
@@ -100,8 +101,8 @@ def produce(config: Path = typer.Argument(..., help="experiment YAML file"),
         wait_for_broker(bootstrap, plan.security, should_stop=lambda: stop["flag"])
         # an outage is said once on stderr, by the producer's `note` (not also raw by the outage's logger)
         logging.getLogger("edgestream.kafka.outage").addHandler(logging.NullHandler())
-        producer = plan.producer(bootstrap, run, ids, outage_s=cfg.runtime.kafka_outage_s,
-                                 note=lambda m: typer.echo(m, err=True))
+        producer = stream_producer(plan, bootstrap, run, ids, outage_s=cfg.runtime.kafka_outage_s,
+                                   note=lambda m: typer.echo(m, err=True))
         if settings.topic_settings() is None and plan.topic_settings(bootstrap).warning():  # by hand: said here
             typer.echo(plan.topic_settings(bootstrap).warning(), err=True)
         resumed = {d: k for d, k in producer.start.items() if k}

@@ -12,7 +12,7 @@
                           that partition (not written by edgestream) is taken by the partition's first device,
                           whose validation sends it to the DLQ, once.
 
-    external              topics the run did not create (`streams.source: external`, config_streams.py): one
+    external              topics the run did not create (`streams.source: external`, config/streams.py): one
                           topic per device from a pattern (`plant.sensor-{device}`, one partition each), or ONE
                           keyed topic whose partition of device d is the `partitioner`'s for the key of d
                           (consistent: CRC-32 of the key, librdkafka's default; murmur2: the Java client's
@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from edgestream.config_kafka import DEFAULT_MAX_PARTITIONS
+from edgestream.config.kafka import DEFAULT_MAX_PARTITIONS
 from edgestream.kafka.topic_names import device_topic, injection_topic
 
 #: the partitioned layout's topics: `<run>.streams` (samples) and `<run>.inj` (injected samples)

@@ -20,8 +20,8 @@ from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Consumer, TopicPartition
 from edgestream.data.serde import SampleSerde, WireError
 from edgestream.kafka.clients import consumer_config
 from edgestream.kafka.layout import StreamLayout, streams_topic
+from edgestream.kafka.stream_ends import pinned_config, stream_ends
 from edgestream.kafka.topic_names import trainer_group
-from edgestream.producers.restart import pinned_config, stream_ends
 
 
 def shared_layout(bootstrap: str, run: str, partitions: int, security: Mapping[str, str] | None,

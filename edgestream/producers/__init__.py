@@ -1,5 +1,5 @@
 """Paced per-device Kafka producers and their effective-rate statistics. A run's producer is built by
-its plan (`edgestream.runner.plan.RunPlan.producer`); `DeviceProducer` publishes one device's samples from
+its plan (`edgestream.producers.from_plan.stream_producer`); `DeviceProducer` publishes one device's samples from
 device-side Python (docs/wire-format.md)."""
 
 from edgestream.lazy import lazy_exports
@@ -8,7 +8,7 @@ from edgestream.lazy import lazy_exports
 _EXPORTS = {
     "DeliveryError": "edgestream.producers.device",
     "DeviceProducer": "edgestream.producers.device",
-    "ResumeError": "edgestream.producers.restart",
+    "ResumeError": "edgestream.kafka.stream_ends",
     "RunConfigConflict": "edgestream.producers.restart",
     "due_count": "edgestream.producers.schedule",
     "ProducerSummary": "edgestream.producers.stream_producer",

@@ -43,6 +43,7 @@ from edgestream.kafka.admin import KafkaUnavailable
 from edgestream.kafka.broker import MAX_MESSAGE_BYTES
 from edgestream.kafka.clients import produce, producer_config
 from edgestream.kafka.layout import StreamLayout
+from edgestream.kafka.stream_ends import stream_ends
 
 #: the input dtypes the wire carries (its dtype codes), as numpy names
 WIRE_DTYPES = tuple(str(dt.newbyteorder("=")) for dt in wire.DTYPE_CODES.values())
@@ -183,8 +184,6 @@ class DeviceProducer:
         try:
             self._check_topic(timeout_s)
             if start_seq == "resume":
-                from edgestream.producers.restart import stream_ends
-
                 start_seq = stream_ends(bootstrap, run, [self.device], security, timeout_s, layout=layout)[self.device]
         except BaseException:
             self.producer.flush(0)

@@ -8,7 +8,7 @@ back-pressure by polling and retrying (never drops), and on stop flushes for a b
 exactly what the broker acknowledged per device, and what it did not.
 
 Restarted under an existing run id, it continues each device's stream after the last sequence number
-in its topic (producers/restart.py): sample k stays sample k (same dataset index, same point of the
+in its topic (kafka/stream_ends.py): sample k stays sample k (same dataset index, same point of the
 rate schedule), so a crashed producer can be restarted without duplicates.
 
 Kafka outages (`outage_s`: runtime.kafka_outage_s; edgestream.kafka.outage): the producer keeps its rate
@@ -37,9 +37,10 @@ from edgestream.kafka.clients import producer_config
 from edgestream.kafka.layout import StreamLayout
 from edgestream.kafka.outage import Outage
 from edgestream.kafka.outage_calls import Probe, WaitLines, answers, on_client_error
+from edgestream.kafka.stream_ends import stream_ends
 from edgestream.kafka.topic_provision import ensure_run_topics
 from edgestream.kafka.topic_settings import TopicSettings
-from edgestream.producers.restart import claim_run, stream_ends
+from edgestream.producers.restart import claim_run
 from edgestream.producers.schedule import due_count
 
 _PURGED = (KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT)

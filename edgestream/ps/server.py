@@ -64,6 +64,7 @@ from typing import Any
 import torch
 
 from edgestream import settings
+from edgestream.consumers.from_plan import eval_data
 from edgestream.kafka.admin import KafkaUnavailable
 from edgestream.kafka.outage import Outage
 from edgestream.kafka.outage_calls import WaitLines, call_through
@@ -467,7 +468,7 @@ class ParameterServer:
             from edgestream.runner.evaluate import Evaluation
 
             # the test split or eval.path; eval.holdout: the external streams' held-out records, read as they come
-            self.eval_data = self.plan.eval_data(self.bootstrap, self.run_name)
+            self.eval_data = eval_data(self.plan, self.bootstrap, self.run_name)
             closes.append(self.eval_data.close)
             self.stop_rule = self.plan.stop_rule()
             self.evaluation = Evaluation(self._score, self.events, self.stop_rule, self.plan.eval_every_s,

@@ -15,7 +15,9 @@ Pieces: `dataset`, `sample_spec`, `shards`, `serde`, `rate_model`, `batch` / `ba
 `buffer_policy()`, `injection`, `compression`, `algorithm` (the registry's `AlgorithmSpec`), `params`
 (its resolved params), `stop_rule()`, `worker_context(rank, ...)`, `server_context()`, `build_model()`,
 `build_optimizer(model)`, `compute` / `slowdown(rank)`, `network`, `due_time(device)`, and the Kafka
-pieces `producer(...)` and `kafka_dataset(...)`.
+pieces `stream_identity()`, `layout(run)` and `topic_settings(bootstrap)`. The plan knows no consumer or
+producer: they are built from it beside them (edgestream.consumers.from_plan: `kafka_dataset`, `eval_data`;
+edgestream.producers.from_plan: `stream_producer`).
 """
 
 from __future__ import annotations
@@ -193,7 +195,7 @@ class RunPlan:
     @staticmethod
     def dataset_of(cfg: Any) -> Any:
         """`load_dataset` of a config's data.* fields, task and seed: what `dataset` loads and what `config
-        validate` (edgestream.config_check) loads, so the two agree (loaded once per config object).
+        validate` (edgestream.config.check) loads, so the two agree (loaded once per config object).
         ValueError: one line per problem."""
         from edgestream.data.datasets import load_once
 
@@ -509,22 +511,15 @@ class RunPlan:
         """eval.holdout: the share of each external stream held out for evaluation (None: none)."""
         return self.cfg.eval.holdout
 
-    def eval_data(self, bootstrap: str, run: str, device: Any = None) -> Any:
-        """What the run is scored on (`EvalData.get() -> (x, y) | None`, edgestream.consumers.holdout): the
-        dataset's test split or eval.path normalised, on `device`; with eval.holdout the streams' held-out
-        records as they arrive."""
-        import torch
+    @property
+    def holdout_max(self) -> int:
+        """eval.holdout_max: how many held-out records (the newest) the evaluator keeps."""
+        return int(self.cfg.eval.holdout_max)
 
-        from edgestream.consumers.holdout import FixedEvalSet, HoldoutSet
-
-        if self.external and self.holdout is not None:
-            return HoldoutSet(bootstrap, run, self.layout(run, bootstrap), self.serde, self.world, self.holdout,
-                              int(self.cfg.eval.holdout_max), start=self.start, security=self.security,
-                              task_labels=self.task.labels, device=device)
-        ds = self.dataset
-        y = torch.from_numpy(ds.y_test)
-        return FixedEvalSet(ds.normalize(torch.from_numpy(ds.x_test)), y.long() if self.task.labels else y.float(),
-                            device)
+    @property
+    def lag_warning_s(self) -> float:
+        """runtime.lag_warning_s: how long a device's lag keeps growing before its consumer warns (once)."""
+        return float(self.cfg.runtime.lag_warning_s)
 
     def topic_settings(self, bootstrap: str) -> Any:
         """The run's kafka.topics resolved (a `TopicSettings`): as the orchestrator handed them to this process,
@@ -535,37 +530,6 @@ class RunPlan:
         if key not in self._cache:
             self._cache[key] = TopicSettings.for_process(self.cfg.kafka.topics, bootstrap, self.security)
         return self._cache[key]
-
-    def producer(self, bootstrap: str, run: str, devices: list[int], **kw: Any) -> Any:
-        """A `StreamProducer` of `devices` of run `run`: each device streams its shard at its rate, and
-        the run's stream identity is pinned in `<run>.meta` (RunConfigConflict when it differs)."""
-        from edgestream.producers.stream_producer import StreamProducer
-
-        if self.external:
-            raise PlanError(["streams.source: external: the run reads streams others write; there is nothing for "
-                             "edgestream's producer to replay (devices publish with their own clients, or "
-                             "edgestream.DeviceProducer)"])
-        ds = self.dataset
-        kw.setdefault("run_config", self.stream_identity())
-        kw.setdefault("layout", self.layout(run))
-        kw.setdefault("topic_settings", self.topic_settings(bootstrap))
-        return StreamProducer(bootstrap, run, devices, ds.x_train, ds.y_train, self.shards, self.rate_model,
-                              self.serde.encode, seed=self.seed, security=self.security, **kw)
-
-    def kafka_dataset(self, bootstrap: str, run: str, device: int, **kw: Any) -> Any:
-        """Device `device`'s `KafkaStreamDataset`: its stream shaped by the run's buffer and batch
-        policies, validated against the run's sample spec, normalised as the dataset is."""
-        from edgestream.consumers import KafkaStreamDataset
-
-        kw.setdefault("max_lag_s", self.max_lag_s)
-        kw.setdefault("lag_warning_s", float(self.cfg.runtime.lag_warning_s))
-        kw.setdefault("layout", self.layout(run, bootstrap))
-        kw.setdefault("start", self.start)
-        if self.external:
-            kw.setdefault("holdout", self.holdout)
-        return KafkaStreamDataset(bootstrap, run, device, num_devices=self.world, serde=self.serde, batch=self.batch,
-                                  buffer=self.buffer, injection=self.injection, seed=self.seed,
-                                  security=self.security, **kw)
 
 
 def optimizer_notes(cfg: Any) -> list[str]:

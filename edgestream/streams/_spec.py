@@ -1,7 +1,7 @@
 """Checks for the plain spec dicts the streams builders take (the config sections, as dicts).
 
 Every problem raises ValueError with one line naming the field path, the bad value and what is
-allowed, in the style of config.py, e.g. ``batch.min: 0 is not allowed; must be >= 1``.
+allowed, in the style of edgestream.config, e.g. ``batch.min: 0 is not allowed; must be >= 1``.
 """
 
 from __future__ import annotations

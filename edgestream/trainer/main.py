@@ -44,6 +44,7 @@ import torch
 import torch.distributed as dist
 
 from edgestream import settings
+from edgestream.consumers.from_plan import eval_data, kafka_dataset
 from edgestream.kafka.admin import KafkaUnavailable
 from edgestream.runner.driver import StepMeter
 from edgestream.trainer.digest import DigestTaker, ParamDigest
@@ -344,8 +345,8 @@ def _train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: bo
     write_phase(ranks, env.rank, "opening the device stream")
     try:
         # on a GPU the batch crosses as uint8 and is normalised there (consumers/dataset.py)
-        dataset = plan.kafka_dataset(bootstrap, run, env.rank, timeout=1.0, commit=commit, torch_device=device,
-                                     outage=outage)
+        dataset = kafka_dataset(plan, bootstrap, run, env.rank, timeout=1.0, commit=commit, torch_device=device,
+                                outage=outage)
         if ckpt is not None:  # the stream positions that match the restored model
             dataset.load_state_dict(ckpt["stream"])
         if prefetch_depth(plan):  # the next batch taken while this one computes (edgestream.trainer.prefetch)
@@ -407,7 +408,7 @@ def _train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: bo
     if env.rank == 0 and not ps_run:  # a PS run is scored at the PS (its W)
         task = plan.task
         # the test split or eval.path on `device`; eval.holdout: the streams' held-out records, read as they come
-        source = plan.eval_data(bootstrap, run, device)
+        source = eval_data(plan, bootstrap, run, device)
         evaluation = BackgroundEvaluation(model, source, None, _GuardedEvents(events), stop, plan.eval_every_s,
                                           lock=performer.model_lock, task=task,
                                           on_eval=lambda now, step, value: log.info("eval t=%.1fs step %d %s %.4f",

@@ -1,5 +1,6 @@
-"""Field types, bounds, secret keys and the base model every config section shares (pydantic only: no torch, no
-registries); edgestream.config re-exports them."""
+"""Field types, bounds, secret keys and the base model every config section shares, and how a section checks a
+name of a plugin registry (pydantic only: no torch; a registry is imported only to check a name it does not
+know as a built-in); edgestream.config re-exports them."""
 
 from __future__ import annotations
 
@@ -41,3 +42,17 @@ def is_secret_key(key: str) -> bool:
     if k == "sasl.oauthbearer.config":
         return True
     return any(w in k for w in SECRET_WORDS) and not k.endswith(".location")
+
+
+def plugin_name(registry: Any, name: str) -> str:
+    """A name `registry` (edgestream.plugins) resolves: a built-in, an entry point or an import path
+    (imported now, so `config validate` refuses what `run` would). ValueError: one line."""
+    from edgestream.plugins import PluginError
+
+    if name in registry.builtins:
+        return name
+    try:
+        registry.load(name)
+    except PluginError as exc:
+        raise PluginError(str(exc)) from None
+    return name

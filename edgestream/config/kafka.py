@@ -20,7 +20,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from edgestream.config_types import Bool, Int, _Model
+from edgestream.config.base import Bool, Int, _Model
 
 LAYOUTS = ("per-device", "partitioned")
 #: the partitioned layout's default partition count: one per device, at most this many

@@ -30,7 +30,7 @@ from typing import Any, Literal
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
-from edgestream.config_types import Int, _Model
+from edgestream.config.base import Int, _Model
 
 SOURCES = ("internal", "external")
 PARTITIONERS = ("consistent", "murmur2", "modulo")

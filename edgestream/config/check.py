@@ -2,7 +2,7 @@
 without a broker, so `edgestream config validate` (and `run`, `compare`, `produce`, which load configs
 the same way) reject at load time what would otherwise fail later as a traceback.
 
-`check_buildable(cfg)` returns one line per problem, naming the field (config.py's style):
+`check_buildable(cfg)` returns one line per problem, naming the field (edgestream.config's style):
 
 - devices.rates / devices.variation: the rate model is built (`edgestream.streams.build_rate_model`),
   which reads a rate trace whole (header, every row, a row for every configured device); the
@@ -29,7 +29,7 @@ import struct
 from pathlib import Path
 from typing import Any
 
-from edgestream.config_types import MAX_RATE, SECRET_MASK, is_secret_key
+from edgestream.config.base import MAX_RATE, SECRET_MASK, is_secret_key
 
 
 def check_buildable(cfg: Any) -> list[str]:
