@@ -116,7 +116,7 @@ def steps_of(events: list[dict], device: int | None = None) -> list[dict]:
 
 
 def digits_config(name: str, *, seed: int = 0, devices: int = 2, rate: float | dict = 200,
-                  compute: dict | None = None, partition: str | None = None, model: str = "mlp", lr: float = 0.05,
+                  compute: dict | None = None, partition: str | None = None, model: str | dict = "mlp", lr: float = 0.05,
                   momentum: float | None = 0.9, weight_decay: float | None = None, algorithm: str | dict = "ddl",
                   params: dict | None = None, batch: int = 16, buffer: str | None = None,
                   max_steps: int | None = None, max_time_s: float | None = 120, eval_s: float = 1,
@@ -125,7 +125,7 @@ def digits_config(name: str, *, seed: int = 0, devices: int = 2, rate: float | d
     200 samples/s each, no target accuracy, 120 s at most, evaluation every second).
 
     rate: samples/s of a constant stream, or a whole `rates` block; compute: the devices' compute block;
-    partition: the data partition; momentum/weight_decay None: left out (the schema's default); algorithm: a
+    partition: the data partition; model: a name or a whole block; momentum/weight_decay None: left out (the schema's default); algorithm: a
     name (with params, batch size and buffer) or a whole block; every_steps: a checkpoint every so many steps.
     `sections` replace top-level sections whole (data, checkpoint, runtime, ...), as dict.update does.
     """
@@ -149,7 +149,7 @@ def digits_config(name: str, *, seed: int = 0, devices: int = 2, rate: float | d
     raw: dict[str, Any] = {
         "name": name, "seed": seed,
         "data": {"dataset": "digits", **({"partition": partition} if partition is not None else {})},
-        "devices": dev, "model": {"name": model}, "optim": optim, "algorithm": algo,
+        "devices": dev, "model": model if isinstance(model, dict) else {"name": model}, "optim": optim, "algorithm": algo,
         "stop": {"target_accuracy": None, "max_time_s": max_time_s, "max_steps": max_steps},
         "eval": {"every_s": eval_s}}
     if every_steps is not None:

@@ -18,8 +18,8 @@ import time
 import numpy as np
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
+from factories import stream_config
 
-from edgestream.config import validate_dict
 from edgestream.consumers.device_stream import trainer_group
 from edgestream.data import encode_sample
 from edgestream.data.validate import DeviceRule, SampleSpec, decode_checked
@@ -28,13 +28,7 @@ from edgestream.kafka import consumer_config, device_topic, dlq_topic, producer_
 from edgestream.kafka.run_topics import ensure_run_topics
 from edgestream.runner.plan import RunPlan
 
-
-def _cfg(name: str, dataset: dict | None = None, batch: dict | None = None, **extra):
-    raw = {"name": name, "seed": 1, "data": dataset or {"dataset": "digits"},
-           "devices": {"count": 2, "rates": {"distribution": "constant", "rate": 200}},
-           "algorithm": {"name": "ddl", "batch": batch or {"policy": "fixed", "size": 16}}}
-    raw.update(extra)
-    return validate_dict(raw)
+_cfg = stream_config  # the stream tests' config (tests/factories.py); the Kafka tests import it from here
 
 
 def _send(bootstrap: str, topic: str, values: list, keys: list | None = None) -> None:
