@@ -18,7 +18,7 @@ import time
 import numpy as np
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
-from factories import stream_config
+from factories import free_port, stream_config
 
 from edgestream.consumers.device_stream import trainer_group
 from edgestream.data import encode_sample
@@ -161,11 +161,7 @@ def test_async_ack_reaches_the_broker_while_the_trainer_idles(bootstrap, run_pre
 
 def test_unreachable_broker_fails_fast_with_one_line_naming_the_address(tmp_path):
     """No librdkafka lines on the terminal, and an error that names the bootstrap address."""
-    import socket
-
-    with socket.socket() as s:  # a port nothing listens on
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # a port nothing listens on
     script = textwrap.dedent(f"""
         import numpy as np
         from edgestream.consumers import KafkaStreamDataset
