@@ -169,9 +169,9 @@ def write_cfg(path: Path, name: str, *, devices: int = 2, max_steps: int | None,
     """The local run the fault, launch and Kafka tests start: digits split iid over `devices` devices at 200
     samples/s, the mlp, ddl with fixed batches of 16 and a `buffer` buffer, `max_steps` steps; `extra`
     replaces top-level sections. Written to `path`."""
-    return write_config(path, digits_config(name, devices=devices, partition="iid", buffer=buffer,
-                                            max_steps=max_steps, max_time_s=max_time_s, every_steps=every_steps,
-                                            **extra))
+    raw = digits_config(name, devices=devices, partition="iid", buffer=buffer, max_steps=max_steps,
+                        max_time_s=max_time_s, every_steps=every_steps)
+    return write_config(path, {**raw, **extra})
 
 
 def stream_config(name: str, dataset: dict | None = None, batch: dict | None = None, *, count: int = 2,

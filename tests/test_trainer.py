@@ -26,9 +26,9 @@ PY = sys.executable
 
 
 def _config(tmp_path: Path, name: str, devices: int, algorithm: dict, **extra) -> Path:
-    return write_config(tmp_path / f"{name}.yaml", digits_config(
-        name, seed=3, devices=devices, rate=1500, model="cnn-small", weight_decay=0.0, algorithm=algorithm,
-        max_steps=16, max_time_s=300, eval_s=1.0, **extra))
+    raw = digits_config(name, seed=3, devices=devices, rate=1500, model="cnn-small", weight_decay=0.0,
+                        algorithm=algorithm, max_steps=16, max_time_s=300, eval_s=1.0)
+    return write_config(tmp_path / f"{name}.yaml", {**raw, **extra})
 
 
 def _produce(cfg_path: Path, bootstrap: str, run_id: str, seconds: float) -> None:
