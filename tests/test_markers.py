@@ -54,7 +54,7 @@ def test_tests_that_start_a_broker_of_their_own_are_kafka_tests(tmp_path):
     assert {n.split("::")[1] for n in kafka if n.startswith("tests/test_broker.py")} == {
         "test_produce_consume_restart_keeps_data",  # a LocalBroker it starts
         "test_two_brokers_side_by_side",            # bootstrap
-        "test_port_in_use_is_named",                # a LocalBroker(...).start() refused
+        "test_port_in_use_is_named",                # a broker start refused: its port is taken
         "test_topic_admin_and_run_cleanup",         # bootstrap
         "test_cli_start_status_stop"}               # `edgestream broker start`
     assert "tests/test_kafka_cluster_cli.py::test_broker_start_nodes_3_status_stop" in kafka
