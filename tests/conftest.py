@@ -4,7 +4,10 @@ in a temp dir, stopped at the end. Nothing mocks Kafka."""
 
 from __future__ import annotations
 
+import functools
+import inspect
 import os
+import re
 import shutil
 import subprocess
 import uuid
@@ -88,10 +91,40 @@ LONG_FIRST = ("test_kafka_cluster_netns.py", "test_testbed.py", "test_kafka_outa
               "test_faults_trainer.py", "test_backend.py", "test_collectives.py")
 
 
+# The `kafka` marker (pyproject.toml), applied here, never by hand: a test that needs a broker is one whose
+# fixtures (item.fixturenames: the closure, so a fixture built on `bootstrap` counts) include the session's broker
+# or cluster, or a file's fixture that starts a broker of its own, or whose body starts one (the LocalBroker or
+# LocalCluster it `.start()`s, the `broker start` command). `pytest -m "not kafka"` runs the unit tests alone
+# (tests/test_markers.py keeps it so).
+KAFKA_FIXTURES = frozenset({"bootstrap", "cluster", "cluster_session"})
+OWN_BROKER_FIXTURES = frozenset({"broker", "secured", "sasl_bootstrap", "netns_cluster"})
+_STARTS_A_BROKER = re.compile(r"Local(Broker|Cluster)\(.*?\.start\(\)|_cli\(\"start\"|\[\*cli, \"start\"", re.S)
+
+
+def needs_kafka(item) -> bool:
+    """Whether test `item` needs a Kafka broker (see KAFKA_FIXTURES)."""
+    if (KAFKA_FIXTURES | OWN_BROKER_FIXTURES) & set(getattr(item, "fixturenames", ())):
+        return True
+    function = getattr(item, "function", None)
+    return function is not None and bool(_STARTS_A_BROKER.search(_source(function)))
+
+
+@functools.cache
+def _source(function) -> str:
+    try:
+        return inspect.getsource(function)
+    except (OSError, TypeError):
+        return ""
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
 def pytest_collection_modifyitems(config, items):
     if _xdist_controller(config) or hasattr(config, "workerinput"):
         rank = {name: i for i, name in enumerate(LONG_FIRST)}
         items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: file order otherwise
+    for item in items:
+        if needs_kafka(item):
+            item.add_marker(pytest.mark.kafka)
     for item in items:
         fixtures = set(getattr(item, "fixturenames", ()))
         name = item.path.name

@@ -67,7 +67,8 @@ import re  # noqa: E402
 import time  # noqa: E402
 
 import torch  # noqa: E402
-from test_trainer import _config, _finish, _free_port, _produce, _start  # noqa: E402
+from factories import free_port  # noqa: E402
+from test_trainer import _config, _finish, _produce, _start  # noqa: E402
 
 
 def _run(tmp_path, bootstrap, name, told: list[str], *, max_steps: int = 4, device: str = "", reduction="allreduce"):
@@ -78,7 +79,7 @@ def _run(tmp_path, bootstrap, name, told: list[str], *, max_steps: int = 4, devi
                        runtime={"gpus": [0], "reduction": reduction})
     run_id = f"{os.getpid()}{int(time.time() * 1000) % 10**8}"
     _produce(cfg_path, bootstrap, run_id, 0.5)
-    out, port = tmp_path / "runs", _free_port()
+    out, port = tmp_path / "runs", free_port()
     procs = [_start(cfg_path, bootstrap, run_id, out, [r], len(told), port, EDGESTREAM_BACKEND=b, LOCAL_RANK=r,
                     EDGESTREAM_DEVICE=device, EDGESTREAM_RENDEZVOUS_TIMEOUT_S=60)[0] for r, b in enumerate(told)]
     return _finish(procs, timeout=200)

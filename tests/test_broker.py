@@ -8,6 +8,7 @@ import sys
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
+from factories import free_port
 
 from edgestream.kafka import (
     BrokerError,
@@ -99,9 +100,7 @@ def test_topic_admin_and_run_cleanup(bootstrap, run_prefix):
 
 
 def test_unreachable_broker_names_the_address():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     with pytest.raises(KafkaUnavailable, match=f"127.0.0.1:{port}"):
         wait_for_broker(f"127.0.0.1:{port}", attempts=2, first_backoff_s=0.2)
 

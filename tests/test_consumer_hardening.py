@@ -18,8 +18,8 @@ import time
 import numpy as np
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
+from factories import free_port, stream_config
 
-from edgestream.config import validate_dict
 from edgestream.consumers.device_stream import trainer_group
 from edgestream.consumers.from_plan import kafka_dataset
 from edgestream.data import encode_sample
@@ -29,13 +29,7 @@ from edgestream.kafka import consumer_config, device_topic, dlq_topic, producer_
 from edgestream.kafka.topic_provision import ensure_run_topics
 from edgestream.runner.plan import RunPlan
 
-
-def _cfg(name: str, dataset: dict | None = None, batch: dict | None = None, **extra):
-    raw = {"name": name, "seed": 1, "data": dataset or {"dataset": "digits"},
-           "devices": {"count": 2, "rates": {"distribution": "constant", "rate": 200}},
-           "algorithm": {"name": "ddl", "batch": batch or {"policy": "fixed", "size": 16}}}
-    raw.update(extra)
-    return validate_dict(raw)
+_cfg = stream_config  # the stream tests' config (tests/factories.py); the Kafka tests import it from here
 
 
 def _send(bootstrap: str, topic: str, values: list, keys: list | None = None) -> None:
@@ -168,11 +162,7 @@ def test_async_ack_reaches_the_broker_while_the_trainer_idles(bootstrap, run_pre
 
 def test_unreachable_broker_fails_fast_with_one_line_naming_the_address(tmp_path):
     """No librdkafka lines on the terminal, and an error that names the bootstrap address."""
-    import socket
-
-    with socket.socket() as s:  # a port nothing listens on
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # a port nothing listens on
     script = textwrap.dedent(f"""
         import numpy as np
         from edgestream.consumers import KafkaStreamDataset

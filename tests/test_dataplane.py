@@ -13,8 +13,8 @@ import numpy as np
 import torch
 import yaml
 from confluent_kafka import Consumer, Producer, TopicPartition
+from factories import stream_config  # tests/factories.py
 
-from edgestream.config import validate_dict
 from edgestream.consumers import KafkaStreamDataset, StreamBatch, make_dataloader
 from edgestream.consumers.from_plan import kafka_dataset
 from edgestream.data import encode_sample
@@ -25,11 +25,8 @@ from edgestream.runner.plan import RunPlan
 
 
 def _cfg(name: str, devices: int = 2, rates: dict | None = None, algorithm: dict | None = None, **extra):
-    raw = {"name": name, "seed": 1, "data": {"dataset": "digits"},
-           "devices": {"count": devices, "rates": rates or {"distribution": "constant", "rate": 200}},
-           "algorithm": algorithm or {"name": "ddl", "batch": {"policy": "fixed", "size": 32}}}
-    raw.update(extra)
-    return validate_dict(raw)
+    return stream_config(name, {"dataset": "digits"}, {"policy": "fixed", "size": 32}, count=devices, rates=rates,
+                         **({"algorithm": algorithm} if algorithm else {}), **extra)
 
 
 def _produce(cfg, bootstrap, run, seconds: float, devices=None):

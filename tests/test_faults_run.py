@@ -20,28 +20,11 @@ import zipfile
 from pathlib import Path
 
 import pytest
-import yaml
+from factories import write_cfg  # the local run's config (tests/factories.py); the Kafka tests import it from here
 from test_launch import finish  # the launch tests' helper: an orchestrator's exit, or a failure if it hangs
 
 CLI = [sys.executable, "-m", "edgestream.cli"]
 HANG_S = 240
-
-
-def write_cfg(path: Path, name: str, *, devices: int = 2, max_steps: int, every_steps: int | None = None,
-              **extra) -> Path:
-    cfg = {"name": name, "seed": 0,
-           "data": {"dataset": "digits", "partition": "iid"},
-           "devices": {"count": devices, "rates": {"distribution": "constant", "rate": 200}},
-           "model": {"name": "mlp"},
-           "optim": {"lr": 0.05, "momentum": 0.9},
-           "algorithm": {"name": "ddl", "batch": {"policy": "fixed", "size": 16}, "buffer": "persist"},
-           "stop": {"target_accuracy": None, "max_time_s": 120, "max_steps": max_steps},
-           "eval": {"every_s": 1}}
-    if every_steps is not None:
-        cfg["checkpoint"] = {"every_steps": every_steps}
-    cfg.update(extra)
-    path.write_text(yaml.safe_dump(cfg))
-    return path
 
 
 def start(cfg: Path, bootstrap: str, *args: str, out: Path | None = None, run_id: str = "r1") -> subprocess.Popen:

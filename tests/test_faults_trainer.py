@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -26,6 +25,7 @@ from pathlib import Path
 import pytest
 import yaml
 from confluent_kafka import Consumer, Producer, TopicPartition
+from factories import digits_config, free_port, write_config  # tests/factories.py
 from test_trainer import _finish  # noqa: E402  (the trainer tests' helper: wait for every process, kill on a hang)
 
 from edgestream.config import load_config, validate_dict
@@ -52,12 +52,6 @@ def fill_disk(folder: Path) -> Path:
         os.close(fd)
     return filler
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _run_id() -> str:
     return f"{os.getpid()}{int(time.time() * 1000) % 10**8}"
 
@@ -68,15 +62,9 @@ def _records(path: Path) -> list[dict]:
 
 def _config(tmp_path: Path, name: str, devices: int, *, lr: float = 0.05, max_steps: int = 12,
             checkpoint: int | None = None, batch: int = 16, model: str = "mlp", eval_every: float = 0.5) -> Path:
-    raw = {"name": name, "seed": 5, "data": {"dataset": "digits"},
-           "devices": {"count": devices, "rates": {"distribution": "constant", "rate": 1000}},
-           "model": {"name": model}, "optim": {"lr": lr, "momentum": 0.0, "weight_decay": 0.0},
-           "algorithm": {"name": "ddl", "batch": {"policy": "fixed", "size": batch}},
-           "stop": {"max_steps": max_steps, "max_time_s": 120, "target_accuracy": None},
-           "eval": {"every_s": eval_every}, "checkpoint": {"every_steps": checkpoint}}
-    path = tmp_path / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(raw))
-    return path
+    return write_config(tmp_path / f"{name}.yaml", digits_config(
+        name, seed=5, devices=devices, rate=1000, model=model, lr=lr, momentum=0.0, weight_decay=0.0, batch=batch,
+        max_steps=max_steps, eval_s=eval_every, checkpoint={"every_steps": checkpoint}))
 
 
 def _produce(cfg_path: Path, bootstrap: str, run_id: str, seconds: float) -> None:
@@ -86,7 +74,7 @@ def _produce(cfg_path: Path, bootstrap: str, run_id: str, seconds: float) -> Non
 
 
 def _start(cfg_path: Path, bootstrap: str, run_id: str, out: Path, world: int, **env) -> list[subprocess.Popen]:
-    port = _free_port()
+    port = free_port()
     cmd = [PY, "-m", "edgestream.cli", "train", str(cfg_path), "--run-id", run_id, "--bootstrap", bootstrap,
            "--out", str(out)]
     procs = []
@@ -109,15 +97,12 @@ def _one_line(err: str) -> str:
 
 # ---------------------------------------------------------------- 1. a hostile burst mid-run
 def _burst_cfg(name: str, algorithm: str, params: dict, devices: int, model: str) -> object:
-    return validate_dict({
-        "name": name, "seed": 2, "data": {"dataset": "digits"},
-        # a slow stream: the trainers wait at its head, so the burst reaches them at once, with ~7 s of the 30
-        # steps left after it (at 120 samples/s a loaded host's burst, whose step lines come buffered, landed
-        # after the last step)
-        "devices": {"count": devices, "rates": {"distribution": "constant", "rate": 60}},
-        "model": {"name": model}, "optim": {"lr": 0.1, "momentum": 0.0, "weight_decay": 0.0},
-        "algorithm": {"name": algorithm, "params": params, "batch": {"policy": "fixed", "size": 16}},
-        "stop": {"max_steps": 30, "max_time_s": 120, "target_accuracy": None}, "eval": {"every_s": 1.0}})
+    # a slow stream: the trainers wait at its head, so the burst reaches them at once, with ~7 s of the 30
+    # steps left after it (at 120 samples/s a loaded host's burst, whose step lines come buffered, landed
+    # after the last step)
+    return validate_dict(digits_config(
+        name, seed=2, devices=devices, rate=60, model=model, lr=0.1, momentum=0.0, weight_decay=0.0,
+        algorithm=algorithm, params=params, max_steps=30, eval_s=1.0))
 
 
 @pytest.mark.parametrize("algorithm,params,devices,model", [("ddl", {}, 2, "cnn-small"), ("ssp", {"s": 2}, 3, "mlp")])

@@ -9,6 +9,7 @@ import io
 
 import numpy as np
 import pytest
+from factories import digits_config  # tests/factories.py
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -151,12 +152,9 @@ def _sim_cfg(name: str, max_lag_s: float | None, batch: int = 8, buffer: str = "
     algorithm = {"name": "ddl", "batch": {"policy": "fixed", "size": batch}, "buffer": buffer}
     if max_lag_s is not None:
         algorithm["max_lag_s"] = max_lag_s
-    return validate_dict({
-        "name": name, "seed": 0, "data": {"dataset": "digits"},
-        "devices": {"count": 2, "rates": {"distribution": "constant", "rate": 2000},
-                    "compute": {"base_s": 0.02, "per_sample_s": 0.0}},
-        "model": {"name": "mlp"}, "optim": {"lr": 0.05}, "algorithm": algorithm,
-        "stop": {"max_steps": 150, "max_time_s": None, "target_accuracy": None}, "eval": {"every_s": 100}})
+    return validate_dict(digits_config(
+        name, rate=2000, compute={"base_s": 0.02, "per_sample_s": 0.0}, momentum=None, algorithm=algorithm,
+        max_steps=150, max_time_s=None, eval_s=100))
 
 
 def _steps(run_dir) -> list[dict]:

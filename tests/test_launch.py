@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import factories
 import pytest
 import yaml
 
@@ -23,18 +24,9 @@ HANG_S = 240  # a whole run, start-up of three Python processes with torch on a 
 
 
 def write_cfg(path: Path, name: str, *, max_steps: int, max_time_s: float = 120, every_steps: int | None = None) -> Path:
-    cfg = {"name": name, "seed": 0,
-           "data": {"dataset": "digits", "partition": "iid"},
-           "devices": {"count": 2, "rates": {"distribution": "constant", "rate": 200}},
-           "model": {"name": "mlp"},
-           "optim": {"lr": 0.05, "momentum": 0.9},
-           "algorithm": {"name": "ddl", "batch": {"policy": "fixed", "size": 16}, "buffer": "truncate"},
-           "stop": {"target_accuracy": None, "max_time_s": max_time_s, "max_steps": max_steps},
-           "eval": {"every_s": 1}}
-    if every_steps is not None:
-        cfg["checkpoint"] = {"every_steps": every_steps}
-    path.write_text(yaml.safe_dump(cfg))
-    return path
+    """The fault tests' local run (tests/factories.py) with buffers that truncate."""
+    return factories.write_cfg(path, name, max_steps=max_steps, max_time_s=max_time_s, every_steps=every_steps,
+                               buffer="truncate")
 
 
 def start_run(cfg: Path, bootstrap: str, out: Path, *extra: str, new_session: bool = False) -> subprocess.Popen:

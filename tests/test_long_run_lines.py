@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 import torch
-import yaml
+from factories import digits_config, write_config  # tests/factories.py
 from test_faults_run import error_lines, run, start, wait_steps, write_cfg
 from test_faults_trainer import fill_disk
 from test_launch import finish
@@ -159,15 +159,9 @@ def test_a_failed_run_summary_has_the_steps_each_device_reached(bootstrap, run_p
 
 
 def _sim_cfg(tmp_path: Path, name: str, algorithm: str, lr: float, devices: int) -> Path:
-    path = tmp_path / f"{name}.yaml"
-    path.write_text(yaml.safe_dump({
-        "name": name, "seed": 0, "data": {"dataset": "digits", "partition": "iid"},
-        "devices": {"count": devices, "rates": {"distribution": "constant", "rate": 200},
-                    "compute": {"base_s": 0.01, "per_sample_s": 0.001}},
-        "model": {"name": "mlp"}, "optim": {"lr": lr, "momentum": 0.0},
-        "algorithm": {"name": algorithm, "batch": {"policy": "fixed", "size": 16}},
-        "stop": {"target_accuracy": None, "max_time_s": 30, "max_steps": 60}, "eval": {"every_s": 1}}))
-    return path
+    return write_config(tmp_path / f"{name}.yaml", digits_config(
+        name, devices=devices, compute={"base_s": 0.01, "per_sample_s": 0.001}, partition="iid", lr=lr,
+        momentum=0.0, algorithm=algorithm, max_time_s=30, max_steps=60))
 
 
 def test_a_simulated_run_stops_on_a_non_finite_loss_as_the_real_trainer_does(tmp_path):

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -192,9 +191,7 @@ def test_stop_with_broker_down_prints_acknowledged_summary_then_one_line(tmp_pat
 
 # ---------------------------------------------------------------- 3: Ctrl-C while waiting for a broker
 def _dead_address() -> str:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return f"127.0.0.1:{s.getsockname()[1]}"
+    return f"127.0.0.1:{free_port()}"  # a port nothing listens on
 
 
 def test_sigint_while_waiting_for_a_broker_exits_130_with_one_line(tmp_path):

@@ -20,7 +20,7 @@ from edgestream.runner.plan import RunPlan
 from edgestream.trainer.performer import emulated_sleep
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_sim_engine import BASE, merge, simulate, steps_of  # noqa: E402
+from factories import SIM_BASE, merge, simulate, steps_of  # noqa: E402  (tests/factories.py)
 
 GOOD = {"name": "t", "device": "a test device", "source": "made up for a test",
         "models": {"mlp": {"shape": [1, 8, 8], "seconds": {8: 0.01, 32: 0.02, 128: 0.05}}}}
@@ -135,7 +135,7 @@ def test_curve_by_hand() -> None:
 
 
 def _raw(compute: dict, **over) -> dict:
-    raw = merge(BASE, {"devices": {"count": 2}, **over})
+    raw = merge(SIM_BASE, {"devices": {"count": 2}, **over})
     raw["devices"]["compute"] = compute
     return raw
 

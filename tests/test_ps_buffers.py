@@ -31,8 +31,9 @@ from edgestream.sync.coordinator import Coordinator, ServerContext
 from edgestream.sync.requests import Push
 
 sys.path.insert(0, str(Path(__file__).parent))
+from factories import ps_cfg_of as cfg_of  # noqa: E402  (the PS simulator tests' config helpers: tests/factories.py)
+from factories import simulate_records as simulate  # noqa: E402
 from test_ps_kafka import Served  # noqa: E402  (a ParameterServer in a thread)
-from test_ps_sim import cfg_of, simulate  # noqa: E402  (the PS simulator tests' config helpers)
 
 MODEL_SOURCE = textwrap.dedent('''
     import math

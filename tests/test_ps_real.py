@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from factories import digits_config  # tests/factories.py
 
 from edgestream.config import validate_dict
 from edgestream.runner import run_config
@@ -20,14 +21,11 @@ from edgestream.runner import run_config
 
 def _cfg(name: str, algorithm: str, params: dict, *, max_steps: int = 60, seed: int = 1,
          data: dict | None = None) -> object:
-    return validate_dict({
-        "name": name, "seed": seed, "data": data or {"dataset": "digits"},
-        # 1:1:3 compute (worker 2 three times slower), streams fast enough never to starve a worker
-        "devices": {"count": 3, "rates": {"distribution": "constant", "rate": 400},
-                    "compute": {"static": [1.0, 1.0, 3.0]}},
-        "model": {"name": "mlp"}, "optim": {"lr": 0.1, "momentum": 0.0, "weight_decay": 0.0},
-        "algorithm": {"name": algorithm, "params": params, "batch": {"policy": "fixed", "size": 32}},
-        "stop": {"max_steps": max_steps, "max_time_s": 180, "target_accuracy": None}, "eval": {"every_s": 1.0}})
+    # 1:1:3 compute (worker 2 three times slower), streams fast enough never to starve a worker
+    return validate_dict(digits_config(
+        name, seed=seed, devices=3, rate=400, compute={"static": [1.0, 1.0, 3.0]}, lr=0.1, momentum=0.0,
+        weight_decay=0.0, algorithm=algorithm, params=params, batch=32, max_steps=max_steps, max_time_s=180,
+        eval_s=1.0, data=data or {"dataset": "digits"}))
 
 
 def _records(path: Path) -> list[dict]:

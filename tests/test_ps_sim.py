@@ -20,7 +20,6 @@ import pytest
 import torch
 
 from edgestream.config import ConfigError, validate_dict
-from edgestream.metrics import EventLog
 from edgestream.sim.costs import NetworkModel
 from edgestream.sim.engine import SimEngine
 from edgestream.sync import ALGORITHMS
@@ -31,23 +30,12 @@ from edgestream.sync.requests import Log, Now, Poll, Pull, Pulled, Push, Sleep, 
 from edgestream.sync.ssp import SSPCoordinator, ssp_blocks
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_sim_engine import merge, steps_of  # noqa: E402  (the simulator tests' config helpers)
+from factories import PS_SIM_BASE as BASE  # noqa: E402  (the PS simulator tests' config helpers: tests/factories.py)
+from factories import merge, steps_of  # noqa: E402
+from factories import ps_cfg_of as cfg_of  # noqa: E402
+from factories import simulate_records as simulate  # noqa: E402
 
 PS_ALGORITHMS = [n for n, s in ALGORITHMS.items() if s.family == "ps"]
-
-BASE: dict[str, Any] = {
-    "name": "pstest",
-    "seed": 1,
-    "data": {"dataset": "digits"},
-    "model": {"name": "mlp"},
-    "devices": {"count": 3, "rates": {"distribution": "constant", "rate": 5000},
-                "compute": {"base_s": 0.01, "per_sample_s": 0.0005, "static": [1, 1, 3]},
-                "network": {"latency_ms": 1, "bandwidth_mbps": 100}},
-    "optim": {"lr": 0.1, "momentum": 0.0, "weight_decay": 0.0},
-    "algorithm": {"name": "asp", "batch": {"policy": "fixed", "size": 32}},
-    "stop": {"target_accuracy": None, "max_time_s": 6.0, "max_steps": None},
-    "eval": {"every_s": 3.0},
-}
 
 #: algorithm params for the learning run (only those the algorithm's schema names are passed): short
 #: periods so that a few virtual seconds hold many commits / checks
@@ -56,19 +44,6 @@ LEARN_PARAMS: dict[str, dict[str, Any]] = {
     "adacomm-ps": {"tau": 8, "check_every": 2},
     "adsp": {"gamma_s": 1.0, "epoch_s": 3.0, "eval_s": 1.0},
 }
-
-
-def cfg_of(name: str, params: dict | None = None, **over: Any):
-    return validate_dict(merge(BASE, {"algorithm": {"name": name, "params": params or {}}, **over}))
-
-
-def simulate(cfg) -> tuple[SimEngine, list[dict]]:
-    log = EventLog(None, keep=True)
-    engine = SimEngine(cfg, log, progress=False)
-    engine.run()
-    log.close()
-    assert log.records is not None
-    return engine, log.records
 
 
 def dense_bytes(engine: SimEngine) -> int:

@@ -23,7 +23,7 @@ from edgestream.sync.registry import get_algorithm
 from edgestream.sync.requests import Push
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_sim_engine import cfg_of, simulate, steps_of  # noqa: E402
+from factories import cfg_of, simulate, steps_of  # noqa: E402  (the simulator tests' config helpers: tests/factories.py)
 
 
 def ctx_of(name: str, world: int, lr: float = 0.1, momentum: float = 0.0, weight_decay: float = 0.0,

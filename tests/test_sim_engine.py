@@ -6,60 +6,15 @@ exactly repeatable) and short virtual time or few steps.
 
 from __future__ import annotations
 
-import copy
-from typing import Any
-
 import pytest
 import torch
+from factories import cfg_of, merge, simulate, steps_of  # the simulator tests' config helpers (tests/factories.py)
 
 from edgestream.config import validate_dict
 from edgestream.metrics import EventLog, read_events
 from edgestream.sim.engine import SimConfigError, SimEngine
 from edgestream.streams import persist_buffer_size
 from edgestream.sync import ALGORITHMS
-
-BASE: dict[str, Any] = {
-    "name": "simtest",
-    "seed": 3,
-    "data": {"dataset": "digits"},
-    "devices": {"count": 4, "rates": {"distribution": "constant", "rate": 100},
-                "compute": {"base_s": 0.02, "per_sample_s": 0.001},
-                "network": {"latency_ms": 1, "bandwidth_mbps": 100}},
-    "model": {"name": "mlp"},
-    "optim": {"lr": 0.05, "momentum": 0.9, "weight_decay": 0.0},
-    "algorithm": {"name": "ddl", "batch": {"policy": "fixed", "size": 32}, "buffer": "persist"},
-    "stop": {"target_accuracy": None, "max_time_s": None, "max_steps": 10},
-    "eval": {"every_s": 2.0},
-}
-
-
-REPLACED = ("rates", "batch", "compression", "injection")  # sections replaced whole, not merged
-
-
-def merge(base: dict, over: dict) -> dict:
-    out = copy.deepcopy(base)
-    for k, v in over.items():
-        if isinstance(v, dict) and isinstance(out.get(k), dict) and k not in REPLACED:
-            out[k] = merge(out[k], v)
-        else:
-            out[k] = copy.deepcopy(v)
-    return out
-
-
-def cfg_of(**over: Any):
-    return validate_dict(merge(BASE, over))
-
-
-def simulate(cfg, path=None) -> tuple[SimEngine, EventLog]:
-    log = EventLog(path, keep=True)
-    engine = SimEngine(cfg, log)
-    engine.run()
-    log.close()
-    return engine, log
-
-
-def steps_of(events: list[dict], device: int | None = None) -> list[dict]:
-    return [e for e in events if e["kind"] == "step" and (device is None or e["device"] == device)]
 
 
 def test_same_seed_gives_identical_events(tmp_path):

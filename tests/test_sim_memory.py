@@ -14,9 +14,9 @@ import gc
 from typing import Any
 
 import pytest
+from factories import cfg_of  # the simulator tests' config helper (tests/factories.py)
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_sim_engine import cfg_of  # the simulator tests' config helper
 
 from edgestream.metrics import EventLog
 from edgestream.sim.collectives import CollectiveOp, ReduceResult

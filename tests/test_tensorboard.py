@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from factories import digits_config  # tests/factories.py
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from edgestream.config import validate_dict
@@ -17,12 +18,9 @@ F32 = 1e-6  # float32's relative precision (about 6e-8), with room for one round
 
 
 def _cfg(name: str, algorithm: str, devices: int, params: dict | None = None, steps: int = 12) -> object:
-    return validate_dict({
-        "name": name, "seed": 2, "data": {"dataset": "digits"},
-        "devices": {"count": devices, "rates": {"distribution": "uniform", "low": 200, "high": 600}},
-        "model": {"name": "mlp"}, "optim": {"lr": 0.1, "momentum": 0.0},
-        "algorithm": {"name": algorithm, "params": params or {}, "batch": {"policy": "fixed", "size": 16}},
-        "stop": {"max_steps": steps, "max_time_s": 120, "target_accuracy": None}, "eval": {"every_s": 0.2}})
+    return validate_dict(digits_config(
+        name, seed=2, devices=devices, rate={"distribution": "uniform", "low": 200, "high": 600}, lr=0.1,
+        momentum=0.0, algorithm=algorithm, params=params or {}, max_steps=steps, eval_s=0.2))
 
 
 def _read(run_dir: Path) -> EventAccumulator:

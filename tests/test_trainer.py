@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import yaml
+from factories import digits_config, free_port, write_config  # tests/factories.py
 
 from edgestream.config import load_config
 from edgestream.producers.from_plan import stream_producer
@@ -27,22 +26,10 @@ from edgestream.runner.plan import RunPlan
 PY = sys.executable
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _config(tmp_path: Path, name: str, devices: int, algorithm: dict, **extra) -> Path:
-    raw = {"name": name, "seed": 3, "data": {"dataset": "digits"},
-           "devices": {"count": devices, "rates": {"distribution": "constant", "rate": 1500}},
-           "model": {"name": "cnn-small"}, "optim": {"lr": 0.05, "momentum": 0.9, "weight_decay": 0.0},
-           "algorithm": algorithm, "stop": {"max_steps": 16, "max_time_s": 300, "target_accuracy": None},
-           "eval": {"every_s": 1.0}}
-    raw.update(extra)
-    path = tmp_path / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(raw))
-    return path
+    raw = digits_config(name, seed=3, devices=devices, rate=1500, model="cnn-small", weight_decay=0.0,
+                        algorithm=algorithm, max_steps=16, max_time_s=300, eval_s=1.0)
+    return write_config(tmp_path / f"{name}.yaml", {**raw, **extra})
 
 
 def _produce(cfg_path: Path, bootstrap: str, run_id: str, seconds: float) -> None:
@@ -85,7 +72,7 @@ def _train(tmp_path, bootstrap, name, devices, algorithm, produce_s=2.0, **extra
     run_id = f"{os.getpid()}{int(time.time() * 1000) % 10**8}"
     _produce(cfg_path, bootstrap, run_id, produce_s)
     out = tmp_path / "runs"
-    results = _finish(_start(cfg_path, bootstrap, run_id, out, range(devices), devices, _free_port()))
+    results = _finish(_start(cfg_path, bootstrap, run_id, out, range(devices), devices, free_port()))
     for rank, (code, _, err) in enumerate(results):
         assert code == 0, f"rank {rank}: {err[-3000:]}"
     run_dir = out / f"{name}-{algorithm['name']}-{run_id}"
@@ -195,7 +182,7 @@ def test_resume_after_a_kill_trains_no_acked_sample_twice_and_loses_none(bootstr
     out = tmp_path / "runs"
     run_dir = out / f"resume-ddl-{run_id}"
     # slow steps (devices.compute.static 40x) so the kill lands mid-run, after the first checkpoints
-    procs = _start(cfg_path, bootstrap, run_id, out, range(2), 2, _free_port(),
+    procs = _start(cfg_path, bootstrap, run_id, out, range(2), 2, free_port(),
                    args=("--set", "devices.compute.static=[40.0]"))
     deadline = time.monotonic() + 180
     files = [run_dir / "ranks" / f"{r}.jsonl" for r in range(2)]
@@ -209,7 +196,7 @@ def test_resume_after_a_kill_trains_no_acked_sample_twice_and_loses_none(bootstr
     first = [_step_lines([json.loads(x) for x in open(run_dir / "ranks" / f"{r}.jsonl")]) for r in range(2)]
     assert all(len(f) >= 12 for f in first)
     # the same config (a checkpoint is pinned to everything but runtime, stop and eval)
-    results = _finish(_start(cfg_path, bootstrap, run_id, out, range(2), 2, _free_port(),
+    results = _finish(_start(cfg_path, bootstrap, run_id, out, range(2), 2, free_port(),
                              args=("--resume", "--set", "devices.compute.static=[40.0]")))
     assert all(code == 0 for code, _, _ in results), [err[-2000:] for _, _, err in results]
     for r in range(2):
@@ -229,19 +216,17 @@ def test_bad_input_ends_with_one_line(bootstrap, tmp_path):
     cfg_path = _config(tmp_path, "bad", 2, {"name": "ddl", "batch": {"policy": "fixed", "size": 8}})
     out = tmp_path / "runs"
     # a device index outside the config
-    [(code, _, err)] = _finish(_start(cfg_path, bootstrap, "x1", out, [5], 2, _free_port()))
+    [(code, _, err)] = _finish(_start(cfg_path, bootstrap, "x1", out, [5], 2, free_port()))
     assert code != 0 and err.strip().count("\n") == 0 and "RANK=5" in err and "Traceback" not in err
     # an unreachable bootstrap
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        dead = f"127.0.0.1:{s.getsockname()[1]}"
-    [(code, _, err)] = _finish(_start(cfg_path, dead, "x2", out, [0], 2, _free_port(),
+    dead = f"127.0.0.1:{free_port()}"
+    [(code, _, err)] = _finish(_start(cfg_path, dead, "x2", out, [0], 2, free_port(),
                                       args=("--set", "runtime.kafka_outage_s=3")))
     assert code != 0 and err.strip().count("\n") == 0 and dead in err
     assert err.startswith("error: device 0: ") and "runtime.kafka_outage_s" in err, err
     # a missing rendezvous peer
     _produce(cfg_path, bootstrap, "x3", 0.3)
-    port = _free_port()
+    port = free_port()
     [(code, _, err)] = _finish(_start(cfg_path, bootstrap, "x3", out, [0], 2, port,
                                       EDGESTREAM_RENDEZVOUS_TIMEOUT_S=4))
     assert code != 0 and err.strip().count("\n") == 0 and f"127.0.0.1:{port}" in err and "rendezvous" in err

@@ -1,0 +1,61 @@
+"""The `kafka` marker is applied by tests/conftest.py, never by hand: `pytest -m "not kafka"` collects no test that
+uses a broker (the session's `bootstrap`, `cluster`, `cluster_session`, directly or through a fixture built on them,
+a file's own broker fixture, or a broker the test starts itself), and keeps the unit tests.
+
+Collection runs in a subprocess (`pytest --collect-only`) with a probe plugin that writes what was collected."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import KAFKA_FIXTURES, OWN_BROKER_FIXTURES
+
+TESTS = Path(__file__).parent
+
+PROBE = '''
+import json, os
+
+def pytest_collection_finish(session):
+    with open(os.environ["MARKERS_PROBE_OUT"], "w") as f:
+        json.dump({i.nodeid: {"fixtures": sorted(getattr(i, "fixturenames", ())),
+                              "kafka": i.get_closest_marker("kafka") is not None} for i in session.items}, f)
+'''
+
+
+def _collect(tmp_path: Path, marks: str, *paths: str) -> dict[str, dict]:
+    (tmp_path / "markers_probe.py").write_text(PROBE)
+    out = tmp_path / f"collected-{len(list(tmp_path.iterdir()))}.json"
+    env = os.environ | {"MARKERS_PROBE_OUT": str(out), "PYTEST_ADDOPTS": "",
+                        "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                           "-p", "markers_probe", "-m", marks, *paths], cwd=TESTS.parent, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode in (0, 5), proc.stdout[-3000:] + proc.stderr[-3000:]  # 5: nothing selected
+    return json.loads(out.read_text())
+
+
+def test_not_kafka_collects_no_test_that_uses_a_broker(tmp_path):
+    units = _collect(tmp_path, "not kafka", "tests")
+    uses = {n: sorted((KAFKA_FIXTURES | OWN_BROKER_FIXTURES) & set(d["fixtures"])) for n, d in units.items()}
+    assert not {n: f for n, f in uses.items() if f}
+    assert not [n for n, d in units.items() if d["kafka"]]
+    # the unit tests stay: a simulator run, a broker test that needs no broker
+    for unit in ("tests/test_sim_engine.py::test_persist_buffer_follows_eq2",
+                 "tests/test_broker.py::test_unreachable_broker_names_the_address"):
+        assert unit in units
+
+
+def test_tests_that_start_a_broker_of_their_own_are_kafka_tests(tmp_path):
+    kafka = _collect(tmp_path, "kafka", "tests/test_broker.py", "tests/test_kafka_cluster_cli.py")
+    assert {n.split("::")[1] for n in kafka if n.startswith("tests/test_broker.py")} == {
+        "test_produce_consume_restart_keeps_data",  # a LocalBroker it starts
+        "test_two_brokers_side_by_side",            # bootstrap
+        "test_port_in_use_is_named",                # a broker start refused: its port is taken
+        "test_topic_admin_and_run_cleanup",         # bootstrap
+        "test_cli_start_status_stop"}               # `edgestream broker start`
+    assert "tests/test_kafka_cluster_cli.py::test_broker_start_nodes_3_status_stop" in kafka
+    assert all(d["kafka"] for d in kafka.values())
