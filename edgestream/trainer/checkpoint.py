@@ -243,13 +243,10 @@ def agree_checkpoints(run_dir: Path, world: int, *, run: str, pin: str) -> tuple
     killed after the others wrote the step's checkpoint), put back the previous checkpoint (rank<i>.prev.pt)
     of the ranks that are ahead, so every rank holds the newest step all of them have. Returns ({rank: step},
     the ranks put back); CheckpointError (check_checkpoints' line) when no step is common to all."""
-    try:
-        return check_checkpoints(run_dir, world, run=run, pin=pin), []
-    except CheckpointError as exc:
-        if "different steps" not in str(exc):
-            raise
-    held = held_steps(run_dir, world, run=run, pin=pin)
+    held = held_steps(run_dir, world, run=run, pin=pin)  # a current file damaged or foreign: its line
     current = {r: next(iter(h)) for r, h in held.items()}  # the current file's step comes first
+    if len(set(current.values())) == 1:
+        return current, []
     common = set.intersection(*(set(h) for h in held.values()))
     if not common:
         raise CheckpointError(step_disagreement(str(run_dir / "checkpoints"), current,
