@@ -179,8 +179,9 @@ def test_no_child_holds_the_secret_in_its_environment_or_command_line(sasl_boots
     assert code == 0, err  # every child authenticated with the real password: the run trained to its end
     summary = json.loads((run_dir / "summary.json").read_text())
     steps = summary["device_steps"]
-    if algorithm == "ssp":  # the run stops when a worker reaches max_steps; the other is within the bound s
-        assert sorted(steps) == ["0", "1"] and max(steps.values()) == 60 and min(steps.values()) >= 58, steps
+    if algorithm == "ssp":  # the run stops when a worker reaches max_steps; the other is within SSP's bound: the
+        # fastest began its last step at clock 59, allowed while the slowest's clock was >= 59 - s (s = 2)
+        assert sorted(steps) == ["0", "1"] and max(steps.values()) == 60 and min(steps.values()) >= 59 - 2, steps
     else:
         assert steps == {"0": 60, "1": 60}, steps
     assert summary["producer"]["delivered"] > 0 and summary["producer"]["failed"] == 0
