@@ -209,7 +209,7 @@ def test_two_orchestrators_of_one_run_id_never_both_proceed(tmp_path, run_prefix
         def claim(i: int, runs=runs, barrier=barrier, got=got) -> None:
             barrier.wait()
             try:
-                runs[i]._claim()
+                runs[i].claim.take()
                 got[i] = "held"
             except LaunchError as exc:
                 got[i] = exc
@@ -224,7 +224,7 @@ def test_two_orchestrators_of_one_run_id_never_both_proceed(tmp_path, run_prefix
             if g != "held":
                 assert g.code == 2 and f"run {run_prefix}-ddl-x{trial} is held by" in str(g) and f"pid {os.getpid()}" in str(g)
         for r in runs:
-            r._release()
+            r.claim.release()
 
 
 @pytest.mark.timeout(600)

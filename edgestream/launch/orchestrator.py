@@ -26,11 +26,9 @@ ends, the trainers get `--resume` (checkpoint and committed offsets), the rank f
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import signal
-import socket
 import sys
 import threading
 import time
@@ -40,10 +38,13 @@ from pathlib import Path
 from typing import Any
 
 from edgestream import settings
-from edgestream.config import RESUME_MAY_CHANGE
 from edgestream.kafka.lifecycle import cleanup_after_run
 from edgestream.kafka.topic_settings import TOPIC_SETTINGS_ENV
+from edgestream.launch.claim import LOCK_FILE, RunClaim
+from edgestream.launch.errors import LaunchError
 from edgestream.launch.procs import SECRET_ENV, SECRET_FD_ENV, Child, ChildSet, describe_status, tail_lines
+from edgestream.launch.resume import check_resume_checkpoints, resume_target
+from edgestream.launch.run_topics import create_run_topics, record_topics
 from edgestream.launch.tail import JsonlTail, RanksTail
 from edgestream.launch.view import LiveState, View
 from edgestream.producers.status import account, printed_summary
@@ -70,22 +71,8 @@ PRODUCER_STATUS = "producer.status.json"
 BROKER_ATTEMPTS = 3
 #: where an orchestrator of an earlier version left the revealed config (removed when found)
 SECRET_FILE = ".child-config.yaml"
-#: the run's claim: an exclusive flock held for the orchestrator's lifetime (pid, host inside)
-LOCK_FILE = ".orchestrator.lock"
 #: times the orchestrator restarts a parameter server that died before the run ended
 PS_RESTARTS = settings.ps_restarts()
-
-
-class LaunchError(RuntimeError):
-    """A local run could not start or did not finish: `str()` is one line; `detail` the lines that
-    follow it (a child's log tail); `code` the exit status the CLI ends with."""
-
-    def __init__(self, message: str, code: int = 1, detail: list[str] | None = None,
-                 run_dir: Path | None = None) -> None:
-        super().__init__(" ".join(str(message).split()))
-        self.code = code
-        self.detail = detail or []
-        self.run_dir = run_dir
 
 
 def _python() -> str:
@@ -141,57 +128,6 @@ def _secret_masked(cfg: Any) -> list[str]:
     return [k for k, v in cfg.runtime.kafka_client.items() if is_secret_key(k) and v == SECRET_MASK]
 
 
-def _first_difference(a: Any, b: Any, path: str = "") -> str | None:
-    if isinstance(a, dict) and isinstance(b, dict):
-        for k in list(a) + [k for k in b if k not in a]:
-            d = _first_difference(a.get(k), b.get(k), f"{path}.{k}" if path else str(k))
-            if d is not None:
-                return d
-        return None
-    return None if a == b else path
-
-
-def resume_target(resume: Path, plan: Any) -> tuple[Path, str]:
-    """(out, run id) of the run directory `resume`; LaunchError (exit 2) when it is not a local run of
-    this config."""
-    import yaml
-
-    resume = Path(resume)
-    if not (resume / "config.yaml").is_file():
-        raise LaunchError(f"--resume {resume}: not a run directory (no config.yaml)", 2)
-    prefix = plan.run_prefix
-    if not resume.name.startswith(prefix):
-        raise LaunchError(f"--resume {resume}: the folder is not a run of {plan.name!r} with algorithm "
-                          f"{plan.algorithm_name!r} (expected {prefix}<run id>)", 2)
-    run_id = resume.name[len(prefix):]
-    try:
-        check_run_id(run_id)
-    except ValueError as exc:
-        raise LaunchError(f"--resume {resume}: {exc}", 2) from None
-    summary = resume / "summary.json"
-    if summary.is_file():
-        with contextlib.suppress(ValueError, OSError):
-            engine = json.loads(summary.read_text()).get("engine")
-            if engine not in (None, "local"):
-                raise LaunchError(f"--resume {resume}: a run of engine {engine!r}; only local runs resume", 2)
-    from edgestream.config import ConfigError, validate_dict
-
-    try:  # both sides resolved the same way (defaults filled in, secrets masked)
-        old = yaml.safe_load(validate_dict(yaml.safe_load((resume / "config.yaml").read_text())).to_yaml())
-    except (ConfigError, yaml.YAMLError, OSError) as exc:
-        problem = " ".join(str(exc).split())
-        raise LaunchError(f"--resume {resume}: its config.yaml does not load ({problem})", 2) from None
-    new = yaml.safe_load(plan.cfg.to_yaml()) or {}
-    for section in RESUME_MAY_CHANGE:
-        old.pop(section, None)
-        new.pop(section, None)
-    diff = _first_difference(old, new)
-    if diff is not None:
-        raise LaunchError(f"--resume {resume}: the config differs from the run's config.yaml at {diff}; a resumed "
-                          f"run may change only {', '.join(RESUME_MAY_CHANGE)}", 2)
-    return resume.parent, run_id
-
-
 class LocalRun:
     """One local run; `run()` returns (run directory, summary) or raises LaunchError."""
 
@@ -235,8 +171,7 @@ class LocalRun:
         self.ps_family = self.plan.algorithm.family == "ps"
         self.broker = None          # the managed LocalBroker when this run started it
         self.broker_pid: int | None = None
-        self._lock_fd: int | None = None      # the run's claim (LOCK_FILE), held while this LocalRun runs
-        self._created: list[Path] = []        # folders the claim created (removed if the run never started)
+        self.claim = RunClaim(self.path, self.run_name)  # held while this LocalRun runs (launch/claim.py)
         self._secrets: bytes | None = None    # runtime.kafka_client's secret values, for the children's pipe
         self._hold = None                     # this run's mark on the broker (launch/hold.py)
         self._disk_trouble: str | None = None  # a write of the run directory the disk refused
@@ -249,81 +184,9 @@ class LocalRun:
         else:
             self._echo(msg)
 
-    # ------------------------------------------------------------ the run's claim
-    def _claim(self) -> None:
-        """Hold the run: an exclusive, non-blocking flock on `<run dir>/LOCK_FILE`, kept until `_release`.
-        Held by a live orchestrator (of this host, whichever run directory path it was given): LaunchError
-        (exit 2) naming the run and the holder's pid and host. A dead holder's lock is free (the kernel
-        drops a flock with its process), so it is taken over."""
-        missing = [p for p in (self.path, *self.path.parents) if not p.exists()]
-        try:
-            self.path.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise LaunchError(f"cannot create the run directory {self.path}: {exc.strerror}", 1) from None
-        self._created = missing  # deepest first
-        lock = self.path / LOCK_FILE
-        while True:
-            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                holder = self._lock_holder(fd)
-                os.close(fd)
-                self._remove_created()
-                raise LaunchError(f"run {self.run_name} is held by {holder} (lock {lock}); wait for it to end or "
-                                  "stop it", 2) from None
-            try:  # the file we locked may have been removed by a holder that just ended: lock the current one
-                same = os.fstat(fd).st_ino == os.stat(lock).st_ino
-            except FileNotFoundError:
-                same = False
-            if same:
-                break
-            os.close(fd)
-        info = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "run": self.run_name,
-                           "since": time.strftime("%Y-%m-%dT%H:%M:%S")})
-        try:
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, info.encode(), 0)
-        except OSError:
-            pass  # a full disk: the lock holds all the same (the holder is then named without its pid)
-        self._lock_fd = fd
-
-    @staticmethod
-    def _lock_holder(fd: int) -> str:
-        deadline = time.monotonic() + 1.0  # the holder writes its pid just after it took the lock
-        while True:
-            with contextlib.suppress(OSError, ValueError):
-                info = json.loads(os.pread(fd, 4096, 0).decode() or "{}")
-                if info.get("pid"):
-                    return f"another orchestrator (pid {info['pid']} on {info.get('host', '?')}, since " \
-                           f"{info.get('since', '?')})"
-            if time.monotonic() > deadline:
-                return "another orchestrator"
-            time.sleep(0.02)
-
-    def _remove_created(self) -> None:
-        for folder in self._created:  # only while empty: nothing of the run was written
-            with contextlib.suppress(OSError):
-                folder.rmdir()
-        self._created = []
-
-    def _release(self) -> None:
-        """Give the claim up: remove the lock file (while still holding it), then unlock; folders the
-        claim created are removed when the run never wrote anything."""
-        if self._hold is not None:
-            self._hold.close()
-            self._hold = None
-        if self._lock_fd is None:
-            return
-        with contextlib.suppress(OSError):
-            (self.path / LOCK_FILE).unlink()
-        os.close(self._lock_fd)
-        self._lock_fd = None
-        self._remove_created()
-
     def _check_fresh(self) -> None:
-        if self.resumed:  # another live orchestrator of this run was refused by the claim (`_claim`)
-            self._check_checkpoints()
+        if self.resumed:  # another live orchestrator of this run was refused by the claim
+            check_resume_checkpoints(self.path, self.plan, self.run_name, self.echo)
             return
         if self.path.exists() and any(p.name != LOCK_FILE for p in self.path.iterdir()):
             raise LaunchError(f"run directory {self.path} exists; continue it with --resume {self.path}, or choose "
@@ -392,106 +255,6 @@ class LocalRun:
             raise LaunchError(f"interrupted while waiting for a Kafka broker at {self.bootstrap}",
                               128 + (signals.signum or signal.SIGINT)) from None
         return self.bootstrap
-
-    def _topics(self) -> None:
-        """Create the run's topics with kafka.topics resolved against the cluster (a resumed run: as its
-        topics.json recorded them), or with create: false check those provisioned (a new run first checks
-        that none exist); an existing topic with other settings, or a missing provisioned one, or Kafka
-        trouble: one line (each)."""
-        from confluent_kafka import KafkaException
-
-        from edgestream.kafka.admin import KafkaUnavailable
-        from edgestream.kafka.external import ExternalTopicError
-        from edgestream.kafka.security import denied
-        from edgestream.kafka.topic_check import TopicMismatch
-        from edgestream.kafka.topic_provision import prepare_run_topics, run_settings
-        from edgestream.kafka.topic_settings import TopicSettingsError
-
-        try:
-            if self.plan.external:  # the streams are the devices' own topics: they must be there as configured
-                self.plan.external_topics(self.bootstrap)
-            self.topic_settings = run_settings(self.cfg.kafka.topics, self.bootstrap, self.plan.security,
-                                               resumed_dir=self.path if self.resumed else None)
-            if not self.resumed:
-                self._check_no_topics()
-            prepare_run_topics(self.bootstrap, self.run_name, self.world, self.plan.security,
-                               settings=self.topic_settings, layout=self.plan.layout(self.run_name, self.bootstrap),
-                               ps=self.ps_family)
-        except TopicSettingsError as exc:
-            raise LaunchError(str(exc), 2) from None
-        except ExternalTopicError as exc:
-            raise LaunchError(exc.lines[0], 2, detail=exc.lines[1:]) from None
-        except TopicMismatch as exc:
-            raise LaunchError(exc.lines[0], 2, detail=exc.lines[1:]) from None
-        except (KafkaUnavailable, KafkaException) as exc:
-            line = denied(exc, self.run_name, self.bootstrap, self.plan.security or {},
-                          create=self.cfg.kafka.topics.create)  # an ACL refuses it: which right, what to do
-            if line is not None:
-                raise LaunchError(line, 1) from None
-            detail = exc.args[0].str() if isinstance(exc, KafkaException) and exc.args and hasattr(
-                exc.args[0], "str") else str(exc)
-            raise LaunchError(f"creating the topics of run {self.run_name} on {self.bootstrap} failed: {detail}",
-                              1) from None
-        if self.topic_settings.warning():  # unreplicated on a cluster of several brokers
-            self.echo(self.topic_settings.warning())
-
-    def _record_topics(self) -> None:
-        """topics.json: the run's topic settings and its topics as the cluster reports them (at the start,
-        and again after the stop, when the producer's and the PS's topics exist too); best effort."""
-        from confluent_kafka import KafkaException
-
-        from edgestream.kafka.topic_provision import record_run_topics
-
-        with contextlib.suppress(KafkaException, OSError):
-            record_run_topics(self.path, self.bootstrap, self.run_name, self.topic_settings, self.plan.security,
-                              timeout=10.0)
-
-    def _check_no_topics(self) -> None:
-        """A new run must not find its topics on the broker already: their samples belong to an earlier
-        run under this id (its run directory elsewhere or deleted), and the trainers would read them; or to
-        a concurrent one, named so while its orchestrator is a live member of the run's hold group (this
-        run directory's lock cannot see an orchestrator of another --out folder; launch/hold.py)."""
-        from edgestream.kafka.admin import list_topics
-        from edgestream.kafka.topic_names import run_topic_prefix
-        from edgestream.launch.hold import hold_group, live_holder
-
-        found = list_topics(self.bootstrap, prefix=run_topic_prefix(self.run_name),
-                            security=self.plan.security)
-        holder = live_holder(self.bootstrap, self.run_name, self.plan.security) if found else None
-        if holder:
-            raise LaunchError(f"run {self.run_name} is held by a concurrent run: {holder} (a live member of consumer "
-                              f"group {hold_group(self.run_name)} on {self.bootstrap}); choose another --run-id, or "
-                              "wait for it to end", 2)
-        if found and self.topic_settings.create:  # create: false runs on the topics an administrator made for it
-            raise LaunchError(f"run {self.run_name} already has topics on {self.bootstrap} ({sorted(found)[0]}, ...): "
-                              "an earlier run used this run id; choose another --run-id (or --resume its run "
-                              "directory)", 2)
-
-    def _check_checkpoints(self) -> None:
-        """A resumed run needs a checkpoint of every rank to continue from."""
-        if not self.plan.checkpoints:
-            raise LaunchError(f"--resume {self.path}: checkpoint.every_steps is null, so the run saved no checkpoint "
-                              "to continue from", 2)
-        missing = [str(r) for r in range(self.world) if not (self.path / "checkpoints" / f"rank{r}.pt").is_file()]
-        if missing:
-            raise LaunchError(f"--resume {self.path}: no checkpoint of rank(s) {', '.join(missing)} in "
-                              f"{self.path / 'checkpoints'} (the run stopped before its first checkpoint)", 2)
-        # every file whole (checksum), of this run, rank and config (identity), and, where the workers
-        # move in lockstep (not the PS family), all at one step: else one line naming the file
-        # (a rank killed after the others wrote a step's checkpoint: those go back to their previous one)
-        from edgestream.trainer.checkpoint import CheckpointError, agree_checkpoints, check_checkpoints, config_pin
-
-        try:
-            if self.ps_family:
-                check_checkpoints(self.path, self.world, run=self.run_name, pin=config_pin(self.cfg), agree=False)
-                return
-            steps, back = agree_checkpoints(self.path, self.world, run=self.run_name, pin=config_pin(self.cfg))
-        except CheckpointError as exc:
-            raise LaunchError(f"--resume: {exc}", 2) from None
-        if back:
-            self.echo(f"--resume: rank(s) {', '.join(map(str, back))} continue from their previous checkpoint at "
-                      f"step {steps[0]}, the newest step every rank's checkpoint holds (a rank stopped before writing "
-                      "the next one); their steps after it are trained again")
 
     def _child_config(self) -> Path:
         """config.yaml (secrets masked): the record, and the file the children read. Secret
@@ -695,11 +458,14 @@ class LocalRun:
 
     # ------------------------------------------------------------ the run
     def run(self) -> tuple[Path, dict]:
-        self._claim()  # one orchestrator per run, for its whole life (the run directory's lock)
+        self.claim.take()  # one orchestrator per run, for its whole life (the run directory's lock)
         try:
             return self._run()
         finally:
-            self._release()
+            if self._hold is not None:
+                self._hold.close()
+                self._hold = None
+            self.claim.release()
             if self.broker is not None:  # the managed broker this run started: after runtime.cleanup
                 self.broker.stop()
 
@@ -718,10 +484,13 @@ class LocalRun:
                 self.children.warm((SECRET_ENV, SECRET_FD_ENV))
                 self._check_fresh()
                 self._connect(signals)
-                self._topics()
+                self.topic_settings = create_run_topics(self.plan, self.bootstrap, self.run_name, self.path,
+                                                        self.resumed)
+                if self.topic_settings.warning():  # unreplicated on a cluster of several brokers
+                    self.echo(self.topic_settings.warning())
                 self.path.mkdir(parents=True, exist_ok=True)
                 (self.path / "ranks").mkdir(exist_ok=True)
-                self._record_topics()
+                record_topics(self.path, self.bootstrap, self.run_name, self.topic_settings, self.plan.security)
                 offsets = record_session(self.path / "ranks", self.world) if self.resumed else {}
                 config_file = self._child_config()
                 if signals.signum is not None:
@@ -759,7 +528,8 @@ class LocalRun:
                 grace = PRODUCER_STOP_S if outcome.kind == "done" else max(GRACE_S, PRODUCER_FLUSH_S + 5.0)
                 producer_summary, killed = self._stop_producer(grace, hurry)
                 outcome.killed += killed
-                self._record_topics()  # with the meta and PS topics the children created
+                # with the meta and PS topics the children created
+                record_topics(self.path, self.bootstrap, self.run_name, self.topic_settings, self.plan.security)
                 outcome.stop_s = time.monotonic() - t_stop
             finally:
                 if view is not None:
