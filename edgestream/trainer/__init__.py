@@ -5,8 +5,8 @@ from edgestream.lazy import lazy_exports
 
 #: public name -> the module that defines it (loaded on first use: the orchestrator needs no torch)
 _EXPORTS = {
-    "DistEnv": "edgestream.trainer.main",
-    "TrainerError": "edgestream.trainer.main",
+    "DistEnv": "edgestream.trainer.meet",
+    "TrainerError": "edgestream.trainer.errors",
     "train": "edgestream.trainer.main",
 }
 __all__ = sorted(_EXPORTS)

@@ -27,15 +27,12 @@ log lines; the peers wait in their collective), then the rank ends with one line
 
 from __future__ import annotations
 
-import errno
 import json
 import logging
 import os
 import signal
-import sys
 import threading
 import time
-from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -48,190 +45,17 @@ from edgestream.consumers.from_plan import eval_data, kafka_dataset
 from edgestream.kafka.admin import KafkaUnavailable
 from edgestream.runner.driver import StepMeter
 from edgestream.trainer.digest import DigestTaker, ParamDigest
+from edgestream.trainer.errors import TrainerError
+from edgestream.trainer.meet import DistEnv, agree_on_step, join_ps, rendezvous
+from edgestream.trainer.ranklog import GuardedEvents, disk_error, setup_logging
 
 log = logging.getLogger("edgestream.trainer")
-
-
-class TrainerError(RuntimeError):
-    """A problem a user can fix; the message is one line naming it."""
-
-
-@dataclass(frozen=True)
-class DistEnv:
-    """The torchrun environment of this process."""
-
-    rank: int
-    world: int
-    master_addr: str
-    master_port: int
-    local_rank: int
-
-    @classmethod
-    def from_environ(cls, devices: int, environ: dict | None = None) -> DistEnv:
-        env = os.environ if environ is None else environ
-
-        def integer(name: str, default: str | None = None) -> int:
-            raw = env.get(name, default)
-            if raw is None:
-                raise TrainerError(f"{name} is not set (edgestream train reads torchrun's RANK, WORLD_SIZE, "
-                                   "MASTER_ADDR, MASTER_PORT)")
-            try:
-                return int(raw)
-            except ValueError:
-                raise TrainerError(f"{name}={raw!r} is not an integer") from None
-
-        rank, world = integer("RANK"), integer("WORLD_SIZE")
-        if world != devices:
-            raise TrainerError(f"WORLD_SIZE={world} but the config has devices.count {devices}: run one trainer "
-                               "per device")
-        if not 0 <= rank < devices:
-            raise TrainerError(f"RANK={rank} is outside the config's devices 0-{devices - 1} (devices.count {devices})")
-        port = integer("MASTER_PORT", "29500")
-        if not 0 < port < 65536:
-            raise TrainerError(f"MASTER_PORT={port} is not a port (1-65535)")
-        return cls(rank, world, env.get("MASTER_ADDR", "127.0.0.1"), port, integer("LOCAL_RANK", "0"))
 
 
 def param_digest(params: list[torch.Tensor]) -> str:
     """A short hash of the parameters' bytes: equal digests = bitwise-identical replicas (now; the step lines
     carry a `ParamDigest`, hashed when the line is written)."""
     return str(ParamDigest(params))
-
-
-class _RankLogHandler(logging.FileHandler):
-    """The rank's log file. A write that fails (a full disk) is remembered in `error` and logging to the
-    file stops, instead of logging's "--- Logging error ---" traceback on stderr: the trainer's own writes
-    then fail too and end it with one line naming the path (`_disk_error`)."""
-
-    error: OSError | None = None
-
-    def emit(self, record: logging.LogRecord) -> None:
-        if self.error is None:
-            super().emit(record)
-
-    def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802 - logging's name
-        exc = sys.exc_info()[1]
-        if isinstance(exc, OSError) and self.error is None:
-            self.error = exc
-            return
-        super().handleError(record)
-
-
-class _GuardedEvents:
-    """The rank's EventLog as the evaluation thread sees it: a write that fails with an OSError (a full
-    disk) is remembered in `error`, not raised in the thread (the training thread's next write names it)."""
-
-    def __init__(self, events: Any) -> None:
-        self._events, self.error = events, None
-
-    def __getattr__(self, name: str) -> Any:
-        attr = getattr(self._events, name)
-        if not callable(attr):
-            return attr
-
-        def call(*args: Any, **kw: Any) -> Any:
-            try:
-                return attr(*args, **kw)
-            except OSError as exc:
-                self.error = self.error or exc
-                return None
-        return call
-
-
-def _disk_error(rank: Any, exc: OSError, where: Path | str) -> str:
-    """One line for a file the trainer could not write: the path (the error's own, else `where`), why, and
-    the device."""
-    path = exc.filename if exc.filename is not None else where
-    why = exc.strerror or type(exc).__name__
-    hint = {errno.ENOSPC: " (the disk is full)", errno.EROFS: " (choose a writable --out)",
-            errno.EACCES: " (choose a writable --out)"}.get(exc.errno, "")
-    return f"device {rank}: cannot write {path}: {why}{hint}"
-
-
-def _setup_logging(path: Path) -> logging.Handler:
-    handler = _RankLogHandler(path)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
-    root = logging.getLogger("edgestream")
-    root.addHandler(handler)
-    root.setLevel(logging.INFO)
-    return handler
-
-
-def _rendezvous(env: DistEnv, placed: Any, requested: str, timeout_s: float, collective_s: float) -> tuple[str, str]:
-    """The env:// rendezvous, where the ranks agree on one backend (edgestream.trainer.backend; `placed`:
-    this rank's gpus.Placement), then init_process_group with it; returns (the backend, the line saying
-    why). A missing peer ends in TrainerError naming the
-    address after `timeout_s`; ranks that cannot agree end in the same one line on every rank. The group's
-    collectives then wait `collective_s` for a peer."""
-    from torch.distributed import rendezvous
-
-    from edgestream.trainer.backend import BackendError, describe, negotiate
-
-    os.environ.update(MASTER_ADDR=env.master_addr, MASTER_PORT=str(env.master_port))
-    try:
-        store, _, _ = next(rendezvous("env://", rank=env.rank, world_size=env.world,
-                                      timeout=timedelta(seconds=timeout_s)))
-        backend, announced = negotiate(store, env.rank, env.world, cuda=placed.cuda, requested=requested,
-                                       timeout_s=timeout_s, gpu=placed.gpu)
-        note = describe(announced, backend)
-        log.info("%s (%s)", note, announced)
-        # every rank has announced itself (negotiate waited `timeout_s` for them), so the group's own
-        # timeout is the collectives' (dist.set_timeout is not in every torch this supports, e.g. 2.11)
-        dist.init_process_group(backend, store=store, rank=env.rank, world_size=env.world,
-                                timeout=timedelta(seconds=collective_s))
-        return backend, note
-    except BackendError as exc:
-        raise TrainerError(f"device {env.rank}: {exc}") from None
-    except Exception as exc:  # noqa: BLE001 - torch raises several kinds (DistStoreError, RuntimeError, ...)
-        detail = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
-        raise TrainerError(f"rendezvous at {env.master_addr}:{env.master_port} failed: not all {env.world} trainers "
-                           f"joined within {timeout_s:.0f} s ({detail})") from None
-
-
-def _agree_on_step(env: DistEnv, step: int, device: torch.device, path: Path) -> None:
-    """All-gather the step each rank's checkpoint holds; TrainerError on every rank when they differ."""
-    from edgestream.trainer.checkpoint import step_disagreement
-
-    mine = torch.tensor([step], dtype=torch.int64, device=device)
-    steps = [torch.zeros_like(mine) for _ in range(env.world)]
-    dist.all_gather(steps, mine)
-    problem = step_disagreement(str(path.parent), {r: int(t.item()) for r, t in enumerate(steps)})
-    if problem:
-        raise TrainerError(f"device {env.rank}: {problem}")
-
-
-def _join_ps(plan: Any, bootstrap: str, run: str, env: DistEnv, model: torch.nn.Module, device: torch.device,
-             stop_event: threading.Event, *, fresh: bool, outage: Any = None) -> Any:
-    """Connect worker `env.rank` to the run's parameter server through Kafka and wait until it answers
-    (a worker started before the PS waits here, logging what it waits for). A fresh worker starts from
-    the PS's current model; a resumed one keeps its checkpoint's."""
-    from confluent_kafka import KafkaException
-
-    from edgestream.kafka.admin import KafkaUnavailable
-    from edgestream.kafka.topic_check import TopicMismatch
-    from edgestream.kafka.topic_settings import TopicSettingsError
-    from edgestream.ps.client import PSClient, PSStopped
-    from edgestream.sync.buffers import floating_buffers
-
-    params = [p for p in model.parameters() if p.requires_grad]
-    try:
-        client = PSClient(bootstrap, run, env.rank, env.world, params, security=plan.security,
-                          stop=stop_event.is_set, device=device,
-                          echo=lambda m: print(m, file=sys.stderr, flush=True),
-                          buffers=floating_buffers(model),  # they travel with pushes and replies
-                          outage=outage,  # the rank's one outage, shared with its readers
-                          topic_settings=lambda: plan.topic_settings(bootstrap))  # kafka.topics, resolved
-        reply = client.join()
-    except (KafkaUnavailable, KafkaException, TopicMismatch, TopicSettingsError) as exc:
-        raise TrainerError(f"device {env.rank}: the parameter server's topics on {bootstrap}: {exc}") from None
-    except PSStopped as exc:
-        raise TrainerError(f"device {env.rank}: {exc}") from None
-    if fresh:
-        with torch.no_grad():
-            for p, t in zip(params, reply.params, strict=True):
-                p.copy_(t.reshape(p.shape))
-        client.set_buffers(reply.buffers)
-    return client
 
 
 def train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: bool = False, digest: bool = True,
@@ -244,7 +68,7 @@ def train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: boo
         return _train(cfg, run_id=run_id, bootstrap=bootstrap, out=out, resume=resume, digest=digest,
                       environ=environ)
     except OSError as exc:
-        raise TrainerError(_disk_error(rank, exc, Path(out))) from None
+        raise TrainerError(disk_error(rank, exc, Path(out))) from None
     except KafkaUnavailable as exc:  # at start-up, or the final checkpoint's commit: the budget ran out
         raise TrainerError(f"device {rank}: {exc}") from None
 
@@ -286,7 +110,7 @@ def _train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: bo
     run_dir = Path(out) / run
     ranks = run_dir / "ranks"
     ranks.mkdir(parents=True, exist_ok=True)
-    handler = _setup_logging(ranks / f"{env.rank}.log")
+    handler = setup_logging(ranks / f"{env.rank}.log")
     try:  # the rank-to-GPU rule; what this rank was told (empty: automatic); the ranks agree at the rendezvous
         placed = device_for(env.local_rank, cfg.runtime.gpus)
         requested = check_requested(settings.backend())
@@ -359,7 +183,7 @@ def _train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: bo
         backend = "kafka-ps"
         write_phase(ranks, env.rank, "joining the parameter server")
         try:
-            ps_client = _join_ps(plan, bootstrap, run, env, model, device, stop_event, fresh=ckpt is None,
+            ps_client = join_ps(plan, bootstrap, run, env, model, device, stop_event, fresh=ckpt is None,
                                  outage=outage)
         except TrainerError:
             dataset.close(wait=False)
@@ -368,10 +192,10 @@ def _train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: bo
         timeout_s = settings.rendezvous_timeout_s()
         write_phase(ranks, env.rank, f"rendezvous of {env.world}")
         try:
-            backend, note = _rendezvous(env, placed, requested, timeout_s,
+            backend, note = rendezvous(env, placed, requested, timeout_s,
                                         collective_timeout_s(cfg.runtime.kafka_outage_s, timeout_s))
             if ckpt is not None:  # every rank resumes from the same step, or none does
-                _agree_on_step(env, int(ckpt["step"]), device if backend == "nccl" else torch.device("cpu"),
+                agree_on_step(env, int(ckpt["step"]), device if backend == "nccl" else torch.device("cpu"),
                                ckpt_file)  # gloo all-gathers host tensors only
         except TrainerError:
             dataset.close(wait=False)
@@ -409,7 +233,7 @@ def _train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: bo
         task = plan.task
         # the test split or eval.path on `device`; eval.holdout: the streams' held-out records, read as they come
         source = eval_data(plan, bootstrap, run, device)
-        evaluation = BackgroundEvaluation(model, source, None, _GuardedEvents(events), stop, plan.eval_every_s,
+        evaluation = BackgroundEvaluation(model, source, None, GuardedEvents(events), stop, plan.eval_every_s,
                                           lock=performer.model_lock, task=task,
                                           on_eval=lambda now, step, value: log.info("eval t=%.1fs step %d %s %.4f",
                                                                                     now, step, task.primary, value))
@@ -491,7 +315,7 @@ def _train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: bo
         raise TrainerError(str(exc)) from None
     except OSError as exc:  # a full or read-only disk under the rank's files
         status = "failed"
-        raise TrainerError(_disk_error(env.rank, exc, ranks)) from None
+        raise TrainerError(disk_error(env.rank, exc, ranks)) from None
     except Exception as exc:  # a peer died or the group broke, or an unexpected error: one line, details in the log
         status = "failed"
         text = " ".join(str(exc).split())
