@@ -57,9 +57,9 @@ demo: jars
 
 # The suite runs on TEST_WORKERS pytest-xdist workers (2: one per core here): one managed broker serves them all
 # (tests/conftest.py) and the files that mostly wait (broker outages, cut-off leaders) start first. conftest marks
-# the tests that should not meet with xdist_group, but xdist 3.8's loadgroup does not apply under pytest 9 (it
-# renames item._nodeid; pytest 9 reads item._id): each worker starts its own 3-node cluster and module fixtures,
-# so tests must not share fixed run names on the one broker.
+# the tests that should not meet with xdist_group (the session's 3-node cluster, the network-namespace hosts, a
+# file's module fixture): loadgroup keeps each group on one worker (xdist 3.8 writes the group where pytest < 9
+# reads an item's id; conftest writes it where pytest 9 does).
 # On 2 cores 4 workers made timing-bound tests fail (a full tmpfs, the netns cluster's start, `topics list`) and
 # took as long. TEST_WORKERS=0 runs it in this process, in file order.
 TEST_WORKERS ?= 2

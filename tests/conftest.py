@@ -137,6 +137,22 @@ def pytest_collection_modifyitems(config, items):
         else:
             continue
         item.add_marker(pytest.mark.xdist_group(group))
+        _group_id(config, item, group)
+
+
+def _group_id(config, item, group: str) -> None:
+    """The "@group" suffix xdist's loadgroup schedules by, on a worker's item id. xdist 3.8 writes it to
+    `item._nodeid`, which pytest 9 no longer reads (its nodeid is `item._id`, a NodeId): under pytest 9 the
+    groups were ignored and every worker started its own 3-node cluster and module fixtures. Here the suffix
+    goes where pytest 9 reads it (pytest < 9: xdist's own hook does it)."""
+    if not hasattr(config, "workerinput") or not getattr(config.option, "loadgroup", False):
+        return
+    node_id = getattr(item, "_id", None)
+    if node_id is None or "@" in str(node_id):
+        return
+    from _pytest.nodeid import NodeId
+
+    item._id = NodeId.parse(f"{node_id}@{group}")
 
 
 def _module_scoped(item, fixture: str) -> bool:
