@@ -50,7 +50,7 @@ def test_a_checkpoint_is_the_state_of_the_moment_it_was_taken(bootstrap: str, tm
     for w in range(world):                   # ... while the PS goes on applying pushes in place
         _push(server, w, 1.0)
     server.offset = 99
-    server._join_checkpoint()
+    server.ckpt_file.join()
     got = torch.load(ps_checkpoint_path(tmp_path), weights_only=True)
     assert got["offset"] == 17 and got["last_push"] == [1] * world
     assert got["coordinator"]["version"] == expected["coordinator"]["version"] == world

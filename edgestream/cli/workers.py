@@ -73,7 +73,7 @@ def ps_cmd(config: Path = typer.Argument(..., help="experiment YAML file (a para
     """Serve the parameter server of run <name>-<algorithm>-RUN_ID through Kafka (workers push to <run>.ps.push, replies
     go to <run>.ps.pull.<i>) until every worker was told to stop. Restarted, it continues from
     checkpoints/ps.pt and replays the pushes after it. Writes ranks/ps.jsonl, ps.log, ps.summary.json."""
-    from edgestream.ps.server import PSError, serve  # lazy: +1.9 s start-up (torch)
+    from edgestream.ps.serve import PSError, serve  # lazy: +1.9 s start-up (torch)
 
     cfg = load(config, set_, notes=False)
     bootstrap = _broker_and_run(cfg, bootstrap, run_id, "the broker the workers reach")

@@ -54,7 +54,6 @@ from __future__ import annotations
 import copy
 import json
 import logging
-import os
 import threading
 import time
 from collections.abc import Mapping
@@ -68,8 +67,13 @@ from edgestream.consumers.from_plan import eval_data
 from edgestream.kafka.admin import KafkaUnavailable
 from edgestream.kafka.outage import Outage
 from edgestream.kafka.outage_calls import WaitLines, call_through
-from edgestream.kafka.topic_check import TopicMismatch
-from edgestream.kafka.topic_settings import TopicSettingsError
+from edgestream.ps.checkpoint import (
+    CHECKPOINT_FORMAT,
+    PSCheckpointFile,
+    PSError,
+    ps_checkpoint_path,
+    read_ps_checkpoint,
+)
 from edgestream.ps.malloc import keep_large_buffers
 from edgestream.ps.transport import (
     Receiver,
@@ -86,18 +90,9 @@ from edgestream.sync.requests import Push
 
 log = logging.getLogger("edgestream.ps")
 
-CHECKPOINT_FORMAT = 1
 #: seconds between the PS's checkpoints (and its stats lines)
 CHECKPOINT_S = settings.ps_checkpoint_s()
 STATS_S = 1.0
-
-
-class PSError(RuntimeError):
-    """A problem a user can fix; one line."""
-
-
-def ps_checkpoint_path(run_dir: Path) -> Path:
-    return Path(run_dir) / "checkpoints" / "ps.pt"
 
 
 def ps_outage(plan: Any, bootstrap: str) -> Outage:
@@ -143,8 +138,7 @@ class ParameterServer:
         self.world = plan.world
         self.stop_event = stop_event or threading.Event()
         self.checkpoint_s = float(checkpoint_s)
-        self._ckpt_thread: threading.Thread | None = None  # a checkpoint being written
-        self._ckpt_error: str | None = None
+        self.ckpt_file = PSCheckpointFile(ps_checkpoint_path(self.run_dir))  # written in the background
         self.model = plan.build_model()
         initial = [p for p in self.model.parameters() if p.requires_grad]
         self.params = initial
@@ -211,55 +205,11 @@ class ParameterServer:
 
     def checkpoint(self, *, wait: bool = False) -> None:
         """Take the state now (a deep copy: consistent with its replay offset whatever is applied after) and
-        write it in a background thread, so the PS goes on serving while the file is written (a 45 MB
-        model took ~200 ms a write on the 2-core box, on every serving thread's clock); with `wait` (at a
-        stop) it is written before this returns. A write still under way is waited for first, so files land
-        in order; a write that failed raises PSError here."""
-        if wait:  # the stop's checkpoint is attempted even after a background write failed
-            try:
-                self._join_checkpoint()
-            except PSError as exc:
-                log.error("%s", exc)
-            self._write_checkpoint(copy.deepcopy(self.state_dict()))
-            return
-        self._join_checkpoint()
-        snap = copy.deepcopy(self.state_dict())
-        self._ckpt_thread = threading.Thread(target=self._write_checkpoint, args=(snap, True), daemon=True,
-                                             name="ps-checkpoint")
-        self._ckpt_thread.start()
-
-    def _write_checkpoint(self, snap: dict[str, Any], background: bool = False) -> None:
-        path = ps_checkpoint_path(self.run_dir)
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(".tmp")
-            torch.save(snap, tmp)
-            os.replace(tmp, path)
-        except Exception as exc:  # noqa: BLE001 - OSError, or torch's RuntimeError on a full disk
-            error = f"{path}: cannot write the PS checkpoint: {type(exc).__name__}: {exc}"
-            if not background:
-                raise PSError(error) from None
-            self._ckpt_error = error
-
-    def _join_checkpoint(self) -> None:
-        if self._ckpt_thread is not None:
-            self._ckpt_thread.join()
-            self._ckpt_thread = None
-        if self._ckpt_error is not None:
-            error, self._ckpt_error = self._ckpt_error, None
-            raise PSError(error)
+        write it (ps/checkpoint.py: in the background, or before this returns with `wait`, at a stop)."""
+        self.ckpt_file.write(copy.deepcopy(self.state_dict()), wait=wait)
 
     def _load(self, path: Path) -> None:
-        try:
-            st = torch.load(path, map_location="cpu", weights_only=True)
-        except Exception as exc:  # noqa: BLE001 - a damaged file: one line naming it
-            raise PSError(f"{path}: not a readable PS checkpoint ({type(exc).__name__}); delete it to start the "
-                          "PS from scratch") from None
-        if not isinstance(st, dict) or st.get("format") != CHECKPOINT_FORMAT:
-            raise PSError(f"{path}: PS checkpoint format {st.get('format') if isinstance(st, dict) else None!r}, "
-                          f"this edgestream reads {CHECKPOINT_FORMAT}")
-        if st.get("run") != self.run_name:
-            raise PSError(f"{path}: a checkpoint of run {st.get('run')!r}, not {self.run_name!r}")
+        st = read_ps_checkpoint(path, self.run_name)
         self.coord.load_state_dict(st["coordinator"])
         self.offset = st["offset"]
         self.last_push = [int(x) for x in st["last_push"]]
@@ -571,47 +521,4 @@ def _plain(v: Any) -> Any:
     return v
 
 
-def serve(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path) -> dict[str, Any]:
-    """The `edgestream ps` process: serve run `<name>-<algorithm>-<run id>` until it stops; returns the summary."""
-    import signal
-
-    from edgestream.kafka.admin import WaitInterrupted, wait_for_broker
-    from edgestream.kafka.outage_calls import wait_until_answers
-    from edgestream.kafka.security import KafkaRefused
-    from edgestream.runner.engines import EngineError
-    from edgestream.runner.plan import RunPlan
-
-    try:
-        plan = RunPlan.resolve(cfg)
-    except EngineError as exc:
-        raise PSError("; ".join(exc.problems)) from None
-    if plan.algorithm.coordinator is None:
-        raise PSError(f"algorithm.name: {plan.algorithm.name!r} is not a parameter-server algorithm; it needs no "
-                      "PS (edgestream train runs it over torch.distributed)")
-    run = plan.run_name(run_id)
-    run_dir = Path(out) / run
-    (run_dir / "ranks").mkdir(parents=True, exist_ok=True)
-    handler = logging.FileHandler(run_dir / "ranks" / "ps.log")
-    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
-    root = logging.getLogger("edgestream")
-    root.addHandler(handler)
-    root.setLevel(logging.INFO)
-    stop_event = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda signum, frame: stop_event.set())
-    try:
-        try:
-            if ps_checkpoint_path(run_dir).exists():  # a restart, maybe while Kafka is away: wait the budget
-                wait_until_answers(bootstrap, ps_outage(plan, bootstrap), plan.security, should_stop=stop_event.is_set)
-            else:
-                wait_for_broker(bootstrap, plan.security, should_stop=stop_event.is_set)
-        except (KafkaUnavailable, KafkaRefused, WaitInterrupted) as exc:
-            raise PSError(str(exc)) from None
-        server = ParameterServer(plan, run, bootstrap, run_dir, stop_event=stop_event)
-        try:
-            return server.run()
-        except (TopicMismatch, TopicSettingsError) as exc:  # its topics exist otherwise (kafka.topics): one line each
-            raise PSError(str(exc)) from None
-    finally:
-        root.removeHandler(handler)
-        handler.close()
+__all__ = ["CHECKPOINT_FORMAT", "PSError", "ParameterServer", "expected_step_s", "ps_checkpoint_path", "ps_outage"]
