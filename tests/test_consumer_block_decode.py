@@ -124,7 +124,7 @@ def _batches(bootstrap: str, run: str, serde: SampleSerde, b: int, count: int, q
     return out, from_block
 
 
-@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(dtype=st.sampled_from(DTYPES), shape=st.sampled_from(SHAPES), target=st.sampled_from(TARGETS),
        normalize=st.sampled_from(["none", "unit", "per-channel"]), b=st.sampled_from([1, 3, 8, 16]),
        batches=st.integers(1, 9), extra=st.integers(0, 5), device=st.sampled_from([None, "cpu"]),

@@ -59,7 +59,7 @@ STATE_VERSION = 1
 #: a block of batches (`KafkaStreamDataset._take_block`): at most this many batches, and at most this many
 #: bytes of decoded samples (the host buffer: uint8 for a GPU, float32 on the host), per block
 BLOCK_BATCHES = 32
-BLOCK_BYTES = 8 * 1024 * 1024
+BLOCK_BYTES = 4 * 1024 * 1024
 
 
 @dataclass
