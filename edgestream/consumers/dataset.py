@@ -60,6 +60,8 @@ STATE_VERSION = 1
 #: bytes of decoded samples (the host buffer: uint8 for a GPU, float32 on the host), per block
 BLOCK_BATCHES = 32
 BLOCK_BYTES = 4 * 1024 * 1024
+#: how long a block waits for the next fetch of samples the broker already holds (`_take_block`)
+BLOCK_WAIT_S = 0.05
 
 
 @dataclass
@@ -294,7 +296,7 @@ class KafkaStreamDataset(IterableDataset):
 
     def _take_block(self, timeout: float | None) -> _Block | None:
         """Several batches at once, when the stream already holds them (a trainer behind its stream: one
-        fetch brings thousands of samples): the whole batches queued (up to `_block_rows`) are taken in one
+        fetch brings thousands of samples): the whole batches in Kafka (up to `_block_rows`) are taken in one
         take, validated and decoded in one C pass into one (pinned, for a GPU) buffer, moved and normalised
         on the device in one copy and one kernel, and handed out one batch at a time as views of the block
         (`_hand_out`), each with its own offsets: a batch is acknowledged -- committed -- only once handed
@@ -306,8 +308,17 @@ class KafkaStreamDataset(IterableDataset):
         if not rows or reader.next_offset < self._no_block_before:
             return None
         b = self.stream.rule.batch_policy.size
-        if reader.queued < rows:  # what librdkafka has fetched already, without waiting
-            reader.fill(0.0, max_messages=rows - reader.queued)
+        # the whole batches already in Kafka (the lag, from the last fetch response: exact on a partition of
+        # its own; on a shared one only what is queued counts) are fetched: librdkafka reads ahead in its
+        # thread, so waiting for samples that are there delays no batch. A fetch that brings nothing in
+        # BLOCK_WAIT_S (offsets without a message, a broker gone) ends the wait: the block is what came
+        want = rows if reader.keep is not None else min(rows, reader.available(reader.high_watermark()) // b * b)
+        if reader.queued < want:
+            t0 = time.monotonic()
+            while reader.queued < want and reader.fill(0.0 if reader.keep is not None else BLOCK_WAIT_S,
+                                                       max_messages=want - reader.queued):
+                if timeout is not None and time.monotonic() - t0 > timeout:
+                    break
         n = min(rows, reader.queued // b * b)
         if n < 2 * b:
             return None
