@@ -18,6 +18,11 @@ committed only on ack, so a crash re-delivers every unacknowledged sample (at-le
 the unacknowledged samples; `commit="async"` is faster and may also re-deliver the last acknowledged
 batches after a crash (duplicates, never losses).
 
+A trainer behind its stream gets its batches from blocks: the whole batches the broker already holds
+are taken, decoded (and on a device moved and normalised) at once and handed out one at a time as views
+of the block (`_take_block`, docs/streaming.md "Blocks of batches"); a batch decoded ahead is committed
+only once handed out and acknowledged.
+
 `state_dict()` / `load_state_dict(state)` (torchdata's StatefulDataLoader convention) hold how far the
 streams were CONSUMED (handed out in batches, acknowledged or not), the step counter and the totals:
 a checkpoint that holds a model trained on a batch also holds a stream position after that batch.
@@ -155,6 +160,7 @@ class KafkaStreamDataset(IterableDataset):
         self._taking: _Taking | None = None  # a batch being taken (its rejected samples being replaced)
         self._block: _Block | None = None    # batches decoded ahead, not all handed out yet
         self._no_block_before = 0            # a block held a rejected message: none before this offset
+        self.block_batches = 0               # batches handed out of blocks (the rest: the one-batch path)
         # runtime.lag_warning_s: one warning when the lag has kept growing this long (None: never)
         self.lag_watch = LagWatch(lag_warning_s) if lag_warning_s is not None else None
         # how far each stream was consumed: the next offset after the last batch handed out
@@ -282,12 +288,14 @@ class KafkaStreamDataset(IterableDataset):
     def _block_rows(self) -> int:
         """How many samples a block of batches may hold (`_take_block`; 0: no block). Blocks are taken only
         where the take sequence decides the same for every batch -- a fixed batch size, a persist buffer, no
-        lag bound -- and for what the serde decodes into a reused buffer (an Affine or no normalisation),
-        without held-out samples."""
+        lag bound -- for samples of the wire format that the serde decodes into a reused buffer (a
+        `SampleSerde` with an Affine or no normalisation; a record decoder of another format, or a callable
+        normalisation, sees its batches one at a time as before), without held-out samples."""
         rule = self.stream.rule
-        policy = rule.batch_policy
+        policy, serde = rule.batch_policy, self.serde
         if (not isinstance(policy, FixedBatch) or not isinstance(rule.buffer_policy, PersistBuffer)
-                or rule.max_lag_s is not None or self.holdout is not None or self.serde._transform is not None):
+                or rule.max_lag_s is not None or self.holdout is not None or type(serde) is not SampleSerde
+                or serde._transform is not None):
             return 0
         spec, b = self.spec, policy.size
         itemsize = 4 if self._decode_on is None and self.normalize is not None else np.dtype(spec.dtype).itemsize
@@ -345,6 +353,7 @@ class KafkaStreamDataset(IterableDataset):
         handed out yet as unread; the block's wait and skipped samples go with its first batch."""
         i = block.handed
         block.handed = i + 1
+        self.block_batches += 1
         part = block.parts[i]
         ahead = (len(block.parts) - i - 1) * block.size
         if not ahead:
