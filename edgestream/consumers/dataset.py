@@ -78,6 +78,7 @@ class _Block:
     size: int
     raw: RawBatch
     lag: int          # own samples unread after the block (its batches not handed out count on top)
+    labels: tuple     # each batch's targets as a tensor: views of the block's (one from_numpy, one split)
     handed: int = 0
 
 
@@ -344,8 +345,10 @@ class KafkaStreamDataset(IterableDataset):
                 self._no_block_before = messages[bad[0][0]].offset() + 1
             if not keep:
                 return None
-        parts = out.split(b)
-        block = self._block = _Block(parts[:keep // b] if keep < n else parts, b, raw, raw.buffer_samples + n - keep)
+        parts, y = out.split(b), out.labels
+        labels = torch.from_numpy(y if y.dtype in (np.int64, np.float32) else y.astype(np.int64)).split(b)
+        whole = keep // b
+        block = self._block = _Block(parts[:whole], b, raw, raw.buffer_samples + n - keep, labels[:whole])
         return block
 
     def _hand_out(self, block: _Block) -> StreamBatch:
@@ -363,7 +366,7 @@ class KafkaStreamDataset(IterableDataset):
         lag, lag_bytes, lag_s = self.stream.backlog_behind(block.lag + ahead, last)
         first = i == 0
         return self._finish([part], raw, raw.wait_s if first else 0.0, raw.dropped if first else 0, 0,
-                            last.offset() + 1, lag, lag_bytes, lag_s, target=block.size)
+                            last.offset() + 1, lag, lag_bytes, lag_s, target=block.size, labels=block.labels[i])
 
     def _give_back(self) -> None:
         """Return the batches of the block not handed out to the stream (`KafkaDeviceStream.untake`)."""
@@ -373,9 +376,10 @@ class KafkaStreamDataset(IterableDataset):
 
     def _finish(self, own: list[DecodedBatch], raw: RawBatch, wait_s: float, dropped: int, dlq: int,
                 next_offset: int, lag: int, lag_bytes: int, lag_s: float | None,
-                target: int | None = None) -> StreamBatch:
+                target: int | None = None, labels: torch.Tensor | None = None) -> StreamBatch:
         """The batch handed out: the own decoded rows `own`, the samples peers injected since the last batch
-        on top; `next_offset` acknowledges it."""
+        on top; `next_offset` acknowledges it. `labels`: the own rows' targets as a tensor already (a block's
+        view), used when no injected rows join them."""
         injected, inj_next = self.channel.receive() if self.channel else ([], None)
         inj, bad_inj = (self._decode(injected, self._inj_rule, self.channel.reader.topic) if injected
                         else (None, 0))
@@ -395,7 +399,8 @@ class KafkaStreamDataset(IterableDataset):
             seq, pt, messages = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64), []
         # (x is on the torch_device already: the serde decoded it there, or on the host for a CPU one)
         # targets: int64 class indices, or float32 float targets (n,) / (n, K), as the serde decoded them
-        yt = torch.from_numpy(y if y.dtype in (np.int64, np.float32) else y.astype(np.int64))
+        yt = (labels if labels is not None and inj is None
+              else torch.from_numpy(y if y.dtype in (np.int64, np.float32) else y.astype(np.int64)))
         if self.pin_memory and torch.cuda.is_available():
             xt, yt = (xt.pin_memory() if xt.device.type == "cpu" else xt), yt.pin_memory()
         n_inj = 0 if inj is None else len(inj)
