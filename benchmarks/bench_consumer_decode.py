@@ -77,6 +77,10 @@ def raw_poll(bootstrap: str, run: str, n: int, per_call: int, group: str = "raw"
     return n / dt
 
 
+#: (batch, normalize) -> per pass, the share of the dataset's batches handed out of blocks of batches
+BLOCK_SHARE: dict[tuple[int, bool], list[float]] = {}
+
+
 def dataset_rate(bootstrap: str, run: str, n: int, batch: int, group: str = "ds", device: str = "cpu",
                  normalize: bool = True) -> float:
     """Samples/s of next_batch + ack over the whole topic; x float32 normalised on `device` (normalize:
@@ -95,16 +99,18 @@ def dataset_rate(bootstrap: str, run: str, n: int, batch: int, group: str = "ds"
     ds.stream = KafkaDeviceStream(bootstrap, run, 0, batch_policy=ds.stream.rule.batch_policy,
                                   buffer_policy=ds.stream.rule.buffer_policy, group=f"{run}.{group}")
     cuda = normalize and torch.device(device).type == "cuda"
-    got, t0 = 0, time.perf_counter()
+    got, k, t0 = 0, 0, time.perf_counter()
     while got < n - batch:
         item = ds.next_batch()
         got += len(item)
+        k += 1
         ds.ack(item)
     if cuda:
         torch.cuda.synchronize()  # the GPU's conversions are part of the pass
     dt = time.perf_counter() - t0
     want = (torch.float32, torch.device(device).type) if normalize else (torch.uint8, "cpu")
     assert (item.x.dtype, item.x.device.type) == want, (item.x.dtype, item.x.device)
+    BLOCK_SHARE.setdefault((batch, normalize), []).append(getattr(ds, "block_batches", 0) / max(1, k))
     ds.close()
     return got / dt
 
@@ -146,6 +152,10 @@ def measure(bootstrap: str, run: str, n: int, batch: int, passes: int, device: s
           f"{row['floor_ratio_median_of_passes']:.3f}); uint8 {row['uint8_ratio']:.3f} / {row['uint8_floor_ratio']:.3f}; "
           f"the floor {row['raw_copy_ratio']:.3f} of the raw poll; the raw poll {row['raw_vs_defaults']:.3f} of "
           "librdkafka's defaults", file=sys.stderr, flush=True)
+    row["block_share"] = {kind: round(float(np.median(BLOCK_SHARE.get((batch, norm), [0.0]))), 3)
+                          for kind, norm in (("float32", True), ("uint8", False))}
+    print(f"batch {batch}: batches handed out of blocks (median of passes): float32 {row['block_share']['float32']:.0%}, "
+          f"uint8 {row['block_share']['uint8']:.0%}", file=sys.stderr, flush=True)
     return row
 
 

@@ -18,6 +18,11 @@ committed only on ack, so a crash re-delivers every unacknowledged sample (at-le
 the unacknowledged samples; `commit="async"` is faster and may also re-deliver the last acknowledged
 batches after a crash (duplicates, never losses).
 
+A trainer behind its stream gets its batches from blocks: the whole batches the broker already holds
+are taken, decoded (and on a device moved and normalised) at once and handed out one at a time as views
+of the block (`_take_block`, docs/streaming.md "Blocks of batches"); a batch decoded ahead is committed
+only once handed out and acknowledged.
+
 `state_dict()` / `load_state_dict(state)` (torchdata's StatefulDataLoader convention) hold how far the
 streams were CONSUMED (handed out in batches, acknowledged or not), the step counter and the totals:
 a checkpoint that holds a model trained on a batch also holds a stream position after that batch.
@@ -29,6 +34,7 @@ the trainer process).
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -50,9 +56,30 @@ from edgestream.kafka.layout import StreamLayout
 from edgestream.kafka.outage import Outage
 from edgestream.streams import build_batch_policy, build_buffer_policy
 from edgestream.streams.lag import LagWatch
+from edgestream.streams.policies import FixedBatch, PersistBuffer
 
 #: version of `KafkaStreamDataset.state_dict()`
 STATE_VERSION = 1
+
+#: a block of batches (`KafkaStreamDataset._take_block`): at most this many batches, and at most this many
+#: bytes of decoded samples (the host buffer: uint8 for a GPU, float32 on the host), per block
+BLOCK_BATCHES = 32
+BLOCK_BYTES = 4 * 1024 * 1024
+#: how long a block waits for the next fetch of samples the broker already holds (`_take_block`)
+BLOCK_WAIT_S = 0.05
+
+
+@dataclass
+class _Block:
+    """Batches decoded ahead in one pass (`KafkaStreamDataset._take_block`): `parts` the batches (views of
+    one decoded block), `handed` how many were handed out, `raw` the block's take."""
+
+    parts: list[DecodedBatch]
+    size: int
+    raw: RawBatch
+    lag: int          # own samples unread after the block (its batches not handed out count on top)
+    labels: tuple     # each batch's targets as a tensor: views of the block's (one from_numpy, one split)
+    handed: int = 0
 
 
 @dataclass
@@ -132,6 +159,9 @@ class KafkaStreamDataset(IterableDataset):
         self.totals = {"samples": 0, "dropped": 0, "injected_in": 0, "injected_out": 0, "injected_bytes": 0,
                        "dlq": 0, "held_out": 0}
         self._taking: _Taking | None = None  # a batch being taken (its rejected samples being replaced)
+        self._block: _Block | None = None    # batches decoded ahead, not all handed out yet
+        self._no_block_before = 0            # a block held a rejected message: none before this offset
+        self.block_batches = 0               # batches handed out of blocks (the rest: the one-batch path)
         # runtime.lag_warning_s: one warning when the lag has kept growing this long (None: never)
         self.lag_watch = LagWatch(lag_warning_s) if lag_warning_s is not None else None
         # how far each stream was consumed: the next offset after the last batch handed out
@@ -212,12 +242,21 @@ class KafkaStreamDataset(IterableDataset):
         (`dlq`) and acknowledged with the batch (its `next_offset` lies past them). A take that times out
         part-way is continued by the next call. Injected samples (from peers) come on top of the own ones.
         So a batch is empty only when the algorithm asked for zero samples (`size=0`)."""
+        block = self._block
+        if block is not None:
+            if size is None or size == block.size:
+                return self._hand_out(block)
+            self._give_back()  # another size: the batches decoded ahead go back to the stream, untouched
         deadline = None if self.timeout is None else time.monotonic() + self.timeout
 
         def left() -> float | None:
             return None if deadline is None else max(0.0, deadline - time.monotonic())
 
         taking = self._taking
+        if taking is None and size is None:
+            block = self._take_block(left())
+            if block is not None:
+                return self._hand_out(block)
         if taking is None:
             raw = self.stream.take(timeout=left(), size=size)
             if raw is None:
@@ -240,7 +279,107 @@ class KafkaStreamDataset(IterableDataset):
             if need == 0 and taking.valid == valid:  # `available`: what is buffered brought nothing valid
                 break
         self._taking = None
-        raw, own = taking.raw, taking.parts
+        raw = taking.raw
+        # what is left unread: the consumer lag (after the top-ups: read again), past the rejected messages
+        lag, lag_bytes, lag_s = (self.stream.backlog() if taking.topped_up
+                                 else (raw.buffer_samples, raw.buffer_bytes, raw.lag_s))
+        return self._finish(taking.parts, raw, taking.wait_s, raw.dropped, taking.dlq,
+                            self.stream.reader.next_offset, lag, lag_bytes, lag_s)
+
+    def _block_rows(self) -> int:
+        """How many samples a block of batches may hold (`_take_block`; 0: no block). Blocks are taken only
+        where the take sequence decides the same for every batch -- a fixed batch size, a persist buffer, no
+        lag bound -- for samples of the wire format that the serde decodes into a reused buffer (a
+        `SampleSerde` with an Affine or no normalisation; a record decoder of another format, or a callable
+        normalisation, sees its batches one at a time as before), without held-out samples."""
+        rule = self.stream.rule
+        policy, serde = rule.batch_policy, self.serde
+        if (not isinstance(policy, FixedBatch) or not isinstance(rule.buffer_policy, PersistBuffer)
+                or rule.max_lag_s is not None or self.holdout is not None or type(serde) is not SampleSerde
+                or serde._transform is not None):
+            return 0
+        spec, b = self.spec, policy.size
+        itemsize = 4 if self._decode_on is None and self.normalize is not None else np.dtype(spec.dtype).itemsize
+        k = min(BLOCK_BATCHES, BLOCK_BYTES // max(1, b * math.prod(spec.shape) * itemsize))
+        return k * b if k >= 2 and b > 0 else 0
+
+    def _take_block(self, timeout: float | None) -> _Block | None:
+        """Several batches at once, when the stream already holds them (a trainer behind its stream: one
+        fetch brings thousands of samples): the whole batches in Kafka (up to `_block_rows`) are taken in one
+        take, validated and decoded in one C pass into one (pinned, for a GPU) buffer, moved and normalised
+        on the device in one copy and one kernel, and handed out one batch at a time as views of the block
+        (`_hand_out`), each with its own offsets: a batch is acknowledged -- committed -- only once handed
+        out. None when fewer than two batches are there (a slow stream: the one-batch path). A rejected
+        message ends the block before its batch: the one-batch path takes that batch (the DLQ, the
+        replacements), and blocks go on after the message."""
+        rows = self._block_rows()
+        reader = self.stream.reader
+        if not rows or reader.next_offset < self._no_block_before:
+            return None
+        b = self.stream.rule.batch_policy.size
+        # the whole batches already in Kafka (the lag, from the last fetch response: exact on a partition of
+        # its own; on a shared one only what is queued counts) are fetched: librdkafka reads ahead in its
+        # thread, so waiting for samples that are there delays no batch. A fetch that brings nothing in
+        # BLOCK_WAIT_S (offsets without a message, a broker gone) ends the wait: the block is what came
+        want = rows if reader.keep is not None else min(rows, reader.available(reader.high_watermark()) // b * b)
+        if reader.queued < want:
+            t0 = time.monotonic()
+            while reader.queued < want and reader.fill(0.0 if reader.keep is not None else BLOCK_WAIT_S,
+                                                       max_messages=want - reader.queued):
+                if timeout is not None and time.monotonic() - t0 > timeout:
+                    break
+        n = min(rows, reader.queued // b * b)
+        if n < 2 * b:
+            return None
+        raw = self.stream.take(timeout=timeout, size=n)
+        if raw is None:
+            return None
+        messages = raw.messages
+        out, bad = self.serde.decode(messages, self._own_rule, self._decode_on)
+        # a rejected message: the whole batches before it are the block; the rest goes back, and the batch
+        # with the message is taken by the one-batch path (the DLQ, the replacements), blocks again after it
+        keep = 0 if out is None else bad[0][0] // b * b if bad else n
+        if keep < n:
+            self.stream.untake(messages[keep:])
+            if bad:
+                self._no_block_before = messages[bad[0][0]].offset() + 1
+            if not keep:
+                return None
+        parts, y = out.split(b), out.labels
+        labels = torch.from_numpy(y if y.dtype in (np.int64, np.float32) else y.astype(np.int64)).split(b)
+        whole = keep // b
+        block = self._block = _Block(parts[:whole], b, raw, raw.buffer_samples + n - keep, labels[:whole])
+        return block
+
+    def _hand_out(self, block: _Block) -> StreamBatch:
+        """The next batch of `block` (views of its decoded samples). Its lag counts the block's batches not
+        handed out yet as unread; the block's wait and skipped samples go with its first batch."""
+        i = block.handed
+        block.handed = i + 1
+        self.block_batches += 1
+        part = block.parts[i]
+        ahead = (len(block.parts) - i - 1) * block.size
+        if not ahead:
+            self._block = None
+        raw = block.raw
+        last = part.accepted[-1]
+        lag, lag_bytes, lag_s = self.stream.backlog_behind(block.lag + ahead, last)
+        first = i == 0
+        return self._finish([part], raw, raw.wait_s if first else 0.0, raw.dropped if first else 0, 0,
+                            last.offset() + 1, lag, lag_bytes, lag_s, target=block.size, labels=block.labels[i])
+
+    def _give_back(self) -> None:
+        """Return the batches of the block not handed out to the stream (`KafkaDeviceStream.untake`)."""
+        block, self._block = self._block, None
+        if block is not None and block.handed < len(block.parts):
+            self.stream.untake([m for p in block.parts[block.handed:] for m in p.accepted])
+
+    def _finish(self, own: list[DecodedBatch], raw: RawBatch, wait_s: float, dropped: int, dlq: int,
+                next_offset: int, lag: int, lag_bytes: int, lag_s: float | None,
+                target: int | None = None, labels: torch.Tensor | None = None) -> StreamBatch:
+        """The batch handed out: the own decoded rows `own`, the samples peers injected since the last batch
+        on top; `next_offset` acknowledges it. `labels`: the own rows' targets as a tensor already (a block's
+        view), used when no injected rows join them."""
         injected, inj_next = self.channel.receive() if self.channel else ([], None)
         inj, bad_inj = (self._decode(injected, self._inj_rule, self.channel.reader.topic) if injected
                         else (None, 0))
@@ -258,24 +397,20 @@ class KafkaStreamDataset(IterableDataset):
             xt = torch.zeros((0, *self.spec.shape), device=self.torch_device)
             y, src = self.spec.empty_targets(), np.zeros(0, dtype=np.int64)
             seq, pt, messages = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64), []
-        if self.torch_device is not None:  # decoded there already, or a CPU torch_device (then a no-op)
-            xt = xt.to(self.torch_device, non_blocking=True)
+        # (x is on the torch_device already: the serde decoded it there, or on the host for a CPU one)
         # targets: int64 class indices, or float32 float targets (n,) / (n, K), as the serde decoded them
-        yt = torch.from_numpy(y if y.dtype in (np.int64, np.float32) else y.astype(np.int64))
+        yt = (labels if labels is not None and inj is None
+              else torch.from_numpy(y if y.dtype in (np.int64, np.float32) else y.astype(np.int64)))
         if self.pin_memory and torch.cuda.is_available():
             xt, yt = (xt.pin_memory() if xt.device.type == "cpu" else xt), yt.pin_memory()
         n_inj = 0 if inj is None else len(inj)
-        # what is left unread: the consumer lag (after the top-ups: read again), past the rejected messages
-        next_offset = self.stream.reader.next_offset
-        lag, lag_bytes, lag_s = (self.stream.backlog() if taking.topped_up
-                                 else (raw.buffer_samples, raw.buffer_bytes, raw.lag_s))
         batch = StreamBatch(
             x=xt, labels=yt, devices=src if src.dtype == np.int64 else src.astype(np.int64),
             # seqs: uint64 on the wire, int64 here (the same bits below 2**63: a view, not a copy)
             seqs=seq.view(np.int64) if seq.dtype == np.uint64 else np.asarray(seq, dtype=np.int64),
             produce_times=pt if pt.dtype == np.float64 else pt.astype(np.float64), device=self.device, step=self.step,
-            target=raw.target, wait_s=taking.wait_s, rate=raw.rate, dropped=raw.dropped, injected=n_inj,
-            dlq=taking.dlq + bad_inj, buffer_samples=lag, buffer_bytes=lag_bytes, lag_s=lag_s,
+            target=raw.target if target is None else target, wait_s=wait_s, rate=raw.rate, dropped=dropped,
+            injected=n_inj, dlq=dlq + bad_inj, buffer_samples=lag, buffer_bytes=lag_bytes, lag_s=lag_s,
             next_offset=next_offset, inj_next_offset=inj_next, messages=messages,
             lag_warning=self._lag_warning(lag, lag_s))
         self._consumed = {"dev": next_offset, "inj": inj_next if inj_next is not None else self._consumed["inj"]}
@@ -324,7 +459,8 @@ class KafkaStreamDataset(IterableDataset):
             raise ValueError(f"stream state version {version}; this edgestream reads version {STATE_VERSION}")
         if device != self.device:
             raise ValueError(f"the stream state is device {device}'s; this dataset is device {self.device}'s")
-        self._taking = None  # a batch being taken is dropped with the queue: re-read from `dev`
+        self._taking = self._block = None  # a batch being taken, or decoded ahead, is dropped with the queue
+        self._no_block_before = 0
         self.stream.seek(dev)
         if self.channel is not None and inj is not None:
             self.channel.reader.seek(int(inj))

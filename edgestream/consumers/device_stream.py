@@ -356,6 +356,20 @@ class PartitionReader:
             self.next_offset = taken[-1].offset() + 1
         return taken
 
+    def untake(self, messages: list[Message]) -> None:
+        """Put back `messages`, the newest ones `take` returned (oldest first), none of them handed out: the
+        queue and the read position are as before they were taken (a consumer that read ahead of its
+        batches and then needs them otherwise: KafkaStreamDataset's block of batches)."""
+        if not messages:
+            return
+        chunks = self._chunks
+        if self._head:
+            chunks[0] = chunks[0][self._head:]
+            self._head = 0
+        chunks.appendleft(messages)
+        self.queued += len(messages)
+        self.next_offset = messages[0].offset()
+
     def take_all(self) -> list[Message]:
         return self.take(self.queued)
 

@@ -170,6 +170,22 @@ class KafkaDeviceStream:
                 self._last_ts = ts / 1000.0
         return messages
 
+    def untake(self, messages: list[Message]) -> None:
+        """Put back `messages`, the newest taken and none of them handed out (PartitionReader.untake): a
+        block of batches taken ahead (KafkaStreamDataset) that is not handed out as taken."""
+        self.reader.untake(messages)
+
+    def backlog_behind(self, lag: int, last: Message) -> tuple[int, int, float | None]:
+        """(samples, estimated bytes, seconds of data) of a backlog of `lag` unread samples after `last`, the
+        newest sample handed out (a batch of a block taken ahead: the samples taken after it count as
+        unread): the lag of `_backlog`, its seconds the age of `last`."""
+        if not lag:
+            return 0, 0, 0.0
+        kind, ts = last.timestamp()
+        age = max(0.0, time.time() - ts / 1000.0) if kind != TIMESTAMP_NOT_AVAILABLE and ts >= 0 \
+            else self.oldest_age_s()
+        return lag, int(lag * self._avg_msg_bytes), age
+
     def _backlog(self, high: int) -> tuple[int, int, float | None]:
         lag = self.reader.available(high)
         return lag, int(lag * self._avg_msg_bytes), (self.oldest_age_s() if lag else 0.0)

@@ -40,6 +40,10 @@
  *   Returns -1 when every value passed, else the index of the first that did not (then `out` and the
  *   fields are partly written: the caller discards them and checks the values one by one). Little-
  *   endian hosts only (the header fields are read in place); elsewhere the module has no `gather`.
+ *   The values are read in pieces of about GATHER_PIECE_BYTES (each Kafka message's value() is a fresh
+ *   copy of its bytes): a piece's copies are made, read while they are still in the cache and freed
+ *   before the next piece's are made, so a block of many batches costs per sample what one batch does
+ *   (holding every copy of a 4 MB block made the allocator fault fresh pages in: 3x slower a sample).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -50,6 +54,8 @@
 #endif
 
 #define HEADER_SIZE 48
+/* gather: the values held (and their copies alive) at a time, in bytes: about the L2 cache of a core */
+#define GATHER_PIECE_BYTES (256 * 1024)
 
 static PyObject *value_name; /* "value": the method of a Kafka message that returns its bytes */
 
@@ -234,62 +240,78 @@ static PyObject *gather(PyObject *self, PyObject *args) {
             goto done;
         used[k] = 1;
     }
-    items = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(PyObject *));
+    Py_ssize_t piece = length > 0 ? GATHER_PIECE_BYTES / length : n;
+    if (piece < 1)
+        piece = 1;
+    if (piece > n)
+        piece = n;
+    items = PyMem_Malloc((size_t)(piece ? piece : 1) * sizeof(PyObject *));
     if (items == NULL) {
         PyErr_NoMemory();
         goto done;
     }
     Py_ssize_t bad = -1;
-    for (; held < n; held++) {
-        PyObject *v = PyList_GET_ITEM(values, held);
-        if (PyBytes_Check(v)) {
-            Py_INCREF(v); /* the list may change while the GIL is released; the bytes stay alive */
-        } else { /* a Kafka message: its value() (a new reference) */
-            v = PyObject_CallMethodNoArgs(v, value_name);
-            if (v == NULL)
-                goto done;
+    const float *s = affine ? (const float *)bufs[0].buf : NULL, *b = affine ? (const float *)bufs[1].buf : NULL;
+    int64_t *lab = (int64_t *)bufs[3].buf, *dev = (int64_t *)bufs[4].buf;
+    uint64_t *seq = (uint64_t *)bufs[5].buf;
+    double *tim = (double *)bufs[6].buf;
+    for (Py_ssize_t start = 0; start < n && bad < 0; start += piece) {
+        const Py_ssize_t end = start + piece < n ? start + piece : n;
+        if (PyList_GET_SIZE(values) < end) {
+            PyErr_SetString(PyExc_RuntimeError, "gather: the list of values changed");
+            goto done;
         }
-        if (!PyBytes_Check(v) || PyBytes_GET_SIZE(v) != length || memcmp(PyBytes_AS_STRING(v), ref, ref_len)) {
-            Py_DECREF(v);
-            bad = held;
-            break;
-        }
-        items[held] = v;
-    }
-    if (bad < 0) { /* every item held: fields, checks, payload */
-        int64_t *lab = (int64_t *)bufs[3].buf, *dev = (int64_t *)bufs[4].buf;
-        uint64_t *seq = (uint64_t *)bufs[5].buf;
-        double *tim = (double *)bufs[6].buf;
-        Py_BEGIN_ALLOW_THREADS
-        for (Py_ssize_t i = 0; i < n; i++) {
-            const uint8_t *src = (const uint8_t *)PyBytes_AS_STRING(items[i]);
-            int32_t label;
-            uint32_t device;
-            read_fields(src, &label, &device, &seq[i], &tim[i]);
-            lab[i] = label;
-            dev[i] = device;
-            if (label < lab_lo || label >= lab_hi || (long long)device < dev_lo || (long long)device >= dev_hi) {
+        for (Py_ssize_t i = start; i < end; i++) {
+            PyObject *v = PyList_GET_ITEM(values, i);
+            if (PyBytes_Check(v)) {
+                Py_INCREF(v); /* the list may change while the GIL is released; the bytes stay alive */
+            } else { /* a Kafka message: its value() (a new reference) */
+                v = PyObject_CallMethodNoArgs(v, value_name);
+                if (v == NULL)
+                    goto done;
+            }
+            if (!PyBytes_Check(v) || PyBytes_GET_SIZE(v) != length || memcmp(PyBytes_AS_STRING(v), ref, ref_len)) {
+                Py_DECREF(v);
                 bad = i;
                 break;
             }
-            const uint8_t *p = src + header_size;
-            if (tbytes)
-                memcpy((uint8_t *)bufs[7].buf + i * tbytes, p + payload, (size_t)tbytes);
-            if (!affine) {
-                memcpy((uint8_t *)bufs[2].buf + i * payload, p, (size_t)payload);
-                continue;
-            }
-            const float *s = (const float *)bufs[0].buf, *b = (const float *)bufs[1].buf;
-            float *dst = (float *)bufs[2].buf + i * payload;
-            for (Py_ssize_t c = 0; c < channels; c++)
-                affine_row(p + c * plane, dst + c * plane, plane, s[c], b[c], stream);
+            items[held++] = v;
         }
-#if defined(__SSE2__)
-        if (stream)
-            _mm_sfence(); /* the streamed stores are visible before the batch is handed out */
-#endif
-        Py_END_ALLOW_THREADS
+        if (bad < 0) { /* every item of the piece held: fields, checks, payload */
+            Py_BEGIN_ALLOW_THREADS
+            for (Py_ssize_t k = 0; k < held; k++) {
+                const Py_ssize_t i = start + k;
+                const uint8_t *src = (const uint8_t *)PyBytes_AS_STRING(items[k]);
+                int32_t label;
+                uint32_t device;
+                read_fields(src, &label, &device, &seq[i], &tim[i]);
+                lab[i] = label;
+                dev[i] = device;
+                if (label < lab_lo || label >= lab_hi || (long long)device < dev_lo || (long long)device >= dev_hi) {
+                    bad = i;
+                    break;
+                }
+                const uint8_t *p = src + header_size;
+                if (tbytes)
+                    memcpy((uint8_t *)bufs[7].buf + i * tbytes, p + payload, (size_t)tbytes);
+                if (!affine) {
+                    memcpy((uint8_t *)bufs[2].buf + i * payload, p, (size_t)payload);
+                    continue;
+                }
+                float *dst = (float *)bufs[2].buf + i * payload;
+                for (Py_ssize_t c = 0; c < channels; c++)
+                    affine_row(p + c * plane, dst + c * plane, plane, s[c], b[c], stream);
+            }
+            Py_END_ALLOW_THREADS
+        }
+        for (Py_ssize_t k = 0; k < held; k++)
+            Py_DECREF(items[k]);
+        held = 0;
     }
+#if defined(__SSE2__)
+    if (stream)
+        _mm_sfence(); /* the streamed stores are visible before the batch is handed out */
+#endif
     result = PyLong_FromSsize_t(bad);
 done:
     for (Py_ssize_t i = 0; i < held; i++)

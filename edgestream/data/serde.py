@@ -72,6 +72,18 @@ class DecodedBatch:
     def __len__(self) -> int:
         return len(self.labels)
 
+    def split(self, size: int) -> list[DecodedBatch]:
+        """Consecutive batches of `size` rows (the last one shorter when `size` does not divide the rows),
+        each a view of this batch: `x` a torch tensor (a view of this one's memory, on its device), the
+        other fields numpy views, `accepted` a list slice. One torch call for all of them (`Tensor.split`)."""
+        import torch
+
+        x = self.x if isinstance(self.x, torch.Tensor) else torch.from_numpy(self.x)
+        y, d, s, t, a = self.labels, self.devices, self.seqs, self.produce_times, self.accepted
+        return [DecodedBatch(xi, y[lo:lo + size], d[lo:lo + size], s[lo:lo + size], t[lo:lo + size],
+                             a[lo:lo + size])
+                for xi, lo in zip(x.split(size), range(0, len(y), size), strict=True)]
+
 
 class SampleSerde:
     """Serializer/deserializer of one run's samples: its `SampleSpec` (dtype, shape, target) and
