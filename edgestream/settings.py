@@ -5,8 +5,9 @@ hand-overs from the orchestrator to its children, timings of the local engine, t
 `Setting` (name, default, what is allowed, what it means; `table()` is docs/settings.md) with an accessor
 below that reads the environment when it is called -- never at import: the fork server
 (edgestream/forkserver.py) imports modules before a child's environment is in place. The few values a module
-keeps from its own import (launch/orchestrator.py's timings, ps/server.py's checkpoint period) call their
-accessor there, in modules the fork server does not preload (tests/test_forkserver.py).
+keeps from its own import (the local engine's timings in launch/run_children.py and launch/watch.py, ps/server.py's
+checkpoint period) call their accessor there, in modules the fork server does not preload
+(tests/test_forkserver.py).
 
 A value that is not allowed raises `SettingError` (a ValueError), one line naming the variable and what is
 allowed -- except where the domain owns the check and its error: EDGESTREAM_BACKEND and EDGESTREAM_DEVICE
@@ -118,14 +119,14 @@ TEST_FAIL_AT_STEP = _setting(
 LAUNCH_GRACE_S = _setting(
     "EDGESTREAM_LAUNCH_GRACE_S", "10", "a number of seconds",
     "how long a child has after SIGTERM before SIGKILL (the producer's flush time follows from it)",
-    "at import of launch/orchestrator.py")
+    "at import of launch/run_children.py")
 LAUNCH_STRAGGLER_S = _setting(
     "EDGESTREAM_LAUNCH_STRAGGLER_S", "120", "a number of seconds",
     "how long after the first trainer finished the others may still run before the run fails",
-    "at import of launch/orchestrator.py")
+    "at import of launch/watch.py")
 PS_RESTARTS = _setting(
     "EDGESTREAM_PS_RESTARTS", "3", "an integer",
-    "how many times the local engine restarts a parameter server that failed", "at import of launch/orchestrator.py")
+    "how many times the local engine restarts a parameter server that failed", "at import of launch/run_children.py")
 KAFKA_SECRETS_FD = _setting(
     "EDGESTREAM_KAFKA_SECRETS_FD", "unset", "the number of a file descriptor open for reading",
     "the runtime.kafka_client secrets (a JSON object) on an inherited pipe or file: read to its end, closed, "
