@@ -27,12 +27,16 @@ def _clean(v):
         return v
     if isinstance(v, float):
         return None if math.isnan(v) or math.isinf(v) else round(v, 6)
+    if getattr(v, "lazy_number", False):  # read when the line is encoded (the trainer's LazyLoss): `_plain`
+        return v
     if hasattr(v, "item"):
         return _clean(v.item())
     return v
 
 
 def _plain(v):
+    if getattr(v, "lazy_number", False):
+        return _clean(float(v))
     return str(v)
 
 
@@ -99,7 +103,7 @@ class EventLog:
         self.compressed = 0
         self.evals: list[tuple[float, float]] = []   # (time, accuracy), evaluations that have one
         self.eval_metrics: list[tuple[float, dict]] = []  # (time, the task's metrics) of every evaluation
-        self.last_loss: float | None = None
+        self._last_loss = None
 
     def step(self, **fields) -> None:
         self.steps += 1
@@ -116,10 +120,15 @@ class EventLog:
             self.exchanges += 1
             self.compressed += int(bool(fields["compressed"]))
         if fields.get("loss") is not None:
-            self.last_loss = float(fields["loss"])
+            self._last_loss = fields["loss"]  # read when asked for (a lazy loss is not waited for here)
         if self._f is None and self.records is None:  # no file, nothing kept: the line goes nowhere
             return
         self._write({"kind": "step", **{k: _clean(v) for k, v in fields.items()}}, now=False)
+
+    @property
+    def last_loss(self) -> float | None:
+        """The loss of the newest step line that has one."""
+        return None if self._last_loss is None else float(self._last_loss)
 
     def evaluation(self, time: float, step: int, accuracy: float | None = None, loss: float | None = None,
                    **metrics: float) -> None:

@@ -435,6 +435,7 @@ def _train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: bo
         # contract); the stream's state holds how far it was consumed, so a restarted worker
         # continues from exactly here
         ctx = session.ctx
+        performer.settle()  # every loss up to here checked (a GPU's are read lazily): Diverged, not a checkpoint
         try:
             save_checkpoint(ckpt_file, model=model, optimizer=optimizer, step=ctx.step, state=ctx.state,
                             stream=dataset.state_dict(), elapsed_s=performer.now(env.rank),
@@ -475,6 +476,7 @@ def _train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: bo
     status = "finished"
     try:
         session.run_blocking()
+        performer.settle()  # the last steps' losses, read lazily on a GPU, checked before the run counts as finished
     except Stopped:
         status = "stopped"
         raise TrainerError(f"device {env.rank}: stopped by a signal while waiting for stream data") from None

@@ -9,7 +9,11 @@
   device sleeps (static_i (1 + U(0, dynamic)) - 1) times its measured compute time after each step;
   with a compute profile (devices.compute.profile) it sleeps until the step has lasted the profile's
   t(b) x that factor (`emulated_sleep`). A non-finite loss (every step) or parameter (every
-  PARAM_CHECK_EVERY-th model change) raises `Diverged`, one line naming the device and the step. A batch
+  PARAM_CHECK_EVERY-th model change) raises `Diverged`, one line naming the device and the step. On a GPU
+  (no emulation) the loss is not waited for: the algorithm gets a `LazyLoss` (edgestream.trainer.losses),
+  checked once the device has finished its step (a step or two later, never waiting) and read when the
+  step line is written, so no step synchronises with the device; compute_s is then the host's time to
+  queue the step. A batch
   is never empty unless the algorithm asked for zero samples (then no forward: zero gradients): a take
   whose messages were all rejected waits for valid ones (the dataset).
 * AllReduce / AllGather / Start / Poll / Wait: `DistCollectives` (torch.distributed; the AllReduce is a
@@ -72,6 +76,7 @@ from edgestream.tasks import CLASSIFICATION, Task
 from edgestream.trainer.collectives import DistCollectives, Pending
 from edgestream.trainer.graphs import GraphedForward
 from edgestream.trainer.handlers import HANDLERS
+from edgestream.trainer.losses import LossWatch
 
 _TAG_SLOWDOWN = 0x51_0e
 #: without checkpoints, the newest ack is committed at most this often (seconds; the host's default)
@@ -134,7 +139,7 @@ class TrainerPerformer:
                  time_offset: float = 0.0, stop_event: threading.Event | None = None,
                  take_timeout_s: float = 1.0, due_time: Callable[[int], float] | None = None,
                  ps: Any = None, push_id: Callable[[], int] | None = None, task: Task = CLASSIFICATION,
-                 graphed: GraphedForward | None = None) -> None:
+                 graphed: GraphedForward | None = None, lazy_loss: bool | None = None) -> None:
         self.rank, self.model, self.optimizer, self.dataset = rank, model, optimizer, dataset
         self.graphed = graphed  # the model's CUDA-graph replay, or None: the model (edgestream.trainer.graphs)
         self.task = task
@@ -166,6 +171,12 @@ class TrainerPerformer:
         self.step: Callable[[], int] = lambda: 0  # the worker's completed steps (set by the host): named in errors
         self.fail_at_step = _fail_at_step()
         self._changes = 0  # model changes (Apply, SetParams): the parameters are checked every PARAM_CHECK_EVERY
+        # the loss read without a device sync (edgestream.trainer.losses): on a GPU, unless the compute is
+        # emulated (the emulated sleep needs the step's real compute time, so it waits for the device)
+        emulated = self.static != 1.0 or self.dynamic > 0 or curve is not None
+        if lazy_loss is None:
+            lazy_loss = device.type == "cuda" and not emulated
+        self.losses = LossWatch(rank, device) if lazy_loss else None
 
     # ------------------------------------------------------------------ Performer
     def now(self, rank: int) -> float:
@@ -271,14 +282,27 @@ class TrainerPerformer:
             grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
             if graphed is not None and graphed.active:
                 grads = graphed.fresh(grads)  # out of the graph's static buffers
-            loss_value = float(loss.detach())  # synchronises with the device: the step's compute is done
-        check_loss(self.rank, loss_value, self.step())  # Diverged: one line naming the device and the step
+            losses = self.losses
+            if losses is not None:  # read when needed, checked once its step is done on the device
+                loss_value: Any = losses.lazy(loss, self.step())
+            else:
+                loss_value = float(loss.detach())  # synchronises with the device: the step's compute is done
+        if losses is not None:
+            losses.check()  # Diverged for a finished step's non-finite loss: no wait
+        else:
+            check_loss(self.rank, loss_value, self.step())  # Diverged: one line naming the device and the step
         dt = time.perf_counter() - t0
         factor = self.static * (1.0 + (float(self._rng.uniform(0.0, self.dynamic)) if self.dynamic > 0 else 0.0))
         extra = emulated_sleep(dt, int(batch.n), factor, self.curve)
         if extra > 0:
             time.sleep(extra)
         return ComputeResult(grads, loss_value, batch.n)
+
+    def settle(self) -> None:
+        """Check every loss not checked yet, waiting for the device (lazy losses: edgestream.trainer.losses);
+        Diverged naming the first non-finite one's step. Before a checkpoint and at the worker's end."""
+        if self.losses is not None:
+            self.losses.settle()
 
     def _apply(self, req: Apply) -> None:
         if len(req.update) != len(self.params):

@@ -1,0 +1,161 @@
+"""A GPU step's loss read without stopping the GPU: `LossWatch` and its `LazyLoss`es.
+
+Reading a CUDA loss (`float(loss)`) waits for the device to finish everything queued before it: once per step,
+that sync leaves the GPU idle while the host prepares the next step (the take, the exchange's bookkeeping, the
+step line, the driver), so the step costs host time + device time instead of the larger of the two. A trainer
+on a GPU (edgestream.trainer.performer) therefore hands the algorithm a `LazyLoss` instead: the loss is copied
+to pinned host memory without waiting (an event marks when it is there), and
+
+* its value is read when something needs it -- the event log's flusher when it encodes the step line, or an
+  algorithm's own arithmetic on it (`float()`, `+`, `*`, comparisons: then that algorithm waits, as before);
+* `LossWatch.check()`, at every step, checks the losses of the steps the GPU has finished (an event query: no
+  wait) and raises `Diverged` naming the first non-finite one's step, as the eager check did -- a step or two
+  after it was computed instead of at once (the parameter check was already every PARAM_CHECK_EVERY-th
+  change), and never later than half the ring of pinned slots (`RING`) behind;
+* `LossWatch.settle()` waits for and checks them all: before a checkpoint is saved (a checkpoint never holds a
+  model whose steps have an unchecked loss) and when the worker ends.
+
+On the CPU a loss is computed by the time `backward` returns: the trainer reads it at once there (a float).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from typing import Any
+
+import torch
+
+from edgestream.runner.divergence import check_loss
+
+#: pinned float32 slots the losses are copied into, reused in turn; a loss is read (waiting if need be)
+#: before it falls RING // 2 steps behind, so a slot is never overwritten before it was read
+RING = 256
+
+
+class LazyLoss:
+    """A step's mean loss on its way to the host: a number once read (`float()`; see the module doc).
+    Arithmetic and comparisons read it; the event log writes it as the float (`lazy_number`)."""
+
+    __slots__ = ("_host", "_event", "_value", "step")
+
+    lazy_number = True  # edgestream.metrics.events: encoded as float(value) when the line is written
+
+    def __init__(self, host: torch.Tensor | None, event: Any, step: int, value: float | None = None) -> None:
+        self._host, self._event, self._value, self.step = host, event, value, int(step)
+
+    def ready(self) -> bool:
+        """Whether the value is on the host (read, or its copy done); never waits."""
+        return self._value is not None or self._event is None or bool(self._event.query())
+
+    def __float__(self) -> float:
+        if self._value is None:
+            if self._event is not None:
+                self._event.synchronize()
+            self._value = float(self._host.item())  # pinned host memory: no device sync
+            self._host = self._event = None
+        return self._value
+
+    def __repr__(self) -> str:
+        return repr(float(self))
+
+    __str__ = __repr__
+
+    def __bool__(self) -> bool:
+        return bool(float(self))
+
+    def __hash__(self) -> int:
+        return hash(float(self))
+
+    def __eq__(self, other: object) -> bool:
+        return float(self) == other
+
+    def __lt__(self, other: Any) -> bool:
+        return float(self) < other
+
+    def __le__(self, other: Any) -> bool:
+        return float(self) <= other
+
+    def __gt__(self, other: Any) -> bool:
+        return float(self) > other
+
+    def __ge__(self, other: Any) -> bool:
+        return float(self) >= other
+
+    def __add__(self, other: Any) -> Any:
+        return float(self) + other
+
+    def __radd__(self, other: Any) -> Any:
+        return other + float(self)
+
+    def __sub__(self, other: Any) -> Any:
+        return float(self) - other
+
+    def __rsub__(self, other: Any) -> Any:
+        return other - float(self)
+
+    def __mul__(self, other: Any) -> Any:
+        return float(self) * other
+
+    def __rmul__(self, other: Any) -> Any:
+        return other * float(self)
+
+    def __truediv__(self, other: Any) -> Any:
+        return float(self) / other
+
+    def __rtruediv__(self, other: Any) -> Any:
+        return other / float(self)
+
+    def __neg__(self) -> float:
+        return -float(self)
+
+    def __abs__(self) -> float:
+        return abs(float(self))
+
+    def __round__(self, ndigits: int | None = None) -> Any:
+        return round(float(self), ndigits)
+
+    def is_finite(self) -> bool:
+        return math.isfinite(float(self))
+
+
+class LossWatch:
+    """Worker `rank`'s losses on `device` read without waiting, checked as their steps finish (module doc)."""
+
+    def __init__(self, rank: int, device: torch.device, ring: int = RING) -> None:
+        self.rank, self.device, self.size = rank, torch.device(device), max(2, int(ring))
+        cuda = self.device.type == "cuda"
+        self._ring = torch.empty(self.size, dtype=torch.float32, pin_memory=cuda)
+        self._slots = list(self._ring.unbind(0))  # 0-dim views, made once
+        self._next = 0
+        self.pending: deque[LazyLoss] = deque()
+
+    def lazy(self, loss: torch.Tensor, step: int) -> LazyLoss:
+        """`loss` (a 0-dim tensor of this step, `step` as the step lines count) copied towards the host; the
+        copy and its event queued on the current stream after the step's work."""
+        if len(self.pending) >= self.size // 2:  # its slot comes round again soon: read the oldest first
+            self._check(self.pending.popleft())
+        host = self._slots[self._next]
+        self._next = (self._next + 1) % self.size
+        host.copy_(loss.detach(), non_blocking=True)
+        event = torch.cuda.Event() if self.device.type == "cuda" else None
+        if event is not None:
+            event.record()
+        out = LazyLoss(host, event, step)
+        self.pending.append(out)
+        return out
+
+    def _check(self, lazy: LazyLoss) -> None:
+        check_loss(self.rank, float(lazy), lazy.step)
+
+    def check(self) -> None:
+        """Diverged for the first non-finite loss among the finished steps (oldest first); never waits."""
+        pending = self.pending
+        while pending and pending[0].ready():
+            self._check(pending.popleft())
+
+    def settle(self) -> None:
+        """Wait for every pending loss and check it (before a checkpoint, at the worker's end)."""
+        pending = self.pending
+        while pending:
+            self._check(pending.popleft())

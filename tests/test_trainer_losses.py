@@ -1,0 +1,80 @@
+"""A GPU trainer's losses read without a device sync (edgestream.trainer.losses), exercised on the CPU: the
+same `LossWatch` with host tensors (no events: every copy is done at once)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from edgestream.metrics import EventLog
+from edgestream.runner.divergence import Diverged
+from edgestream.trainer.losses import LazyLoss, LossWatch
+
+FLOATS = st.floats(allow_nan=False, allow_infinity=False, width=32)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(FLOATS, min_size=1, max_size=40), st.integers(2, 8))
+def test_lazy_losses_read_back_the_float32_values_in_order(values: list[float], ring: int) -> None:
+    watch = LossWatch(0, torch.device("cpu"), ring=ring)
+    lazies = [watch.lazy(torch.tensor(v, dtype=torch.float32), step) for step, v in enumerate(values)]
+    assert len(watch.pending) < ring  # read before a slot comes round again
+    watch.check()
+    assert not watch.pending
+    for lazy, v in zip(lazies, values, strict=True):
+        assert float(lazy) == float(torch.tensor(v, dtype=torch.float32))  # the slot was never overwritten
+        assert lazy.ready()
+
+
+def test_a_lazy_loss_behaves_as_its_float_in_arithmetic() -> None:
+    lazy = LazyLoss(torch.tensor(2.5), None, 3)
+    assert float(lazy) == 2.5 and lazy * 2 == 5.0 and 2 * lazy == 5.0 and lazy + 1 == 3.5 and 1 + lazy == 3.5
+    assert lazy / 5 == 0.5 and 5 / lazy == 2.0 and lazy - 1 == 1.5 and 3 - lazy == 0.5 and -lazy == -2.5
+    assert lazy > 2 and lazy >= 2.5 and lazy < 3 and lazy <= 2.5 and lazy == 2.5 and round(lazy, 0) == 2.0
+    total = 0.0
+    total += lazy  # local-sgd's loss_sum += res.loss
+    assert total == 2.5 and str(lazy) == "2.5"
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+def test_a_non_finite_loss_is_diverged_naming_its_step(bad: float) -> None:
+    watch = LossWatch(4, torch.device("cpu"), ring=16)
+    watch.lazy(torch.tensor(1.0), 10)
+    watch.lazy(torch.tensor(bad), 11)
+    watch.lazy(torch.tensor(1.0), 12)
+    with pytest.raises(Diverged, match=r"device 4: the loss is non-finite .* at step 11"):
+        watch.check()
+
+
+def test_settle_checks_what_is_pending() -> None:
+    watch = LossWatch(0, torch.device("cpu"), ring=16)
+    watch.lazy(torch.tensor(math.nan), 7)
+    with pytest.raises(Diverged, match="at step 7"):
+        watch.settle()
+    assert not watch.pending
+
+
+def test_the_oldest_loss_is_checked_before_the_ring_comes_round() -> None:
+    watch = LossWatch(0, torch.device("cpu"), ring=4)
+    watch.lazy(torch.tensor(math.nan), 0)
+    watch.lazy(torch.tensor(1.0), 1)
+    with pytest.raises(Diverged, match="at step 0"):  # a third pending one would reach half the ring
+        watch.lazy(torch.tensor(1.0), 2)
+
+
+def test_the_event_log_writes_a_lazy_loss_as_its_float(tmp_path) -> None:
+    path = tmp_path / "events.jsonl"
+    for live in (False, True):
+        log = EventLog(path, live=live)
+        watch = LossWatch(0, torch.device("cpu"), ring=8)
+        log.step(time=1.0, device=0, step=0, batch=4, loss=watch.lazy(torch.tensor(0.25), 0))
+        log.step(time=2.0, device=0, step=1, batch=4, loss=watch.lazy(torch.tensor(math.nan), 1))
+        assert log.last_loss is not None and math.isnan(log.last_loss)
+        log.close()
+        lines = [json.loads(x) for x in path.read_text().splitlines()]
+        assert [x["loss"] for x in lines] == [0.25, None]  # the float; a non-finite one null, as a float's
