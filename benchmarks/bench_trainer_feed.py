@@ -168,14 +168,19 @@ def trainer_child(cfg_path: str, run_id: str, bootstrap: str, out: str, warmup: 
     perf = time.perf_counter
     main_thread = threading.get_ident()
 
+    tcpu = time.thread_time  # the calling thread's own CPU: wall minus it is waiting (GIL, data, device)
+    spent_cpu: dict[str, float] = defaultdict(float)
+
     def timed(name, fn):
         def call(*a, **kw):
-            t0 = perf()
+            t0, c0 = perf(), tcpu()
             try:
                 return fn(*a, **kw)
             finally:
                 if len(marks) >= warmup:
-                    spent[name(a) if callable(name) else name] += perf() - t0
+                    key = name(a) if callable(name) else name
+                    spent[key] += perf() - t0
+                    spent_cpu[key] += tcpu() - c0
         return call
 
     perform = TrainerPerformer.perform
@@ -229,6 +234,7 @@ def trainer_child(cfg_path: str, run_id: str, bootstrap: str, out: str, warmup: 
                 round(nc / timed_steps, 2)) for (f, line, fn), (cc, nc, tt, ct, _) in rows]
     return {"steps_per_s": timed_steps / dt, "ms_per_step": 1000 * dt / timed_steps, "device": summary["device"],
             "parts_ms": {k: 1000 * v / timed_steps for k, v in spent.items()}, "steps": len(marks),
+            "parts_cpu_ms": {k: 1000 * v / timed_steps for k, v in spent_cpu.items()},
             "cpu_ms": cpu_ms, "hot": hot}
 
 
@@ -313,6 +319,7 @@ def main() -> None:
                              "round_ratios": [round(r, 3) for r in paired],
                              "profile_ms": [(k, round(v, 3)) for k, v in _profile_rows(es, plain["ms_per_step"],
                                                                                        plain.get("cpu_ms_per_step"))],
+                             "parts_cpu_ms": {k: round(v, 3) for k, v in es.get("parts_cpu_ms", {}).items()},
                              "hot": es.get("hot", [])})
     wall = time.monotonic() - t_bench
     print(f"\n`python benchmarks/bench_trainer_feed.py {' '.join(sys.argv[1:])}`: device {device}, {args.steps} steps "
@@ -332,6 +339,14 @@ def main() -> None:
     for name in names:
         vals = [dict(r["profile_ms"]).get(name) for r in rows]
         print(f"| {name} | " + " | ".join("-" if v is None else f"{v:.2f}" for v in vals) + " |")
+    if rows and rows[0].get("parts_cpu_ms"):
+        print("\nCPU of the thread that ran each part, ms per step (the wall above minus this: waiting for the GIL, "
+              "data or the device):\n")
+        print("| part | " + " | ".join(f"{r['model']} b{r['batch']}" for r in rows) + " |")
+        print("|---|" + "---|" * len(rows))
+        for name in rows[0]["parts_cpu_ms"]:
+            vals = [r["parts_cpu_ms"].get(name) for r in rows]
+            print(f"| {name} | " + " | ".join("-" if v is None else f"{v:.3f}" for v in vals) + " |")
     for r in rows:
         if r["hot"]:
             print(f"\n{r['model']} b{r['batch']}: the trainer's main thread under cProfile (us per step: own, "

@@ -119,7 +119,7 @@ def _meta_pair(weight: float, flag: float, dtype: torch.dtype, device: Any) -> t
     sent, reading a GPU tensor back: a wait for everything queued on the device, once per step."""
     import torch
 
-    host = torch.tensor([weight, flag], dtype=dtype)
+    host = torch.tensor([weight, flag], dtype=dtype, device="cpu")  # read back here once, then moved
     return (host if device is None else host.to(device)), tuple(host.tolist())
 
 
