@@ -212,6 +212,11 @@ def trainer_child(cfg_path: str, run_id: str, bootstrap: str, out: str, warmup: 
     KafkaStreamDataset.next_batch = timed(
         lambda a: "dataset.next_batch (in TakeBatch)" if threading.get_ident() == main_thread
         else "dataset.next_batch (prefetch thread)", next_batch)
+    try:  # the hand-over from the prefetch thread (queue wait, stream wait), inside TakeBatch
+        from edgestream.trainer.prefetch import PrefetchDataset
+        PrefetchDataset.next_batch = timed("  of TakeBatch: the prefetch hand-over", PrefetchDataset.next_batch)
+    except ImportError:
+        pass
     if hasattr(trainer_main, "DigestTaker"):  # runs found once; taken at the Log, hashed by the flusher
         from edgestream.trainer.digest import DigestTaker
         DigestTaker.__call__ = timed("parameter digest (at Log)", DigestTaker.__call__)
@@ -242,6 +247,7 @@ def trainer_child(cfg_path: str, run_id: str, bootstrap: str, out: str, warmup: 
 def _profile_rows(es: dict, plain_ms: float, plain_cpu: float | None = None) -> list[tuple[str, float]]:
     parts = dict(es["parts_ms"])
     inner = parts.pop("dataset.next_batch (in TakeBatch)", None)
+    handover = parts.pop("  of TakeBatch: the prefetch hand-over", None)
     thread = parts.pop("dataset.next_batch (prefetch thread)", None)
     rows = [(k, v) for k, v in sorted(parts.items(), key=lambda kv: -kv[1])]
     known = sum(parts.values())  # disjoint: requests, the Log hooks before the Log, the step line after it
@@ -250,6 +256,8 @@ def _profile_rows(es: dict, plain_ms: float, plain_cpu: float | None = None) -> 
     rows.append(("plain loop step", plain_ms))
     if inner is not None:
         rows.append(("  of TakeBatch: dataset.next_batch in the step", inner))
+    if handover is not None:
+        rows.append(("  of TakeBatch: the prefetch hand-over (queue, stream wait)", handover))
     if thread is not None:
         rows.append(("  off the step: dataset.next_batch in the prefetch thread", thread))
     for k, v in sorted(es.get("cpu_ms", {}).items()):  # CPU per step by thread (schedstat)

@@ -78,3 +78,68 @@ def test_the_event_log_writes_a_lazy_loss_as_its_float(tmp_path) -> None:
         log.close()
         lines = [json.loads(x) for x in path.read_text().splitlines()]
         assert [x["loss"] for x in lines] == [0.25, None]  # the float; a non-finite one null, as a float's
+
+
+def test_a_parameter_check_raises_its_own_error_in_step_order() -> None:
+    watch = LossWatch(1, torch.device("cpu"), ring=16)
+    watch.lazy(torch.tensor(0.5), 9)
+    watch.lazy_check(torch.tensor(3.0), 9, lambda: Diverged("finite: never raised"))
+    watch.lazy_check(torch.tensor(math.inf), 19, lambda: Diverged("device 1: a parameter is non-finite at 19"))
+    watch.lazy(torch.tensor(math.nan), 20)
+    with pytest.raises(Diverged, match="a parameter is non-finite at 19"):  # the older of the two problems
+        watch.check()
+    with pytest.raises(Diverged, match="the loss is non-finite .* at step 20"):
+        watch.settle()
+
+
+def _performer(lazy: bool):
+    from torch import nn
+
+    from edgestream.trainer.collectives import DistCollectives
+    from edgestream.trainer.performer import TrainerPerformer
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    perf = TrainerPerformer(0, model, opt, None, DistCollectives(0, 1), {}, device=torch.device("cpu"),
+                            lazy_loss=lazy)
+    steps = [0]
+    perf.step = lambda: steps[0]
+    return perf, steps
+
+
+def test_lazy_and_eager_losses_train_the_same_model_bit_for_bit() -> None:
+    """The trainer's Compute/Apply with lazy losses (a GPU's path, here on the CPU) and with eager ones: the same
+    losses, gradients and parameters."""
+    from edgestream.sync.requests import Apply, Compute
+    from edgestream.trainer.performer import TrainerBatch
+
+    gen = torch.Generator().manual_seed(1)
+    data = [(torch.randn(5, 8, generator=gen), torch.randint(0, 3, (5,), generator=gen)) for _ in range(12)]
+    runs = []
+    for lazy in (False, True):
+        perf, steps = _performer(lazy)
+        losses = []
+        for k, (x, y) in enumerate(data):
+            steps[0] = k
+            res = perf.perform(0, Compute(TrainerBatch(x, y, 5, None)))
+            losses.append(res.loss)
+            perf.perform(0, Apply(res.grads, 0.1))
+        perf.settle()
+        assert all(isinstance(v, LazyLoss) for v in losses) == lazy
+        runs.append(([float(v) for v in losses], [p.detach().clone() for p in perf.params]))
+    assert runs[0][0] == runs[1][0]
+    assert all(torch.equal(a, b) for a, b in zip(runs[0][1], runs[1][1], strict=True))
+
+
+def test_a_lazy_non_finite_loss_ends_the_trainer_naming_its_step() -> None:
+    from edgestream.sync.requests import Compute
+    from edgestream.trainer.performer import TrainerBatch
+
+    perf, steps = _performer(True)
+    x, y = torch.randn(4, 8), torch.zeros(4, dtype=torch.long)
+    with pytest.raises(Diverged, match="at step 3"):
+        for k in range(6):
+            steps[0] = k
+            perf.perform(0, Compute(TrainerBatch(x * (math.nan if k == 3 else 1.0), y, 4, None)))
+        perf.settle()

@@ -12,6 +12,8 @@ to pinned host memory without waiting (an event marks when it is there), and
   wait) and raises `Diverged` naming the first non-finite one's step, as the eager check did -- a step or two
   after it was computed instead of at once (the parameter check was already every PARAM_CHECK_EVERY-th
   change), and never later than half the ring of pinned slots (`RING`) behind;
+* the parameter check (every PARAM_CHECK_EVERY-th model change: a fused norm of all parameters) goes the
+  same way (`lazy_check`): no step waits for it either;
 * `LossWatch.settle()` waits for and checks them all: before a checkpoint is saved (a checkpoint never holds a
   model whose steps have an unchecked loss) and when the worker ends.
 
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -37,12 +40,14 @@ class LazyLoss:
     """A step's mean loss on its way to the host: a number once read (`float()`; see the module doc).
     Arithmetic and comparisons read it; the event log writes it as the float (`lazy_number`)."""
 
-    __slots__ = ("_host", "_event", "_value", "step")
+    __slots__ = ("_host", "_event", "_value", "step", "error")
 
     lazy_number = True  # edgestream.metrics.events: encoded as float(value) when the line is written
 
-    def __init__(self, host: torch.Tensor | None, event: Any, step: int, value: float | None = None) -> None:
+    def __init__(self, host: torch.Tensor | None, event: Any, step: int, value: float | None = None,
+                 error: Callable[[], Exception] | None = None) -> None:
         self._host, self._event, self._value, self.step = host, event, value, int(step)
+        self.error = error  # a parameter check (`LossWatch.lazy_check`): the exception its non-finite value raises
 
     def ready(self) -> bool:
         """Whether the value is on the host (read, or its copy done); never waits."""
@@ -130,7 +135,7 @@ class LossWatch:
         self._next = 0
         self.pending: deque[LazyLoss] = deque()
 
-    def lazy(self, loss: torch.Tensor, step: int) -> LazyLoss:
+    def lazy(self, loss: torch.Tensor, step: int, error: Callable[[], Exception] | None = None) -> LazyLoss:
         """`loss` (a 0-dim tensor of this step, `step` as the step lines count) copied towards the host; the
         copy and its event queued on the current stream after the step's work."""
         if len(self.pending) >= self.size // 2:  # its slot comes round again soon: read the oldest first
@@ -141,12 +146,20 @@ class LossWatch:
         event = torch.cuda.Event() if self.device.type == "cuda" else None
         if event is not None:
             event.record()
-        out = LazyLoss(host, event, step)
+        out = LazyLoss(host, event, step, error=error)
         self.pending.append(out)
         return out
 
+    def lazy_check(self, value: torch.Tensor, step: int, error: Callable[[], Exception]) -> None:
+        """Raise `error()` (by `check` or `settle`, in step order with the losses) once `value`, a 0-dim tensor
+        (a sum of norms of the parameters: non-finite when any of them is), turns out non-finite; no wait."""
+        self.lazy(value, step, error)
+
     def _check(self, lazy: LazyLoss) -> None:
-        check_loss(self.rank, float(lazy), lazy.step)
+        if lazy.error is None:
+            check_loss(self.rank, float(lazy), lazy.step)
+        elif not math.isfinite(float(lazy)):
+            raise lazy.error()
 
     def check(self) -> None:
         """Diverged for the first non-finite loss among the finished steps (oldest first); never waits."""
