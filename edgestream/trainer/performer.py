@@ -393,7 +393,8 @@ class TrainerPerformer:
     def _push(self, req: Push) -> None:
         ps = self._ps()
         reason = self.stop_reason() if req.stop and self.stop_reason is not None else None
-        meta = {"reason": reason, "n": int(req.n), "loss": req.loss, "lr": float(req.lr), "stop": bool(req.stop),
+        loss = None if req.loss is None else float(req.loss)  # a lazy loss (edgestream.trainer.losses) read here
+        meta = {"reason": reason, "n": int(req.n), "loss": loss, "lr": float(req.lr), "stop": bool(req.stop),
                 "commit": bool(req.commit), "losses": [list(x) for x in req.losses] if req.losses is not None else None,
                 "nbytes": req.wire_bytes(), "origin": time.time() - self.now(self.rank)}
         step = int(self.push_id()) if self.push_id is not None else 0
