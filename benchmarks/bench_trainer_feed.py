@@ -17,8 +17,8 @@ which goes first, --rounds times each:
   weight decay), the training set normalised and resident on the device, batches sliced from it; per
   step `zero_grad / forward / backward / step / loss.item()`.
 
-Both are timed from the end of step --warmup to the end of the last step (CUDA: loss.item() syncs each
-step on both sides). Ratio = edgestream steps/s / plain steps/s of a round, the median over the rounds
+Both are timed from the end of step --warmup to the end of the last step (CUDA: the plain loop's loss.item()
+syncs each step; the trainer reads its losses without waiting, so its device is drained at both marks). Ratio = edgestream steps/s / plain steps/s of a round, the median over the rounds
 (target >= 0.9); "best / best" divides each side's best run. The profile table (of the best trainer run) shows
 the trainer's per-step milliseconds by part; "driver + algorithm" is the rest of its step (the worker's
 generator, the driver's bookkeeping), "step total" the measured wall per step, "plain" the plain loop's.
@@ -193,11 +193,20 @@ def trainer_child(cfg_path: str, run_id: str, bootstrap: str, out: str, warmup: 
     prof = cProfile.Profile() if top else None
     cpu: dict[str, dict[str, float]] = {}
 
+    import torch
+
+    # a GPU trainer does not wait for its steps (lazy losses): the device is drained at the first and the last
+    # timed mark, so the timed steps are the device's too (the plain loop waits at every step)
+    drain = torch.cuda.synchronize if os.environ.get("EDGESTREAM_DEVICE") != "cpu" and torch.cuda.is_available() \
+        else (lambda: None)
+
     def marked_sink(self, line):
         t0 = perf()
         sink(self, line)
         if len(marks) >= warmup:
             spent["step line (events write)"] += perf() - t0
+        if len(marks) + 1 in (warmup, last):
+            drain()
         marks.append(perf())
         if len(marks) == warmup:
             cpu["start"] = _thread_cpu_s()

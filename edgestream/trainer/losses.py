@@ -33,7 +33,7 @@ from edgestream.runner.divergence import check_loss
 
 #: pinned float32 slots the losses are copied into, reused in turn; a loss is read (waiting if need be)
 #: before it falls RING // 2 steps behind, so a slot is never overwritten before it was read
-RING = 256
+RING = 64
 
 
 class LazyLoss:
