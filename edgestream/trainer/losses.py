@@ -54,12 +54,14 @@ class LazyLoss:
         return self._value is not None or self._event is None or bool(self._event.query())
 
     def __float__(self) -> float:
-        if self._value is None:
+        # read by the training thread (its checks) and the event log's flusher (the line), maybe at once: both
+        # read the same slot (it is reused only once this value is set: `LossWatch.lazy`), nothing is cleared
+        value = self._value
+        if value is None:
             if self._event is not None:
                 self._event.synchronize()
-            self._value = float(self._host.item())  # pinned host memory: no device sync
-            self._host = self._event = None
-        return self._value
+            value = self._value = float(self._host.item())  # pinned host memory: no device sync
+        return value
 
     def __repr__(self) -> str:
         return repr(float(self))
