@@ -11,7 +11,8 @@ to pinned host memory without waiting (an event marks when it is there), and
 * `LossWatch.check()`, at every step, checks the losses of the steps the GPU has finished (an event query: no
   wait) and raises `Diverged` naming the first non-finite one's step, as the eager check did -- a step or two
   after it was computed instead of at once (the parameter check was already every PARAM_CHECK_EVERY-th
-  change), and never later than half the ring of pinned slots (`RING`) behind;
+  change); queuing a step while `AHEAD` are still in flight waits for the oldest first, so the host runs at
+  most that far ahead of the device;
 * the parameter check (every PARAM_CHECK_EVERY-th model change: a fused norm of all parameters) goes the
   same way (`lazy_check`): no step waits for it either;
 * `LossWatch.settle()` waits for and checks them all: before a checkpoint is saved (a checkpoint never holds a
@@ -34,6 +35,10 @@ from edgestream.runner.divergence import check_loss
 #: pinned float32 slots the losses are copied into, reused in turn; a loss is read (waiting if need be)
 #: before it falls RING // 2 steps behind, so a slot is never overwritten before it was read
 RING = 64
+#: losses (and parameter checks) in flight at most: queuing one more first waits for the oldest (a wait that
+#: frees the interpreter for the prefetch thread). Enough for the device to always have the next step queued
+#: while the host prepares the one after; more would only delay the checks
+AHEAD = 3
 
 
 class LazyLoss:
@@ -129,8 +134,9 @@ class LazyLoss:
 class LossWatch:
     """Worker `rank`'s losses on `device` read without waiting, checked as their steps finish (module doc)."""
 
-    def __init__(self, rank: int, device: torch.device, ring: int = RING) -> None:
+    def __init__(self, rank: int, device: torch.device, ring: int = RING, ahead: int = AHEAD) -> None:
         self.rank, self.device, self.size = rank, torch.device(device), max(2, int(ring))
+        self.ahead = max(1, min(int(ahead), self.size // 2))
         cuda = self.device.type == "cuda"
         self._ring = torch.empty(self.size, dtype=torch.float32, pin_memory=cuda)
         self._slots = list(self._ring.unbind(0))  # 0-dim views, made once
@@ -140,8 +146,8 @@ class LossWatch:
     def lazy(self, loss: torch.Tensor, step: int, error: Callable[[], Exception] | None = None) -> LazyLoss:
         """`loss` (a 0-dim tensor of this step, `step` as the step lines count) copied towards the host; the
         copy and its event queued on the current stream after the step's work."""
-        if len(self.pending) >= self.size // 2:  # its slot comes round again soon: read the oldest first
-            self._check(self.pending.popleft())
+        while len(self.pending) >= self.ahead:  # the device is that far behind: wait for the oldest (and so
+            self._check(self.pending.popleft())  # a slot is read long before it comes round again)
         host = self._slots[self._next]
         self._next = (self._next + 1) % self.size
         host.copy_(loss.detach(), non_blocking=True)
