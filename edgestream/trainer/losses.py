@@ -24,6 +24,7 @@ On the CPU a loss is computed by the time `backward` returns: the trainer reads 
 from __future__ import annotations
 
 import math
+import threading
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -39,6 +40,9 @@ RING = 64
 #: frees the interpreter for the prefetch thread). Enough for the device to always have the next step queued
 #: while the host prepares the one after; more would only delay the checks
 AHEAD = 3
+
+
+_READ = threading.Lock()
 
 
 class LazyLoss:
@@ -59,13 +63,17 @@ class LazyLoss:
         return self._value is not None or self._event is None or bool(self._event.query())
 
     def __float__(self) -> float:
-        # read by the training thread (its checks) and the event log's flusher (the line), maybe at once: both
-        # read the same slot (it is reused only once this value is set: `LossWatch.lazy`), nothing is cleared
+        # read by the training thread (its checks) and the event log's flusher (the line), maybe at once: one
+        # reads, under the lock; the training thread reads every value before its slot and event are reused
+        # (`LossWatch.lazy`), so a read in progress in the flusher holds that reuse back
         value = self._value
         if value is None:
-            if self._event is not None:
-                self._event.synchronize()
-            value = self._value = float(self._host.item())  # pinned host memory: no device sync
+            with _READ:
+                value = self._value
+                if value is None:
+                    if self._event is not None:
+                        self._event.synchronize()
+                    value = self._value = float(self._host.item())  # pinned host memory: no device sync
         return value
 
     def __repr__(self) -> str:
@@ -140,6 +148,7 @@ class LossWatch:
         cuda = self.device.type == "cuda"
         self._ring = torch.empty(self.size, dtype=torch.float32, pin_memory=cuda)
         self._slots = list(self._ring.unbind(0))  # 0-dim views, made once
+        self._events = [torch.cuda.Event() for _ in range(self.size)] if cuda else None  # one per slot, reused
         self._next = 0
         self.pending: deque[LazyLoss] = deque()
 
@@ -148,11 +157,13 @@ class LossWatch:
         copy and its event queued on the current stream after the step's work."""
         while len(self.pending) >= self.ahead:  # the device is that far behind: wait for the oldest (and so
             self._check(self.pending.popleft())  # a slot is read long before it comes round again)
-        host = self._slots[self._next]
-        self._next = (self._next + 1) % self.size
+        slot = self._next
+        self._next = (slot + 1) % self.size
+        host = self._slots[slot]
         host.copy_(loss.detach(), non_blocking=True)
-        event = torch.cuda.Event() if self.device.type == "cuda" else None
-        if event is not None:
+        event = None
+        if self._events is not None:
+            event = self._events[slot]
             event.record()
         out = LazyLoss(host, event, step, error=error)
         self.pending.append(out)
