@@ -143,3 +143,22 @@ def test_a_lazy_non_finite_loss_ends_the_trainer_naming_its_step() -> None:
             steps[0] = k
             perf.perform(0, Compute(TrainerBatch(x * (math.nan if k == 3 else 1.0), y, 4, None)))
         perf.settle()
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.lists(st.integers(1, 6), min_size=0, max_size=2), min_size=1, max_size=5),
+       st.sampled_from([torch.float32, torch.float64, torch.bfloat16, torch.int64]), st.integers(0, 2**31 - 1))
+def test_a_digest_is_the_same_for_the_same_bytes_and_differs_after_a_change(shapes, dtype, seed) -> None:
+    """ParamDigest (the step lines' replica check): 16 hex digits, equal for equal parameters (any dtype, as
+    taken now: a later change is not in it), different once one element changes."""
+    from edgestream.trainer.digest import DigestTaker, ParamDigest
+
+    gen = torch.Generator().manual_seed(seed)
+    params = [(torch.randn(tuple(s), generator=gen) * 100).to(dtype) for s in shapes]
+    first = DigestTaker(params)()
+    same = ParamDigest([p.clone() for p in params])
+    params[-1].view(-1)[:1] += 1  # after the snapshot
+    assert len(str(first)) == 16 and int(str(first), 16) >= 0
+    assert str(first) == str(same)
+    if params[-1].numel():
+        assert str(ParamDigest(params)) != str(first)
