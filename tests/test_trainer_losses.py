@@ -162,3 +162,42 @@ def test_a_digest_is_the_same_for_the_same_bytes_and_differs_after_a_change(shap
     assert str(first) == str(same)
     if params[-1].numel():
         assert str(ParamDigest(params)) != str(first)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.booleans()), min_size=1, max_size=40))
+def test_without_checkpoints_a_commit_never_gets_ahead_of_its_steps_line(plan) -> None:
+    """Each step: acknowledge its batch, queue its line; the flusher writes some of the queued lines through
+    (drawn), an ack commits (interval 0: whenever it can). Every commit is of a batch whose step line was
+    written through by then; at the end, with every line written, the newest batch is committed."""
+    from types import SimpleNamespace
+
+    from torch import nn
+
+    from edgestream.sync.requests import Ack
+    from edgestream.trainer.collectives import DistCollectives
+    from edgestream.trainer.performer import TrainerPerformer
+
+    committed: list[int] = []
+
+    class Dataset:
+        def ack(self, batch):
+            committed.append(batch.step)
+
+    model = nn.Linear(2, 2)
+    perf = TrainerPerformer(0, model, torch.optim.SGD(model.parameters(), lr=0.1), Dataset(), DistCollectives(0, 1),
+                            {}, device=torch.device("cpu"), ack_interval_s=0.0)
+    queued, written = [0], [0]
+    perf.lines_queued, perf.lines_written = (lambda: queued[0]), (lambda: written[0])
+    for step, (flush, _) in enumerate(plan):
+        batch = SimpleNamespace(own=1, step=step, offsets={"dev": step + 1, "inj": None})
+        perf.perform(0, Ack(SimpleNamespace(stream=batch)))
+        for got in committed:
+            assert got < written[0]  # step `got`'s line is line got + 1: written through
+        queued[0] += 1  # this step's line
+        written[0] = min(queued[0], written[0] + flush)
+    assert committed == sorted(set(committed))  # in order, never twice
+    written[0] = queued[0]  # the host flushes the lines, then commit_pending
+    perf.commit_pending()
+    assert committed and committed[-1] == len(plan) - 1
+    assert perf.commit_pending() is None  # nothing left

@@ -92,6 +92,7 @@ class EventLog:
             threading.Thread(target=self._flusher, name="edgestream-events-flush", daemon=True).start()
         self.records: list[dict] | None = [] if keep else None
         self.steps = 0                          # step lines, all devices together (device-steps)
+        self.written_steps = 0                  # of them, written through to the file (live: by a drain)
         self.device_steps: dict[int, int] = {}  # per device: the steps it took (its last step index + 1)
         self.samples = 0
         self.buffer_max = 0
@@ -169,6 +170,8 @@ class EventLog:
                 self.records.append(rec)
             if self._f is not None:
                 self._f.write(text)
+                if rec.get("kind") == "step":
+                    self.written_steps += 1
 
     def _drain(self) -> None:
         """Encode and write through the pending lines of a live log, in order."""
@@ -178,6 +181,7 @@ class EventLog:
             if lines and self._f is not None:
                 self._f.write("".join(_line(rec) for rec in lines))
                 self._f.flush()
+                self.written_steps += sum(1 for rec in lines if rec.get("kind") == "step")
 
     def _flusher(self) -> None:
         while not self._closed:

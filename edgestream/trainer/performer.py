@@ -22,8 +22,9 @@
 * Inject: `KafkaStreamDataset.inject` (the `<run>.inj.<j>` topics). Ack: the batch's offsets are
   committed after the step is applied -- or, when checkpoints are on, with the next checkpoint (so a
   resumed run never trains an acknowledged sample twice). Without checkpoints (`ack_interval_s`), the
-  newest acknowledged batch is committed at most once per interval and the last one when the host
-  calls `commit_pending` at the end: a commit is a broker request, and one per step cost the broker
+  newest acknowledged batch whose step line is written through (the host's `lines_written`: a crash never
+  leaves a committed sample without its line) is committed at most once per interval, and the last one
+  when the host calls `commit_pending` at the end: a commit is a broker request, and one per step cost the broker
   more CPU than the trainer's own step overhead (benchmarks/bench_vs_ddp.py).
 * Push / Pull (parameter-server algorithms): the run's PS through Kafka (`edgestream.ps.client.PSClient`):
   a push returns once the broker acknowledged it (its id: the worker's step); a pull waits for the PS's
@@ -37,6 +38,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -152,6 +154,11 @@ class TrainerPerformer:
         self.ack_interval_s = float(ack_interval_s)  # without defer_acks: at most one commit per interval
         self._acked_at = -float("inf")               # monotonic time of the last commit
         self.pending_ack: StreamBatch | None = None  # newest acknowledged batch not yet committed
+        # without checkpoints, a commit waits for the step line after its ack to be written through (set by the
+        # host: step lines queued and written so far); (the line it waits for, the batch), oldest first
+        self.lines_queued: Callable[[], int] | None = None
+        self.lines_written: Callable[[], int] | None = None
+        self._unwritten: deque[tuple[int, StreamBatch]] = deque()
         self.t0 = time.monotonic() - time_offset
         # due_time(k): when sample k of this device's stream was due (the rate model). With it, the first
         # batch moves the time origin to the stream's start, the simulator's t = 0 (see `_anchor`)
@@ -243,22 +250,41 @@ class TrainerPerformer:
         if self.defer_acks:
             self.pending_ack = batch
             return
+        self.pending_ack = batch  # committed by a later ack or by commit_pending
+        if self.lines_written is not None:  # its commit waits for the next step line (this step's) to be written
+            self._unwritten.append((self.lines_queued() + 1 if self.lines_queued is not None else 0, batch))
         now = time.monotonic()
         if now - self._acked_at < self.ack_interval_s:
-            self.pending_ack = batch  # committed by a later ack or by commit_pending
             return
-        self.pending_ack, self._acked_at = None, now
+        written = self._written_through() if self.lines_written is not None else batch
+        if written is None:
+            return
+        if written is batch:
+            self.pending_ack = None
+        self._acked_at = now
         # a prefetching dataset commits off the step's critical path (edgestream.trainer.prefetch)
-        getattr(self.dataset, "ack_later", self.dataset.ack)(batch)
+        getattr(self.dataset, "ack_later", self.dataset.ack)(written)
+
+    def _written_through(self) -> StreamBatch | None:
+        """The newest acknowledged batch whose step line is written through (the host's `lines_written`), or
+        None; the older ones are dropped (a commit covers them)."""
+        unwritten, out = self._unwritten, None
+        written = self.lines_written() if self.lines_written is not None else 0
+        while unwritten and unwritten[0][0] <= written:
+            out = unwritten.popleft()[1]
+        return out
 
     def pending_offsets(self) -> dict | None:
         """{"dev": int, "inj": int | None}: the offsets the deferred ack would commit, or None."""
         return dict(self.pending_ack.offsets) if self.pending_ack is not None else None
 
     def commit_pending(self) -> dict | None:
-        """Commit the newest deferred ack (at a checkpoint, or at the end of a run without checkpoints);
-        returns the committed offsets ({"dev": int, "inj": int | None}), or None when nothing was pending."""
+        """Commit the newest deferred ack (at a checkpoint, or at the end of a run without checkpoints: there the
+        newest whose step line is written through, `lines_written`); returns the committed offsets ({"dev": int,
+        "inj": int | None}), or None when nothing was pending."""
         batch, self.pending_ack = self.pending_ack, None
+        if not self.defer_acks and self.lines_written is not None:
+            batch = self._written_through()
         if batch is not None:
             self.dataset.ack(batch)
             return dict(batch.offsets)
