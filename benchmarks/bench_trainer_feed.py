@@ -17,8 +17,8 @@ which goes first, --rounds times each:
   weight decay), the training set normalised and resident on the device, batches sliced from it; per
   step `zero_grad / forward / backward / step / loss.item()`.
 
-Both are timed from the end of step --warmup to the end of the last step (CUDA: loss.item() syncs each
-step on both sides). Ratio = edgestream steps/s / plain steps/s of a round, the median over the rounds
+Both are timed from the end of step --warmup to the end of the last step (CUDA: the plain loop's loss.item()
+syncs each step; the trainer reads its losses without waiting, so its device is drained at both marks). Ratio = edgestream steps/s / plain steps/s of a round, the median over the rounds
 (target >= 0.9); "best / best" divides each side's best run. The profile table (of the best trainer run) shows
 the trainer's per-step milliseconds by part; "driver + algorithm" is the rest of its step (the worker's
 generator, the driver's bookkeeping), "step total" the measured wall per step, "plain" the plain loop's.
@@ -28,6 +28,9 @@ generator, the driver's bookkeeping), "step total" the measured wall per step, "
                                             [--quick]
 
 EDGESTREAM_PREFETCH=0 in the environment turns the trainer's prefetch off (the before figure).
+The profile table ends with the CPU each thread spent per timed step (Linux schedstat): the trainer's main
+thread, the prefetch thread, the event log's flusher, the rest (librdkafka, torch); the plain loop's process.
+EDGESTREAM_BENCH_CPROFILE=N adds the trainer main thread's top N functions under cProfile (us per step).
 """
 
 from __future__ import annotations
@@ -110,7 +113,7 @@ def plain_child(cfg_path: str, steps: int, warmup: int, device: str, threads: in
     model = plan.build_model().to(dev).train()
     optimizer = plan.build_optimizer(model)
     task = plan.task
-    pos, t_warm = 0, 0.0
+    pos, t_warm, c_warm = 0, 0.0, 0.0
     for k in range(steps):
         xb, yb = x[pos:pos + batch], y[pos:pos + batch]
         pos = (pos + batch) % n
@@ -120,14 +123,39 @@ def plain_child(cfg_path: str, steps: int, warmup: int, device: str, threads: in
         optimizer.step()
         loss.item()
         if k == warmup - 1:
-            t_warm = time.perf_counter()
+            t_warm, c_warm = time.perf_counter(), time.process_time()
     dt = time.perf_counter() - t_warm
-    return {"steps_per_s": (steps - warmup) / dt, "ms_per_step": 1000 * dt / (steps - warmup), "device": str(dev)}
+    return {"steps_per_s": (steps - warmup) / dt, "ms_per_step": 1000 * dt / (steps - warmup), "device": str(dev),
+            "cpu_ms_per_step": 1000 * (time.process_time() - c_warm) / (steps - warmup)}
 
 
 # ---------------------------------------------------------------------------------------------- trainer side
+def _thread_cpu_s() -> dict[str, float]:
+    """CPU seconds of this process's threads by name (Linux schedstat: ns resolution), "process" their sum."""
+    names = {t.native_id: t.name for t in threading.enumerate()}
+    out: dict[str, float] = defaultdict(float)
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            ns = int((task / "schedstat").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue
+        tid = int(task.name)
+        name = ("trainer main thread" if tid == threading.main_thread().native_id
+                else "prefetch thread" if names.get(tid) == "edgestream-prefetch"
+                else "event-log flusher" if "flush" in names.get(tid, "")
+                else "other threads (librdkafka, torch, evaluation)")
+        out[name] += ns / 1e9
+        out["process (all threads)"] += ns / 1e9
+    return out
+
+
 def trainer_child(cfg_path: str, run_id: str, bootstrap: str, out: str, warmup: int) -> dict:
-    """`train()` as `edgestream train` runs it, with per-part timers installed (see the module doc)."""
+    """`train()` as `edgestream train` runs it, with per-part timers installed (see the module doc).
+    EDGESTREAM_BENCH_CPROFILE=N: the main thread's timed steps under cProfile instead (its top N functions by
+    own time, us per step; the timers are then inflated by the profiler: read it for where, not how much)."""
+    import cProfile
+    import pstats
+
     from edgestream.config import load_config
     from edgestream.consumers import KafkaStreamDataset
     from edgestream.runner.evaluate import BackgroundEvaluation
@@ -140,31 +168,64 @@ def trainer_child(cfg_path: str, run_id: str, bootstrap: str, out: str, warmup: 
     perf = time.perf_counter
     main_thread = threading.get_ident()
 
+    tcpu = time.thread_time  # the calling thread's own CPU: wall minus it is waiting (GIL, data, device)
+    spent_cpu: dict[str, float] = defaultdict(float)
+
     def timed(name, fn):
         def call(*a, **kw):
-            t0 = perf()
+            t0, c0 = perf(), tcpu()
             try:
                 return fn(*a, **kw)
             finally:
                 if len(marks) >= warmup:
-                    spent[name(a) if callable(name) else name] += perf() - t0
+                    key = name(a) if callable(name) else name
+                    spent[key] += perf() - t0
+                    spent_cpu[key] += tcpu() - c0
         return call
 
     perform = TrainerPerformer.perform
     TrainerPerformer.perform = timed(lambda a: type(a[2]).__name__, perform)
     sink = WorkerSession.sink
 
+    cfg = load_config(cfg_path)
+    last = int(cfg.stop.max_steps)
+    top = int(os.environ.get("EDGESTREAM_BENCH_CPROFILE", "0") or 0)
+    prof = cProfile.Profile() if top else None
+    cpu: dict[str, dict[str, float]] = {}
+
+    import torch
+
+    # a GPU trainer does not wait for its steps (lazy losses): the device is drained at the first and the last
+    # timed mark, so the timed steps are the device's too (the plain loop waits at every step)
+    drain = torch.cuda.synchronize if os.environ.get("EDGESTREAM_DEVICE") != "cpu" and torch.cuda.is_available() \
+        else (lambda: None)
+
     def marked_sink(self, line):
         t0 = perf()
         sink(self, line)
         if len(marks) >= warmup:
             spent["step line (events write)"] += perf() - t0
+        if len(marks) + 1 in (warmup, last):
+            drain()
         marks.append(perf())
+        if len(marks) == warmup:
+            cpu["start"] = _thread_cpu_s()
+            if prof is not None:
+                prof.enable()
+        elif len(marks) == last:
+            if prof is not None:
+                prof.disable()
+            cpu["end"] = _thread_cpu_s()
     WorkerSession.sink = marked_sink
     next_batch = KafkaStreamDataset.next_batch
     KafkaStreamDataset.next_batch = timed(
         lambda a: "dataset.next_batch (in TakeBatch)" if threading.get_ident() == main_thread
         else "dataset.next_batch (prefetch thread)", next_batch)
+    try:  # the hand-over from the prefetch thread (queue wait, stream wait), inside TakeBatch
+        from edgestream.trainer.prefetch import PrefetchDataset
+        PrefetchDataset.next_batch = timed("  of TakeBatch: the prefetch hand-over", PrefetchDataset.next_batch)
+    except ImportError:
+        pass
     if hasattr(trainer_main, "DigestTaker"):  # runs found once; taken at the Log, hashed by the flusher
         from edgestream.trainer.digest import DigestTaker
         DigestTaker.__call__ = timed("parameter digest (at Log)", DigestTaker.__call__)
@@ -174,17 +235,28 @@ def trainer_child(cfg_path: str, run_id: str, bootstrap: str, out: str, warmup: 
         trainer_main.param_digest = timed("parameter digest (at Log)", trainer_main.param_digest)
     BackgroundEvaluation.offer = timed("evaluation offer (at Log)", BackgroundEvaluation.offer)
 
-    summary = trainer_main.train(load_config(cfg_path), run_id=run_id, bootstrap=bootstrap, out=out)
+    summary = trainer_main.train(cfg, run_id=run_id, bootstrap=bootstrap, out=out)
     timed_steps = len(marks) - warmup
     dt = marks[-1] - marks[warmup - 1]
+    cpu_ms = ({k: 1000 * (v - cpu["start"].get(k, 0.0)) / timed_steps for k, v in cpu["end"].items()}
+              if "end" in cpu else {})
+    hot = []
+    if prof is not None:
+        stats = pstats.Stats(prof).stats
+        rows = sorted(stats.items(), key=lambda kv: -kv[1][2])[:top]
+        hot = [(f"{Path(f).name}:{line}({fn})", round(1e6 * tt / timed_steps, 1), round(1e6 * ct / timed_steps, 1),
+                round(nc / timed_steps, 2)) for (f, line, fn), (cc, nc, tt, ct, _) in rows]
     return {"steps_per_s": timed_steps / dt, "ms_per_step": 1000 * dt / timed_steps, "device": summary["device"],
-            "parts_ms": {k: 1000 * v / timed_steps for k, v in spent.items()}, "steps": len(marks)}
+            "parts_ms": {k: 1000 * v / timed_steps for k, v in spent.items()}, "steps": len(marks),
+            "parts_cpu_ms": {k: 1000 * v / timed_steps for k, v in spent_cpu.items()},
+            "cpu_ms": cpu_ms, "hot": hot}
 
 
 # ---------------------------------------------------------------------------------------------- main
-def _profile_rows(es: dict, plain_ms: float) -> list[tuple[str, float]]:
+def _profile_rows(es: dict, plain_ms: float, plain_cpu: float | None = None) -> list[tuple[str, float]]:
     parts = dict(es["parts_ms"])
     inner = parts.pop("dataset.next_batch (in TakeBatch)", None)
+    handover = parts.pop("  of TakeBatch: the prefetch hand-over", None)
     thread = parts.pop("dataset.next_batch (prefetch thread)", None)
     rows = [(k, v) for k, v in sorted(parts.items(), key=lambda kv: -kv[1])]
     known = sum(parts.values())  # disjoint: requests, the Log hooks before the Log, the step line after it
@@ -193,8 +265,14 @@ def _profile_rows(es: dict, plain_ms: float) -> list[tuple[str, float]]:
     rows.append(("plain loop step", plain_ms))
     if inner is not None:
         rows.append(("  of TakeBatch: dataset.next_batch in the step", inner))
+    if handover is not None:
+        rows.append(("  of TakeBatch: the prefetch hand-over (queue, stream wait)", handover))
     if thread is not None:
         rows.append(("  off the step: dataset.next_batch in the prefetch thread", thread))
+    for k, v in sorted(es.get("cpu_ms", {}).items()):  # CPU per step by thread (schedstat)
+        rows.append((f"CPU: {k}", v))
+    if plain_cpu is not None:
+        rows.append(("CPU: plain loop process", plain_cpu))
     return rows
 
 
@@ -256,7 +334,10 @@ def main() -> None:
                              "ratio": round(statistics.median(paired), 3),
                              "best_ratio": round(es["steps_per_s"] / plain["steps_per_s"], 3),
                              "round_ratios": [round(r, 3) for r in paired],
-                             "profile_ms": [(k, round(v, 3)) for k, v in _profile_rows(es, plain["ms_per_step"])]})
+                             "profile_ms": [(k, round(v, 3)) for k, v in _profile_rows(es, plain["ms_per_step"],
+                                                                                       plain.get("cpu_ms_per_step"))],
+                             "parts_cpu_ms": {k: round(v, 3) for k, v in es.get("parts_cpu_ms", {}).items()},
+                             "hot": es.get("hot", [])})
     wall = time.monotonic() - t_bench
     print(f"\n`python benchmarks/bench_trainer_feed.py {' '.join(sys.argv[1:])}`: device {device}, {args.steps} steps "
           f"per run ({args.warmup} warm-up), best of {args.rounds} round(s) per side, {threads} torch thread(s), "
@@ -275,6 +356,20 @@ def main() -> None:
     for name in names:
         vals = [dict(r["profile_ms"]).get(name) for r in rows]
         print(f"| {name} | " + " | ".join("-" if v is None else f"{v:.2f}" for v in vals) + " |")
+    if rows and rows[0].get("parts_cpu_ms"):
+        print("\nCPU of the thread that ran each part, ms per step (the wall above minus this: waiting for the GIL, "
+              "data or the device):\n")
+        print("| part | " + " | ".join(f"{r['model']} b{r['batch']}" for r in rows) + " |")
+        print("|---|" + "---|" * len(rows))
+        for name in rows[0]["parts_cpu_ms"]:
+            vals = [r["parts_cpu_ms"].get(name) for r in rows]
+            print(f"| {name} | " + " | ".join("-" if v is None else f"{v:.3f}" for v in vals) + " |")
+    for r in rows:
+        if r["hot"]:
+            print(f"\n{r['model']} b{r['batch']}: the trainer's main thread under cProfile (us per step: own, "
+                  "cumulative, calls; inflated by the profiler)\n")
+            for name, own, cum, calls in r["hot"]:
+                print(f"  {own:8.1f} {cum:8.1f} {calls:6.2f}  {name}")
     record("trainer_feed", {"rows": rows, "device": device, "steps": args.steps, "warmup": args.warmup,
                             "rounds": args.rounds, "threads": threads, "prefetch": prefetch, "wall_s": round(wall)})
 

@@ -201,6 +201,37 @@ def test_the_exchange_divides_its_own_result_in_place_and_never_what_it_sent(sha
         assert torch.equal(got, g if weight == 1.0 else torch._foreach_div([weight * g], weight)[0])
 
 
+class _NoReadBack(Tensor):
+    """A tensor whose values must not be read back to the host (a GPU tensor's read waits for the device)."""
+
+    def tolist(self):
+        raise AssertionError("the exchange read the [w, stop] tensor back")
+
+
+@settings(max_examples=40, deadline=None)
+@given(weight=st.floats(0.0, 1e9, allow_nan=False), stop=st.booleans(),
+       dtype=st.sampled_from([torch.float32, torch.float64, torch.float16, torch.bfloat16]))
+def test_a_world_of_one_knows_w_and_stop_without_reading_its_sum_back(weight, stop, dtype) -> None:
+    """The sum of one is (a view of) the [w, stop] tensor it sent: W and the stop vote come from the values it
+    was built from, as the dtype rounds them (what reading it back gives, bit for bit), with no read-back --
+    on a GPU, a wait for the device once per step. A result in other memory is read back as before."""
+    grads = [torch.ones(3, dtype=dtype)]
+
+    def one(req):
+        out = reduce_all([req])  # the tensors themselves (detached views)
+        return out[:-1] + [out[-1].as_subclass(_NoReadBack)]
+
+    req, res = _drive_one(exchange(grads, weight, stop=stop), one)
+    want = torch.tensor([weight, 1.0 if stop else 0.0], dtype=dtype).tolist()
+    assert res.total_weight == float(want[0]) and res.stop == (want[1] > 0)
+
+    def copied(req):  # same values in fresh memory (a peer's sum of zeros): read back
+        return [t.clone() for t in req.tensors]
+
+    _, res2 = _drive_one(exchange(grads, weight, stop=stop), copied)
+    assert res2.total_weight == res.total_weight and res2.stop == res.stop
+
+
 # ---------------------------------------------------------------- the exchange in the simulator, vectorised
 
 

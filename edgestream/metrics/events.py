@@ -27,12 +27,16 @@ def _clean(v):
         return v
     if isinstance(v, float):
         return None if math.isnan(v) or math.isinf(v) else round(v, 6)
+    if getattr(v, "lazy_number", False):  # read when the line is encoded (the trainer's LazyLoss): `_plain`
+        return v
     if hasattr(v, "item"):
         return _clean(v.item())
     return v
 
 
 def _plain(v):
+    if getattr(v, "lazy_number", False):
+        return _clean(float(v))
     return str(v)
 
 
@@ -88,6 +92,7 @@ class EventLog:
             threading.Thread(target=self._flusher, name="edgestream-events-flush", daemon=True).start()
         self.records: list[dict] | None = [] if keep else None
         self.steps = 0                          # step lines, all devices together (device-steps)
+        self.written_steps = 0                  # of them, written through to the file (live: by a drain)
         self.device_steps: dict[int, int] = {}  # per device: the steps it took (its last step index + 1)
         self.samples = 0
         self.buffer_max = 0
@@ -99,7 +104,7 @@ class EventLog:
         self.compressed = 0
         self.evals: list[tuple[float, float]] = []   # (time, accuracy), evaluations that have one
         self.eval_metrics: list[tuple[float, dict]] = []  # (time, the task's metrics) of every evaluation
-        self.last_loss: float | None = None
+        self._last_loss = None
 
     def step(self, **fields) -> None:
         self.steps += 1
@@ -116,10 +121,15 @@ class EventLog:
             self.exchanges += 1
             self.compressed += int(bool(fields["compressed"]))
         if fields.get("loss") is not None:
-            self.last_loss = float(fields["loss"])
+            self._last_loss = fields["loss"]  # read when asked for (a lazy loss is not waited for here)
         if self._f is None and self.records is None:  # no file, nothing kept: the line goes nowhere
             return
         self._write({"kind": "step", **{k: _clean(v) for k, v in fields.items()}}, now=False)
+
+    @property
+    def last_loss(self) -> float | None:
+        """The loss of the newest step line that has one."""
+        return None if self._last_loss is None else float(self._last_loss)
 
     def evaluation(self, time: float, step: int, accuracy: float | None = None, loss: float | None = None,
                    **metrics: float) -> None:
@@ -160,6 +170,8 @@ class EventLog:
                 self.records.append(rec)
             if self._f is not None:
                 self._f.write(text)
+                if rec.get("kind") == "step":
+                    self.written_steps += 1
 
     def _drain(self) -> None:
         """Encode and write through the pending lines of a live log, in order."""
@@ -169,6 +181,7 @@ class EventLog:
             if lines and self._f is not None:
                 self._f.write("".join(_line(rec) for rec in lines))
                 self._f.flush()
+                self.written_steps += sum(1 for rec in lines if rec.get("kind") == "step")
 
     def _flusher(self) -> None:
         while not self._closed:

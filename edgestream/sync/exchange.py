@@ -104,15 +104,23 @@ class Codec:
                 part.load_state_dict(state[key])
 
 
-@functools.lru_cache(maxsize=1024)
 def _meta(weight: float, flag: float, dtype: torch.dtype, device: Any) -> Tensor:
-    """The [w, stop] tensor that rides along with the dense payload. Cached: every worker sends one
-    per step and there are few distinct values (building a tensor costs more than the step's other
-    bookkeeping); safe to share because no engine's collective modifies its inputs (all-gathers
-    copy them: the simulator snapshots, the real runtime packs into its own buffers)."""
+    """The [w, stop] tensor that rides along with the dense payload (see `_meta_pair`)."""
+    return _meta_pair(weight, flag, dtype, device)[0]
+
+
+@functools.lru_cache(maxsize=1024)
+def _meta_pair(weight: float, flag: float, dtype: torch.dtype, device: Any) -> tuple[Tensor, tuple[float, ...]]:
+    """The [w, stop] tensor that rides along with the dense payload, and its values as read back on the host
+    (`tolist()` of it: the dtype's rounding). Cached: every worker sends one per step and there are few
+    distinct values (building a tensor costs more than the step's other bookkeeping); safe to share because
+    no engine's collective modifies its inputs (all-gathers copy them: the simulator snapshots, the real
+    runtime packs into its own buffers). The host values spare a world of one, whose sum is the tensor it
+    sent, reading a GPU tensor back: a wait for everything queued on the device, once per step."""
     import torch
 
-    return torch.tensor([weight, flag], dtype=dtype, device=device)
+    host = torch.tensor([weight, flag], dtype=dtype, device="cpu")  # read back here once, then moved
+    return (host if device is None else host.to(device)), tuple(host.tolist())
 
 
 def _divide(sums: Sequence[Tensor], total: float, *, in_place: bool = False) -> list[Tensor]:
@@ -204,16 +212,23 @@ def exchange(
             out = list(ts)
         else:  # one foreach call for all tensors: per tensor the same product as `weight * t`
             out = _scale(ts, weight)
+        meta = None
         if meta_known is None:
-            out.append(_meta(float(weight), flag, dtype, device))
+            meta, meta_host = _meta_pair(float(weight), flag, dtype, device)
+            out.append(meta)
         reduced = yield AllReduce(out, op="sum")
         derive = getattr(reduced, "derive", None)
         # every worker of one all-reduce sends tensors of the same shapes (the engines check), so the
         # simulator counts the payload's bytes once per operation
         sent += payload_nbytes(out) if derive is None else derive(("nbytes", len(out)), lambda: payload_nbytes(out))
         if meta_known is None:
-            w_sum, stop_sum = (reduced[-1].tolist() if derive is None
-                               else derive(("meta",), lambda: tuple(reduced[-1].tolist())))
+            back = reduced[-1]
+            if back.data_ptr() == meta.data_ptr() and back.dtype == meta.dtype and back.numel() == meta.numel():
+                # a sum of one is (a view of) what it sent, which nothing writes into: its values are known
+                w_sum, stop_sum = meta_host
+            else:
+                w_sum, stop_sum = (reduced[-1].tolist() if derive is None
+                                   else derive(("meta",), lambda: tuple(reduced[-1].tolist())))
             meta_known = (float(w_sum), bool(stop_sum > 0))
         total, any_stop = meta_known
         n = len(ts)
@@ -226,7 +241,8 @@ def exchange(
             # a result is this worker's own (edgestream.sync.requests): divided where it is (the real
             # runtime's bucket buffers), unless it is what this worker sent (a world of one sums to its inputs)
             sums = reduced[:n]
-            shared = any(r.data_ptr() == o.data_ptr() and r.numel() for r, o in zip(sums, out))  # (empty: no memory)
+            shared = any(r.data_ptr() == o.data_ptr() and r.numel()  # (empty: no memory)
+                         for r, o in zip(sums, out, strict=False))
             update = _divide(sums, total, in_place=not shared)
         return ExchangeResult(update, total, False, wire_floats(sent), sent, any_stop, votes)
 

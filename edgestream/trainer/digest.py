@@ -69,7 +69,7 @@ class ParamDigest:
                 self._event.synchronize()
             h = hashlib.blake2b(digest_size=8)
             for part in self._parts:
-                h.update(part.numpy())
+                h.update(part.view(torch.uint8).numpy())  # the bytes, whatever the dtype (bfloat16 too)
             self._value, self._parts, self._event = h.hexdigest(), [], None
         return self._value
 

@@ -259,6 +259,7 @@ def _train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: bo
         # contract); the stream's state holds how far it was consumed, so a restarted worker
         # continues from exactly here
         ctx = session.ctx
+        performer.settle()  # every loss up to here checked (a GPU's are read lazily): Diverged, not a checkpoint
         try:
             save_checkpoint(ckpt_file, model=model, optimizer=optimizer, step=ctx.step, state=ctx.state,
                             stream=dataset.state_dict(), elapsed_s=performer.now(env.rank),
@@ -290,6 +291,8 @@ def _train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: bo
     session = WorkerSession(plan, env.rank, performer, stop=stop, events=events, meters=meters,
                             param_names=param_names(model), signal=stop_event.is_set, on_log=[at_log],
                             on_line=after_line if ckpts else None)
+    if not ckpts:  # a commit waits for the line of its step to be written through (performer._ack)
+        performer.lines_queued, performer.lines_written = (lambda: session.lines), (lambda: events.written_steps)
     performer.push_id = lambda: session.ctx.step  # a push's id: the worker's step (the PS drops repeats)
     performer.stop_reason = lambda: session.stop.reason
     performer.step = lambda: session.ctx.step  # the step an error names (as the step lines count it)
@@ -297,8 +300,10 @@ def _train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: bo
         session.resume(ckpt["step"], ckpt["state"])
     t_start = time.monotonic()
     status = "finished"
+    flush_error: OSError | None = None
     try:
         session.run_blocking()
+        performer.settle()  # the last steps' losses, read lazily on a GPU, checked before the run counts as finished
     except Stopped:
         status = "stopped"
         raise TrainerError(f"device {env.rank}: stopped by a signal while waiting for stream data") from None
@@ -342,6 +347,10 @@ def _train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: bo
             checkpoint(session)  # (none when the schedule's checkpoint of this very step was the last)
         elif not ckpts:
             try:
+                try:  # the lines first: a commit never gets ahead of its step's line
+                    events.flush()
+                except OSError as exc:  # only what was written is committed; raised once the rest is closed
+                    flush_error = exc
                 performer.commit_pending()  # the newest acknowledged batch not yet committed (ACK_INTERVAL_S)
             except KafkaUnavailable:
                 if status == "finished":
@@ -355,6 +364,8 @@ def _train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: bo
         log.info("rank %d: status %s at step %d", env.rank, status, session.ctx.step)
         logging.getLogger("edgestream").removeHandler(handler)
         handler.close()
+        if flush_error is not None and status == "finished":
+            raise flush_error  # a full disk at the last lines: train() names the file
     totals = dataset.totals
     ps_stop = {"stop_reason": performer.ps_reason} if performer.ps_reason and session.stop.reason is None else {}
     summary = {**session.summary(), **ps_stop, "device": str(device), "backend": backend, "samples": performer.samples,

@@ -9,7 +9,11 @@
   device sleeps (static_i (1 + U(0, dynamic)) - 1) times its measured compute time after each step;
   with a compute profile (devices.compute.profile) it sleeps until the step has lasted the profile's
   t(b) x that factor (`emulated_sleep`). A non-finite loss (every step) or parameter (every
-  PARAM_CHECK_EVERY-th model change) raises `Diverged`, one line naming the device and the step. A batch
+  PARAM_CHECK_EVERY-th model change) raises `Diverged`, one line naming the device and the step. On a GPU
+  (no emulation) the loss is not waited for: the algorithm gets a `LazyLoss` (edgestream.trainer.losses),
+  checked once the device has finished its step (a step or two later, never waiting) and read when the
+  step line is written, so no step synchronises with the device; compute_s is then the host's time to
+  queue the step. A batch
   is never empty unless the algorithm asked for zero samples (then no forward: zero gradients): a take
   whose messages were all rejected waits for valid ones (the dataset).
 * AllReduce / AllGather / Start / Poll / Wait: `DistCollectives` (torch.distributed; the AllReduce is a
@@ -18,8 +22,9 @@
 * Inject: `KafkaStreamDataset.inject` (the `<run>.inj.<j>` topics). Ack: the batch's offsets are
   committed after the step is applied -- or, when checkpoints are on, with the next checkpoint (so a
   resumed run never trains an acknowledged sample twice). Without checkpoints (`ack_interval_s`), the
-  newest acknowledged batch is committed at most once per interval and the last one when the host
-  calls `commit_pending` at the end: a commit is a broker request, and one per step cost the broker
+  newest acknowledged batch whose step line is written through (the host's `lines_written`: a crash never
+  leaves a committed sample without its line) is committed at most once per interval, and the last one
+  when the host calls `commit_pending` at the end: a commit is a broker request, and one per step cost the broker
   more CPU than the trainer's own step overhead (benchmarks/bench_vs_ddp.py).
 * Push / Pull (parameter-server algorithms): the run's PS through Kafka (`edgestream.ps.client.PSClient`):
   a push returns once the broker acknowledged it (its id: the worker's step); a pull waits for the PS's
@@ -33,6 +38,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -72,6 +78,7 @@ from edgestream.tasks import CLASSIFICATION, Task
 from edgestream.trainer.collectives import DistCollectives, Pending
 from edgestream.trainer.graphs import GraphedForward
 from edgestream.trainer.handlers import HANDLERS
+from edgestream.trainer.losses import LossWatch
 
 _TAG_SLOWDOWN = 0x51_0e
 #: without checkpoints, the newest ack is committed at most this often (seconds; the host's default)
@@ -134,7 +141,7 @@ class TrainerPerformer:
                  time_offset: float = 0.0, stop_event: threading.Event | None = None,
                  take_timeout_s: float = 1.0, due_time: Callable[[int], float] | None = None,
                  ps: Any = None, push_id: Callable[[], int] | None = None, task: Task = CLASSIFICATION,
-                 graphed: GraphedForward | None = None) -> None:
+                 graphed: GraphedForward | None = None, lazy_loss: bool | None = None) -> None:
         self.rank, self.model, self.optimizer, self.dataset = rank, model, optimizer, dataset
         self.graphed = graphed  # the model's CUDA-graph replay, or None: the model (edgestream.trainer.graphs)
         self.task = task
@@ -147,6 +154,11 @@ class TrainerPerformer:
         self.ack_interval_s = float(ack_interval_s)  # without defer_acks: at most one commit per interval
         self._acked_at = -float("inf")               # monotonic time of the last commit
         self.pending_ack: StreamBatch | None = None  # newest acknowledged batch not yet committed
+        # without checkpoints, a commit waits for the step line after its ack to be written through (set by the
+        # host: step lines queued and written so far); (the line it waits for, the batch), oldest first
+        self.lines_queued: Callable[[], int] | None = None
+        self.lines_written: Callable[[], int] | None = None
+        self._unwritten: deque[tuple[int, StreamBatch]] = deque()
         self.t0 = time.monotonic() - time_offset
         # due_time(k): when sample k of this device's stream was due (the rate model). With it, the first
         # batch moves the time origin to the stream's start, the simulator's t = 0 (see `_anchor`)
@@ -166,6 +178,12 @@ class TrainerPerformer:
         self.step: Callable[[], int] = lambda: 0  # the worker's completed steps (set by the host): named in errors
         self.fail_at_step = _fail_at_step()
         self._changes = 0  # model changes (Apply, SetParams): the parameters are checked every PARAM_CHECK_EVERY
+        # the loss read without a device sync (edgestream.trainer.losses): on a GPU, unless the compute is
+        # emulated (the emulated sleep needs the step's real compute time, so it waits for the device)
+        emulated = self.static != 1.0 or self.dynamic > 0 or curve is not None
+        if lazy_loss is None:
+            lazy_loss = device.type == "cuda" and not emulated
+        self.losses = LossWatch(rank, device) if lazy_loss else None
 
     # ------------------------------------------------------------------ Performer
     def now(self, rank: int) -> float:
@@ -232,22 +250,41 @@ class TrainerPerformer:
         if self.defer_acks:
             self.pending_ack = batch
             return
+        self.pending_ack = batch  # committed by a later ack or by commit_pending
+        if self.lines_written is not None:  # its commit waits for the next step line (this step's) to be written
+            self._unwritten.append((self.lines_queued() + 1 if self.lines_queued is not None else 0, batch))
         now = time.monotonic()
         if now - self._acked_at < self.ack_interval_s:
-            self.pending_ack = batch  # committed by a later ack or by commit_pending
             return
-        self.pending_ack, self._acked_at = None, now
+        written = self._written_through() if self.lines_written is not None else batch
+        if written is None:
+            return
+        if written is batch:
+            self.pending_ack = None
+        self._acked_at = now
         # a prefetching dataset commits off the step's critical path (edgestream.trainer.prefetch)
-        getattr(self.dataset, "ack_later", self.dataset.ack)(batch)
+        getattr(self.dataset, "ack_later", self.dataset.ack)(written)
+
+    def _written_through(self) -> StreamBatch | None:
+        """The newest acknowledged batch whose step line is written through (the host's `lines_written`), or
+        None; the older ones are dropped (a commit covers them)."""
+        unwritten, out = self._unwritten, None
+        written = self.lines_written() if self.lines_written is not None else 0
+        while unwritten and unwritten[0][0] <= written:
+            out = unwritten.popleft()[1]
+        return out
 
     def pending_offsets(self) -> dict | None:
         """{"dev": int, "inj": int | None}: the offsets the deferred ack would commit, or None."""
         return dict(self.pending_ack.offsets) if self.pending_ack is not None else None
 
     def commit_pending(self) -> dict | None:
-        """Commit the newest deferred ack (at a checkpoint, or at the end of a run without checkpoints);
-        returns the committed offsets ({"dev": int, "inj": int | None}), or None when nothing was pending."""
+        """Commit the newest deferred ack (at a checkpoint, or at the end of a run without checkpoints: there the
+        newest whose step line is written through, `lines_written`); returns the committed offsets ({"dev": int,
+        "inj": int | None}), or None when nothing was pending."""
         batch, self.pending_ack = self.pending_ack, None
+        if not self.defer_acks and self.lines_written is not None:
+            batch = self._written_through()
         if batch is not None:
             self.dataset.ack(batch)
             return dict(batch.offsets)
@@ -271,14 +308,27 @@ class TrainerPerformer:
             grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
             if graphed is not None and graphed.active:
                 grads = graphed.fresh(grads)  # out of the graph's static buffers
-            loss_value = float(loss.detach())  # synchronises with the device: the step's compute is done
-        check_loss(self.rank, loss_value, self.step())  # Diverged: one line naming the device and the step
+            losses = self.losses
+            if losses is not None:  # read when needed, checked once its step is done on the device
+                loss_value: Any = losses.lazy(loss, self.step())
+            else:
+                loss_value = float(loss.detach())  # synchronises with the device: the step's compute is done
+        if losses is not None:
+            losses.check()  # Diverged for a finished step's non-finite loss: no wait
+        else:
+            check_loss(self.rank, loss_value, self.step())  # Diverged: one line naming the device and the step
         dt = time.perf_counter() - t0
         factor = self.static * (1.0 + (float(self._rng.uniform(0.0, self.dynamic)) if self.dynamic > 0 else 0.0))
         extra = emulated_sleep(dt, int(batch.n), factor, self.curve)
         if extra > 0:
             time.sleep(extra)
         return ComputeResult(grads, loss_value, batch.n)
+
+    def settle(self) -> None:
+        """Check every loss not checked yet, waiting for the device (lazy losses: edgestream.trainer.losses);
+        Diverged naming the first non-finite one's step. Before a checkpoint and at the worker's end."""
+        if self.losses is not None:
+            self.losses.settle()
 
     def _apply(self, req: Apply) -> None:
         if len(req.update) != len(self.params):
@@ -295,7 +345,8 @@ class TrainerPerformer:
 
     def _check_params(self, when: str) -> None:
         """Diverged when a parameter is non-finite, checked at every PARAM_CHECK_EVERY-th change: one fused
-        norm over all of them (a NaN or inf anywhere makes the sum non-finite) and one host sync. That
+        norm over all of them (a NaN or inf anywhere makes the sum non-finite) and one host sync (with lazy
+        losses, on a GPU, none: the sum is read once the device has it, `LossWatch.lazy_check`). That
         costs ~0.9 ms on the mlp (~1.3 ms on cnn-small) on a loaded 2-core CPU, 17% of an mlp step, hence
         not every step; the loss, checked every step for free, catches a non-finite parameter at the next
         step's forward anyway."""
@@ -303,8 +354,12 @@ class TrainerPerformer:
         if not self.params or self._changes % PARAM_CHECK_EVERY:
             return
         total = torch.stack(torch._foreach_norm(self.params)).sum()
-        if not bool(torch.isfinite(total)):
-            raise non_finite_params(self.rank, f"{when} {self.step()}")
+        step = self.step()
+        if self.losses is not None:  # read once the device has it, in step order with the losses: no wait
+            rank = self.rank
+            self.losses.lazy_check(total, step, lambda: non_finite_params(rank, f"{when} {step}"))
+        elif not bool(torch.isfinite(total)):
+            raise non_finite_params(self.rank, f"{when} {step}")
 
     def _get_params(self, req: GetParams) -> list[Tensor]:
         return [p.detach().clone() for p in self.params]
@@ -364,7 +419,8 @@ class TrainerPerformer:
     def _push(self, req: Push) -> None:
         ps = self._ps()
         reason = self.stop_reason() if req.stop and self.stop_reason is not None else None
-        meta = {"reason": reason, "n": int(req.n), "loss": req.loss, "lr": float(req.lr), "stop": bool(req.stop),
+        loss = None if req.loss is None else float(req.loss)  # a lazy loss (edgestream.trainer.losses) read here
+        meta = {"reason": reason, "n": int(req.n), "loss": loss, "lr": float(req.lr), "stop": bool(req.stop),
                 "commit": bool(req.commit), "losses": [list(x) for x in req.losses] if req.losses is not None else None,
                 "nbytes": req.wire_bytes(), "origin": time.time() - self.now(self.rank)}
         step = int(self.push_id()) if self.push_id is not None else 0
