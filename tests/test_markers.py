@@ -59,3 +59,20 @@ def test_tests_that_start_a_broker_of_their_own_are_kafka_tests(tmp_path):
         "test_cli_start_status_stop"}               # `edgestream broker start`
     assert "tests/test_kafka_cluster_cli.py::test_broker_start_nodes_3_status_stop" in kafka
     assert all(d["kafka"] for d in kafka.values())
+
+
+def test_loadgroup_keeps_a_module_fixtures_tests_on_one_worker() -> None:
+    """conftest groups the tests of a module-scoped fixture (xdist_group, `--dist loadgroup`), so the fixture is
+    made once, on one worker. Under pytest 9 that needs the "@group" suffix on the item's id where pytest reads it
+    (conftest `_group_id`; xdist 3.8 writes it where pytest < 9 reads it): a real 2-worker run of a file with one
+    module fixture (tests/test_streams_rates.py's `models`) and tests without it."""
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-n", "2", "--dist", "loadgroup", "-v", "-p",
+                           "no:cacheprovider", "tests/test_streams_rates.py"], cwd=TESTS.parent,
+                          env=os.environ | {"PYTEST_ADDOPTS": ""}, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    ran = [line.split() for line in proc.stdout.splitlines() if line.startswith("[gw") and " PASSED " in line]
+    grouped = {words[0] for words in ran if words[-1].endswith("@test_streams_rates.py")}
+    free = [words[-1] for words in ran if "@" not in words[-1]]
+    assert len(ran) >= 20 and free, proc.stdout[-3000:]
+    assert len(grouped) == 1, (grouped, proc.stdout[-3000:])  # every test of the fixture on one worker
+    assert sum(words[-1].endswith("@test_streams_rates.py") for words in ran) >= 5
