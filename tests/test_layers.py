@@ -143,14 +143,15 @@ def test_runner_does_not_import_consumers_or_producers(upper: str) -> None:
     assert not any(bad.values()), {m: n for m, n in bad.items() if n}
 
 
-def test_launch_does_not_import_the_trainers_dispatch_table() -> None:
-    """The orchestrator registers the local engine with sync.requests.REQUESTS, the same set as the trainer's
-    table (checked here), without importing the trainer's performer side."""
-    bad = {m: names for m, names in _all_imports("edgestream.launch").items() if "edgestream.trainer.handlers" in names}
+def test_launch_declares_what_the_trainers_performer_performs() -> None:
+    """The orchestrator registers the local engine with sync.requests.REQUESTS, without importing the trainer's
+    performer (torch); that set is what TrainerPerformer's do_* methods perform (checked here)."""
+    bad = {m: names for m, names in _all_imports("edgestream.launch").items()
+           if "edgestream.trainer.performer" in names or "edgestream.trainer" in names}
     assert not bad, bad
     import edgestream.launch  # noqa: F401 - registers "local"
     from edgestream.runner.engines import engine
     from edgestream.sync.requests import REQUESTS
-    from edgestream.trainer.handlers import PERFORMS
+    from edgestream.trainer.performer import TrainerPerformer
 
-    assert PERFORMS == REQUESTS == engine("local").performs
+    assert TrainerPerformer.performs == REQUESTS == engine("local").performs

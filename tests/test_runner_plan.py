@@ -129,11 +129,10 @@ def test_engine_capabilities_decide_what_runs_where() -> None:
     for spec in ALGORITHMS.values():
         check_runs("sim", spec)  # the simulator performs every request kind
         check_runs("local", spec)  # trainers perform collectives, and Push/Pull through the Kafka PS
-    from edgestream.sync.requests import COLLECTIVE_REQUESTS, PS_REQUESTS
-    from edgestream.trainer.handlers import PERFORMS
+    from edgestream.sync.requests import COLLECTIVE_REQUESTS, PS_REQUESTS, REQUESTS
 
     engines.register_engine("collectives-only", lambda cfg, **kw: (Path("."), {}),
-                            performs=PERFORMS - PS_REQUESTS)
+                            performs=REQUESTS - PS_REQUESTS)
     try:
         for spec in ALGORITHMS.values():
             if spec.family == "ps":

@@ -8,7 +8,8 @@ from edgestream.launch.orchestrator import LaunchError, LocalRun, run_local
 from edgestream.runner.engines import register_engine
 from edgestream.sync.requests import REQUESTS
 
-# the trainer performs every request kind (trainer/handlers.PERFORMS; tests/test_layers.py holds them equal)
+# what the trainer's performer performs (TrainerPerformer.performs, derived from its do_* methods: every kind),
+# declared here because the performer imports torch (tests/test_layers.py holds the two equal)
 register_engine("local", run_local, host="processes", performs=REQUESTS)
 
 __all__ = ["LaunchError", "LocalRun", "run_local"]

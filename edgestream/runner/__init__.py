@@ -12,7 +12,7 @@ from edgestream.runner.evaluate import evaluate  # noqa: F401 - also its module'
 #: public name -> the module that defines it (loaded on first use: the run directory's readers need no torch)
 _EXPORTS = {
     "LINE_ORDER": "edgestream.runner.driver",
-    "Performer": "edgestream.runner.driver",
+    "Performer": "edgestream.runner.performer",
     "StepMeter": "edgestream.runner.driver",
     "drive": "edgestream.runner.driver",
     "run_blocking": "edgestream.runner.driver",

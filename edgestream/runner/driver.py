@@ -2,7 +2,8 @@
 
 Every engine (the simulator, the in-process lockstep engine, the real trainer) runs a worker the same
 way: `drive(rank, program, performer, sink)` sends each request the worker yields to
-`performer.perform(rank, request)` and sends the result back. The driver also measures, in the
+`performer.perform(rank, request)` (runner.performer: one `do_<kind>` method per request kind) and sends the
+result back. The driver also measures, in the
 engine's own clock (`performer.now(rank)`), how long the worker spent waiting for data (TakeBatch),
 computing (Compute) and communicating (blocking collectives, Wait, and parameter-server Push and Pull,
 waiting for peers or the coordinator included),
@@ -22,10 +23,11 @@ import zlib
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from types import GeneratorType
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
+from edgestream.runner.performer import Performer
 from edgestream.sync.requests import AllGather, AllReduce, Compute, Log, Pull, Push, TakeBatch, Wait
 
 #: events.jsonl step-line keys in DESIGN.md order; other keys follow.
@@ -35,18 +37,6 @@ LINE_ORDER = ("time", "device", "step", "batch", "wait_s", "compute_s", "comm_s"
 #: request type -> the StepMeter timing it is counted in
 TIMED: dict[type, str] = {TakeBatch: "wait_s", Compute: "compute_s", AllReduce: "comm_s", AllGather: "comm_s",
                           Wait: "comm_s", Push: "comm_s", Pull: "comm_s"}
-
-
-class Performer(Protocol):
-    """What an engine implements: its clock, and how it performs one worker's request."""
-
-    def now(self, rank: int) -> float:
-        """The engine's time in seconds for worker `rank` (virtual, monotonic wall, or a counter)."""
-        ...
-
-    def perform(self, rank: int, request: Any) -> Any:
-        """The request's result, or a generator producing it (cooperative engines); see module doc."""
-        ...
 
 
 @dataclass

@@ -35,6 +35,7 @@ from torch import Tensor, nn
 
 from edgestream.models import build_optimizer, grads_of, set_grads, set_lr
 from edgestream.runner.driver import StepMeter, drive
+from edgestream.runner.performer import Performer
 from edgestream.sync.reduction import reduce_all
 from edgestream.sync.requests import (
     Ack,
@@ -46,8 +47,6 @@ from edgestream.sync.requests import (
     GetParams,
     Handle,
     Inject,
-    Log,
-    Now,
     Poll,
     SetParams,
     Sleep,
@@ -82,11 +81,13 @@ def _zero_clock(rank: int) -> float:
     return 0.0
 
 
-class Lockstep:
+class Lockstep(Performer):
     """The collectives of `world` workers and their round-robin scheduler (see module doc).
 
     local(rank, request): performs every non-collective request; now(rank): the engine's clock.
     """
+
+    engine = "lockstep engine"
 
     def __init__(self, world: int, local: Callable[[int, Any], Any] = _unsupported,
                  now: Callable[[int], float] = _zero_clock) -> None:
@@ -123,21 +124,31 @@ class Lockstep:
     def now(self, rank: int) -> float:
         return self._now(rank)
 
+    # the collective kinds are performed here (below); every other kind, the clock and the step line are local's
+    do_now = do_log = None
+
     def perform(self, rank: int, req: Any) -> Generator[Any, Any, Any]:
         """Perform `req` now; the generator yields the worker's turn (or parks it) and returns the result."""
-        if isinstance(req, (AllReduce, AllGather)):
-            return self._park(rank, self.post(rank, req))
-        if isinstance(req, Wait):
-            return self._park(rank, req.handle.id)
-        if isinstance(req, Start):
-            if not isinstance(req.request, (AllReduce, AllGather)):
-                raise TypeError(f"the lockstep engine starts collectives only, not {type(req.request).__name__} "
-                                f"(parameter-server algorithms run in the simulator)")
-            return self._turn(Handle(self.post(rank, req.request)))
-        if isinstance(req, Poll):
-            slot = req.handle.id
-            return self._turn((True, self.collect(rank, slot)) if slot in self.done else (False, None))
-        return self._turn(self.local(rank, req))
+        method = self._methods.get(type(req))
+        return method(rank, req) if method is not None else self._turn(self.local(rank, req))
+
+    def do_all_reduce(self, rank: int, req: AllReduce | AllGather) -> Generator[Any, Any, Any]:
+        return self._park(rank, self.post(rank, req))
+
+    do_all_gather = do_all_reduce
+
+    def do_wait(self, rank: int, req: Wait) -> Generator[Any, Any, Any]:
+        return self._park(rank, req.handle.id)
+
+    def do_start(self, rank: int, req: Start) -> Generator[Any, Any, Handle]:
+        if not isinstance(req.request, (AllReduce, AllGather)):
+            raise TypeError(f"the lockstep engine starts collectives only, not {type(req.request).__name__} "
+                            f"(parameter-server algorithms run in the simulator)")
+        return self._turn(Handle(self.post(rank, req.request)))
+
+    def do_poll(self, rank: int, req: Poll) -> Generator[Any, Any, tuple[bool, Any]]:
+        slot = req.handle.id
+        return self._turn((True, self.collect(rank, slot)) if slot in self.done else (False, None))
 
     @staticmethod
     def _turn(result: Any) -> Generator[Any, Any, Any]:
@@ -246,7 +257,7 @@ class ArraySource:
 
 
 @dataclass
-class LockstepEngine:
+class LockstepEngine(Performer):
     """Performs the requests of M workers in one process (see module doc).
 
     model: replicated M times (deep copies); sources: one per worker; batch_policy: an object with
@@ -255,6 +266,8 @@ class LockstepEngine:
     loss a Compute takes the gradients of (edgestream.tasks; default classification).
     events: the step lines of every run (time, device, the Log fields, the measured timings).
     """
+
+    engine = "lockstep engine"
 
     model: nn.Module
     sources: Sequence[ArraySource]
@@ -315,43 +328,38 @@ class LockstepEngine:
         """Detached copies of a replica's trainable parameters."""
         return [p.detach().clone() for p in self.models[rank].parameters() if p.requires_grad]
 
-    def perform(self, rank: int, req: Any) -> Any:
-        """Perform one non-collective request of worker `rank` and return its result."""
-        if isinstance(req, TakeBatch):
-            return self._take(rank, req)
-        if isinstance(req, Compute):
-            return self._compute(rank, req.batch)
-        if isinstance(req, Apply):
-            set_grads(self.models[rank], req.update)
-            set_lr(self.optimizers[rank], req.lr)
-            self.optimizers[rank].step()
-            return None
-        if isinstance(req, GetParams):
-            return self.params(rank)
-        if isinstance(req, SetParams):
-            with torch.no_grad():
-                params = [p for p in self.models[rank].parameters() if p.requires_grad]
-                for p, t in zip(params, req.tensors, strict=True):
-                    p.copy_(t.reshape(p.shape))
-            return None
-        if isinstance(req, Ack):
-            self.acked[rank] += req.batch.own
-            return None
-        if isinstance(req, Inject):
-            idx = req.indices if req.indices is not None else list(range(req.count))
-            index = torch.tensor(idx, dtype=torch.long)
-            for target in req.targets:
-                self.inbox[target].append((req.batch.x[index], req.batch.y[index]))
-            self._meter(rank).count(inject_sent=len(idx) * len(req.targets))
-            return None
-        if isinstance(req, Now):
-            return self.clocks[rank]
-        if isinstance(req, Sleep):
-            self.clocks[rank] += req.seconds
-            return None
-        if isinstance(req, Log):
-            return None  # the driver writes the step line
-        raise TypeError(f"the lockstep engine cannot perform {type(req).__name__}")
+    def do_take_batch(self, rank: int, req: TakeBatch) -> LockstepBatch:
+        return self._take(rank, req)
+
+    def do_compute(self, rank: int, req: Compute) -> ComputeResult:
+        return self._compute(rank, req.batch)
+
+    def do_apply(self, rank: int, req: Apply) -> None:
+        set_grads(self.models[rank], req.update)
+        set_lr(self.optimizers[rank], req.lr)
+        self.optimizers[rank].step()
+
+    def do_get_params(self, rank: int, req: GetParams) -> list[Tensor]:
+        return self.params(rank)
+
+    def do_set_params(self, rank: int, req: SetParams) -> None:
+        with torch.no_grad():
+            params = [p for p in self.models[rank].parameters() if p.requires_grad]
+            for p, t in zip(params, req.tensors, strict=True):
+                p.copy_(t.reshape(p.shape))
+
+    def do_ack(self, rank: int, req: Ack) -> None:
+        self.acked[rank] += req.batch.own
+
+    def do_inject(self, rank: int, req: Inject) -> None:
+        idx = req.indices if req.indices is not None else list(range(req.count))
+        index = torch.tensor(idx, dtype=torch.long)
+        for target in req.targets:
+            self.inbox[target].append((req.batch.x[index], req.batch.y[index]))
+        self._meter(rank).count(inject_sent=len(idx) * len(req.targets))
+
+    def do_sleep(self, rank: int, req: Sleep) -> None:
+        self.clocks[rank] += req.seconds
 
     def _meter(self, rank: int) -> StepMeter:
         return self.meters.setdefault(rank, StepMeter())

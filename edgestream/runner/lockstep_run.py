@@ -26,7 +26,7 @@ from edgestream.runner.group import WorkerGroup
 from edgestream.runner.lockstep import Lockstep, LockstepEngine
 from edgestream.runner.plan import RunPlan
 from edgestream.runner.rundir import write_run
-from edgestream.sync.requests import BASE_REQUESTS, COLLECTIVE_REQUESTS, Log
+from edgestream.sync.requests import Log
 
 NAME = "lockstep"
 
@@ -93,4 +93,4 @@ def run_lockstep(cfg: Any, *, out: str | Path | None = None, run_id: str | None 
     return write_run(plan, NAME, lambda events: LockstepRun(plan, events), out=out, run_id=run_id, clock="virtual")
 
 
-register_engine(NAME, run_lockstep, host="lockstep", performs=BASE_REQUESTS | COLLECTIVE_REQUESTS)
+register_engine(NAME, run_lockstep, host="lockstep", performs=Lockstep.performs | LockstepEngine.performs)

@@ -7,6 +7,6 @@ from edgestream.runner.engines import register_engine
 from edgestream.sim.costs import ComputeModel, NetworkModel, calibrate
 from edgestream.sim.engine import SimConfigError, SimEngine, run_sim
 
-register_engine("sim", run_sim, host="simpy")  # performs every request kind
+register_engine("sim", run_sim, host="simpy", performs=SimEngine.performs)  # every request kind
 
 __all__ = ["ComputeModel", "NetworkModel", "SimConfigError", "SimEngine", "calibrate", "run_sim"]

@@ -71,6 +71,7 @@ from edgestream.runner.divergence import Diverged, LossGrowth, check_loss
 from edgestream.runner.engines import EngineError
 from edgestream.runner.evaluate import Evaluation, evaluate
 from edgestream.runner.group import WorkerGroup
+from edgestream.runner.performer import Performer
 from edgestream.runner.plan import RunPlan
 from edgestream.runner.progress import RunProgress
 from edgestream.runner.rundir import Terminated, write_run
@@ -91,8 +92,6 @@ from edgestream.sync.requests import (
     GetParams,
     Handle,
     Inject,
-    Log,
-    Now,
     Poll,
     Pull,
     Push,
@@ -182,7 +181,7 @@ class SimStats:
         return int(self.driver.get("requests", 0))
 
 
-class SimEngine:
+class SimEngine(Performer):
     """One simulated run of `plan` (a RunPlan, or an ExperimentConfig resolved here); `run()` fills
     `events` and returns the stats.
 
@@ -199,6 +198,8 @@ class SimEngine:
     reference path); True: batched where the model allows. `compute_mode` says which path runs and
     `compute_reason` why.
     """
+
+    engine = "simulator"
 
     def __init__(self, plan: Any, events: EventLog | None = None, *, progress: bool = False,
                  base_dir: str | None = None, share_replicas: bool | None = None,
@@ -253,13 +254,6 @@ class SimEngine:
                                     enabled=progress, metric=self.task.primary)
         self.evaluation = Evaluation(self._score, self.events, self.group.stop, plan.eval_every_s,
                                      on_eval=self._on_eval)
-        self._handlers: dict[type, Callable[[int, Any], Any]] = {
-            TakeBatch: self._take_batch, Compute: self._compute, AllReduce: self._collective,
-            AllGather: self._collective, Wait: self._wait, Sleep: self._sleep,
-            Ack: self._ack, Inject: self._inject, Start: self._start, Poll: self._poll, Apply: self._apply,
-            Push: self._push, Pull: self._pull,
-            GetParams: self._get_params, SetParams: self._set_params, Now: self._now, Log: self._log,
-        }
 
     # ------------------------------------------------------------------ run state
     @property
@@ -397,16 +391,8 @@ class SimEngine:
         """Virtual time (the same for every worker)."""
         return self.env.now
 
-    def perform(self, rank: int, req: Any) -> Any:
-        """Worker `rank`'s request: its result, or a generator of SimPy events producing it."""
-        handler = self._handlers.get(type(req))
-        if handler is None:
-            raise TypeError(f"the simulator cannot perform {type(req).__name__} (worker {rank}, algorithm "
-                            f"{self.spec.name})")
-        return handler(rank, req)
-
     # ------------------------------------------------------------------ timed requests
-    def _take_batch(self, rank: int, req: TakeBatch) -> Generator[Any, Any, SimBatch]:
+    def do_take_batch(self, rank: int, req: TakeBatch) -> Generator[Any, Any, SimBatch]:
         env, perf = self.env, time.perf_counter
         t_req = env.now
         c0 = perf()
@@ -431,7 +417,7 @@ class SimEngine:
         self.stats.wall["data"] += wall + perf() - c0
         return batch
 
-    def _compute(self, rank: int, req: Compute) -> Generator[Any, Any, Any]:
+    def do_compute(self, rank: int, req: Compute) -> Generator[Any, Any, Any]:
         """The forward/backward runs when its virtual duration ends: the worker's replica cannot change
         meanwhile, and by then every peer has applied the update that preceded it (shared replicas)."""
         batch = req.batch
@@ -452,13 +438,15 @@ class SimEngine:
             log.warning("simulator: %s", warning)
         return result
 
-    def _collective(self, rank: int, req: AllReduce | AllGather) -> Generator[Any, Any, Any]:
+    def do_all_reduce(self, rank: int, req: AllReduce | AllGather) -> Generator[Any, Any, Any]:
         op = self.collectives.post(rank, req, self.env.now)
         if not op.done:
             yield op.event
         return self._collect(op, rank)
 
-    def _wait(self, rank: int, req: Wait) -> Generator[Any, Any, Any]:
+    do_all_gather = do_all_reduce
+
+    def do_wait(self, rank: int, req: Wait) -> Generator[Any, Any, Any]:
         if req.handle.id in self.ps_handles:
             owner, what = self._ps_handle(rank, req.handle)
             del self.ps_handles[req.handle.id]
@@ -474,7 +462,7 @@ class SimEngine:
             yield op.event
         return self._collect(op, rank, req.handle.id)
 
-    def _sleep(self, rank: int, req: Sleep) -> Generator[Any, Any, None]:
+    def do_sleep(self, rank: int, req: Sleep) -> Generator[Any, Any, None]:
         yield self.env.timeout(req.seconds)
         return None
 
@@ -496,14 +484,14 @@ class SimEngine:
         self.collectives.release(op, rank)
         return result
 
-    def _start(self, rank: int, req: Start) -> Handle:
+    def do_start(self, rank: int, req: Start) -> Handle:
         handle = Handle(next(self._handle_ids))
         inner = req.request
         if isinstance(inner, Sleep):
             self.ps_handles[handle.id] = (rank, float(self.env.now + inner.seconds))
             return handle
         if isinstance(inner, Pull):
-            self.ps_handles[handle.id] = (rank, self.env.process(self._pull(rank, inner)))
+            self.ps_handles[handle.id] = (rank, self.env.process(self.do_pull(rank, inner)))
             return handle
         op = self.collectives.post(rank, inner, self.env.now)
         self.handles[handle.id] = (op, rank)
@@ -515,7 +503,7 @@ class SimEngine:
             raise RuntimeError(f"worker {rank} used handle {handle.id}, which it did not start (or already spent)")
         return entry
 
-    def _poll(self, rank: int, req: Poll) -> tuple[bool, Any]:
+    def do_poll(self, rank: int, req: Poll) -> tuple[bool, Any]:
         if req.handle.id in self.ps_handles:
             _, what = self._ps_handle(rank, req.handle)
             if isinstance(what, float):
@@ -538,29 +526,26 @@ class SimEngine:
                             f"server (it is a {self.spec.family} algorithm)")
         return self.ps
 
-    def _push(self, rank: int, req: Push) -> Generator[Any, Any, None]:
+    def do_push(self, rank: int, req: Push) -> Generator[Any, Any, None]:
         return self._ps_node(rank, req).push(rank, req)
 
-    def _pull(self, rank: int, req: Pull) -> Generator[Any, Any, Any]:
+    def do_pull(self, rank: int, req: Pull) -> Generator[Any, Any, Any]:
         return self._ps_node(rank, req).pull(rank)
 
     # ------------------------------------------------------------------ instant requests
-    def _apply(self, rank: int, req: Apply) -> None:
+    def do_apply(self, rank: int, req: Apply) -> None:
         self.replicas.apply(rank, req.update, req.lr)
 
-    def _get_params(self, rank: int, req: GetParams) -> list[torch.Tensor]:
+    def do_get_params(self, rank: int, req: GetParams) -> list[torch.Tensor]:
         return self.replicas.get_params(rank)
 
-    def _set_params(self, rank: int, req: SetParams) -> None:
+    def do_set_params(self, rank: int, req: SetParams) -> None:
         self.replicas.set_params(rank, req.tensors)
 
-    def _now(self, rank: int, req: Now) -> float:
-        return float(self.env.now)
-
-    def _ack(self, rank: int, req: Ack) -> None:
+    def do_ack(self, rank: int, req: Ack) -> None:
         self.stats.acked_samples += int(getattr(req.batch, "own", getattr(req.batch, "n", 0)))
 
-    def _inject(self, rank: int, req: Inject) -> None:
+    def do_inject(self, rank: int, req: Inject) -> None:
         batch = req.batch
         positions = req.indices if req.indices is not None else list(range(req.count))
         chosen = np.asarray(batch.indices)[np.asarray(positions, dtype=np.int64)]
@@ -573,9 +558,6 @@ class SimEngine:
         self.meters[rank].count(inject_sent=len(chosen) * len(req.targets),
                                 inject_bytes=nbytes_each * len(req.targets))
         self.stats.inject_bytes += nbytes_each * len(req.targets)
-
-    def _log(self, rank: int, req: Log) -> None:
-        return None  # the driver writes the step line
 
     # ------------------------------------------------------------------ results
     def profile(self, wall_s: float) -> dict[str, float]:

@@ -52,6 +52,7 @@ from edgestream.consumers.batch import StreamBatch
 from edgestream.models import set_lr
 from edgestream.runner.divergence import Diverged, check_loss, non_finite_params  # noqa: F401 - Diverged re-exported
 from edgestream.runner.driver import StepMeter
+from edgestream.runner.performer import Performer
 from edgestream.sync.requests import (
     Ack,
     AllGather,
@@ -63,7 +64,6 @@ from edgestream.sync.requests import (
     Handle,
     Inject,
     Log,
-    Now,
     Poll,
     Pull,
     Pulled,
@@ -77,7 +77,6 @@ from edgestream.sync.requests import (
 from edgestream.tasks import CLASSIFICATION, Task
 from edgestream.trainer.collectives import DistCollectives, Pending
 from edgestream.trainer.graphs import GraphedForward
-from edgestream.trainer.handlers import HANDLERS
 from edgestream.trainer.losses import LossWatch
 
 _TAG_SLOWDOWN = 0x51_0e
@@ -131,8 +130,10 @@ def emulated_sleep(dt: float, b: int, factor: float, curve: Any = None) -> float
         return max(0.0, float(curve(b)) * factor - dt)
     return dt * (factor - 1.0) if factor > 1.0 else 0.0
 
-class TrainerPerformer:
+class TrainerPerformer(Performer):
     """Performs the requests of worker `rank` (see module doc); task: the loss (default classification)."""
+
+    engine = "trainer"
 
     def __init__(self, rank: int, model: nn.Module, optimizer: torch.optim.Optimizer, dataset: Any,
                  collectives: DistCollectives, meters: dict[int, StepMeter], *, device: torch.device,
@@ -174,7 +175,6 @@ class TrainerPerformer:
         self._next_handle = 0
         self.samples = self.acked_samples = 0
         self.model_lock = threading.Lock()          # held while the model changes (evaluation snapshots)
-        self._dispatch: dict[type, Callable[[Any], Any]] = {k: getattr(self, name) for k, name in HANDLERS.items()}
         self.step: Callable[[], int] = lambda: 0  # the worker's completed steps (set by the host): named in errors
         self.fail_at_step = _fail_at_step()
         self._changes = 0  # model changes (Apply, SetParams): the parameters are checked every PARAM_CHECK_EVERY
@@ -189,14 +189,8 @@ class TrainerPerformer:
     def now(self, rank: int) -> float:
         return time.monotonic() - self.t0
 
-    def perform(self, rank: int, req: Any) -> Any:
-        handler = self._dispatch.get(type(req))
-        if handler is None:
-            raise TypeError(f"the trainer cannot perform {type(req).__name__}")
-        return handler(req)
-
     # ------------------------------------------------------------------ data
-    def _take(self, req: TakeBatch) -> TrainerBatch:
+    def do_take_batch(self, rank: int, req: TakeBatch) -> TrainerBatch:
         asked = None  # when a stop request was first seen while waiting
         while True:
             if self.stop_event.is_set():
@@ -239,12 +233,12 @@ class TrainerPerformer:
         if -60.0 < since_start <= time.monotonic() - self.t0 + 60.0:
             self.t0 = time.monotonic() - max(0.0, since_start)
 
-    def _inject(self, req: Inject) -> None:
+    def do_inject(self, rank: int, req: Inject) -> None:
         indices = req.indices if req.indices is not None else list(range(req.count))
         sent, nbytes = self.dataset.inject(req.batch.stream, list(indices), list(req.targets))
         self.meters[self.rank].count(inject_sent=sent, inject_bytes=nbytes)
 
-    def _ack(self, req: Ack) -> None:
+    def do_ack(self, rank: int, req: Ack) -> None:
         batch: StreamBatch = req.batch.stream
         self.acked_samples += batch.own
         if self.defer_acks:
@@ -291,7 +285,7 @@ class TrainerPerformer:
         return None
 
     # ------------------------------------------------------------------ compute and model
-    def _compute(self, req: Compute) -> ComputeResult:
+    def do_compute(self, rank: int, req: Compute) -> ComputeResult:
         batch: TrainerBatch = req.batch
         if self.fail_at_step is not None and self.step() == self.fail_at_step:
             raise InjectedFailure(f"{TEST_FAIL_AT_STEP}={self.fail_at_step}: the test-only failure at step "
@@ -330,7 +324,7 @@ class TrainerPerformer:
         if self.losses is not None:
             self.losses.settle()
 
-    def _apply(self, req: Apply) -> None:
+    def do_apply(self, rank: int, req: Apply) -> None:
         if len(req.update) != len(self.params):
             raise ValueError(f"Apply: {len(req.update)} update tensors for {len(self.params)} parameters")
         with self.model_lock:
@@ -361,10 +355,10 @@ class TrainerPerformer:
         elif not bool(torch.isfinite(total)):
             raise non_finite_params(self.rank, f"{when} {step}")
 
-    def _get_params(self, req: GetParams) -> list[Tensor]:
+    def do_get_params(self, rank: int, req: GetParams) -> list[Tensor]:
         return [p.detach().clone() for p in self.params]
 
-    def _set_params(self, req: SetParams) -> None:
+    def do_set_params(self, rank: int, req: SetParams) -> None:
         if len(req.tensors) != len(self.params):
             raise ValueError(f"SetParams: {len(req.tensors)} tensors for {len(self.params)} parameters")
         with self.model_lock, torch.no_grad():
@@ -373,7 +367,7 @@ class TrainerPerformer:
             self._check_params("in the model set at step")
 
     # ------------------------------------------------------------------ collectives
-    def _start(self, req: Start) -> Handle:
+    def do_start(self, rank: int, req: Start) -> Handle:
         if not isinstance(req.request, (AllReduce, AllGather)):
             raise TypeError(f"the trainer starts collectives only, not {type(req.request).__name__}")
         handle = Handle(self._next_handle)
@@ -387,25 +381,24 @@ class TrainerPerformer:
             raise RuntimeError(f"worker {self.rank} used handle {handle.id}, which is not in flight")
         return pending
 
-    def _poll(self, req: Poll) -> tuple[bool, Any]:
+    def do_poll(self, rank: int, req: Poll) -> tuple[bool, Any]:
         pending = self._pending(req.handle)
         if not pending.completed():
             return False, None
         del self.handles[req.handle.id]
         return True, pending.get()
 
-    def _wait(self, req: Wait) -> Any:
+    def do_wait(self, rank: int, req: Wait) -> Any:
         pending = self._pending(req.handle)
         del self.handles[req.handle.id]
         return pending.get()
 
-    def _collective(self, req: AllReduce | AllGather) -> Any:
+    def do_all_reduce(self, rank: int, req: AllReduce | AllGather) -> Any:
         return self.collectives.run(req)
 
-    def _now(self, req: Now) -> float:
-        return self.now(self.rank)
+    do_all_gather = do_all_reduce
 
-    def _log(self, req: Log) -> None:
+    def do_log(self, rank: int, req: Log) -> None:
         if self.staleness is not None:
             self.meters[self.rank].gauge(staleness=self.staleness)
         return None  # the driver writes the step line
@@ -416,7 +409,7 @@ class TrainerPerformer:
             raise TypeError("Push/Pull: this trainer has no parameter server (the run's algorithm is not a PS one)")
         return self.ps
 
-    def _push(self, req: Push) -> None:
+    def do_push(self, rank: int, req: Push) -> None:
         ps = self._ps()
         reason = self.stop_reason() if req.stop and self.stop_reason is not None else None
         loss = None if req.loss is None else float(req.loss)  # a lazy loss (edgestream.trainer.losses) read here
@@ -427,7 +420,7 @@ class TrainerPerformer:
         sent = ps.push(req.update, step, version=req.version, meta=meta)
         self.meters[self.rank].count(pushes=1, push_bytes=sent)
 
-    def _pull(self, req: Pull) -> Pulled:
+    def do_pull(self, rank: int, req: Pull) -> Pulled:
         reply = self._ps().pull()
         blocked = float(reply.meta.get("blocked_s") or 0.0)
         self.meters[self.rank].count(pulls=1, pull_bytes=reply.nbytes, blocked_s=blocked)
@@ -437,5 +430,5 @@ class TrainerPerformer:
             self.ps_reason = str(reply.meta["reason"])
         return Pulled([t.to(self.device) for t in reply.params], reply.version, reply.stop, reply.info)
 
-    def _sleep(self, req: Sleep) -> None:
+    def do_sleep(self, rank: int, req: Sleep) -> None:
         self.stop_event.wait(req.seconds)
