@@ -3,7 +3,9 @@ virtual time; `edgestream.runner` runs them.
 
 Each worker is one SimPy process running the run core's one request loop (`runner.drive`, through a
 `runner.WorkerGroup` that also holds the run's contexts, stop rule and event sink); `SimEngine` is
-that loop's performer (`now(rank)`, `perform(rank, request)`; see edgestream.sync.requests):
+that loop's performer (runner.performer: `now(rank)` and one `do_<kind>` method per request kind of
+edgestream.sync.requests; the communication kinds are in sim/comm.py, the checks before a run in sim/checks.py,
+the event loop's helpers in sim/loop.py, the summary it adds in sim/summary.py):
 
 * TakeBatch: the device's `VirtualStream` truncates (buffer policy), sizes the batch (batch policy with
   the rate measured over the last window, or the request's size), waits until the samples are due,
@@ -50,9 +52,7 @@ calibrated compute model depends on this machine's speed).
 
 from __future__ import annotations
 
-import contextlib
 import copy
-import gc
 import itertools
 import logging
 import time
@@ -74,32 +74,26 @@ from edgestream.runner.group import WorkerGroup
 from edgestream.runner.performer import Performer
 from edgestream.runner.plan import RunPlan
 from edgestream.runner.progress import RunProgress
-from edgestream.runner.rundir import Terminated, write_run
+from edgestream.runner.rundir import write_run
 from edgestream.sim.batched import BatchedCompute, batch_check
+from edgestream.sim.checks import SimConfigError, fits_problem, unbounded_problem
 from edgestream.sim.collectives import CollectiveOp, Collectives
+from edgestream.sim.comm import SimComm
 from edgestream.sim.costs import ComputeModel, NetworkModel, calibrate
 from edgestream.sim.data import SimBatch, SimData
-from edgestream.sim.footprint import memory_problem
+from edgestream.sim.loop import fewer_gc_passes, run_until
 from edgestream.sim.ps import PSNode
 from edgestream.sim.replicas import Replicas
 from edgestream.sim.stream import VirtualStream
+from edgestream.sim.summary import sim_summary, wall_profile
 from edgestream.sync.requests import (
     Ack,
-    AllGather,
-    AllReduce,
     Apply,
     Compute,
     GetParams,
-    Handle,
     Inject,
-    Poll,
-    Pull,
-    Push,
     SetParams,
-    Sleep,
-    Start,
     TakeBatch,
-    Wait,
 )
 
 log = logging.getLogger(__name__)
@@ -118,54 +112,6 @@ COMPUTE_MODES = ("auto", "batched", "per-device")
 AUTO_PER_DEVICE: dict[str, str] = {}
 
 
-class SimConfigError(EngineError):
-    """A config the simulator cannot run (bad algorithm params, rates, dataset sizes...); `problems`
-    holds one line per problem, as `ConfigError` does."""
-
-
-def unbounded_problem(cfg: Any) -> None:
-    """SimConfigError when the run has no time or step limit (`stop: {}`, continuous training, or a target
-    alone): a simulation must end, even when it never reaches its target."""
-    stop = getattr(cfg, "stop", None)
-    if stop is not None and not stop.bounded:
-        what = "continuous training (stop: {})" if stop.continuous else "a target alone"
-        raise SimConfigError([f"stop: {what} runs only on engine local (it trains until interrupted); the simulator "
-                              "needs an end: give stop.max_time_s or stop.max_steps"])
-
-
-def fits_problem(plan: RunPlan, model: torch.nn.Module, batch_policy: Any) -> None:
-    """SimConfigError (one line naming devices.count) when the run's devices would not fit in the memory
-    available, estimated from bytes per device (edgestream.sim.footprint)."""
-    params = [p for p in model.parameters() if p.requires_grad]
-    num_params = sum(p.numel() for p in params)
-    param_bytes = sum(p.numel() * p.element_size() for p in params)
-    batch = int(getattr(batch_policy, "size", 0) or getattr(batch_policy, "min", 0) or 1)
-    sample_floats = int(np.prod(plan.dataset.shape))
-    problem = memory_problem(plan.algorithm.name, plan.world, num_params, param_bytes, batch * sample_floats * 4)
-    if problem is not None:
-        raise SimConfigError([problem])
-
-
-#: the cyclic garbage collector's youngest-generation threshold while a simulation runs (Python's
-#: default is 700): every request allocates a few container objects (SimPy events, generator frames,
-#: dicts), so at the default a young collection ran every ~100 requests and each one walked the
-#: survivors; a run's garbage is almost all freed by reference counting anyway. 20,000 objects keep
-#: the memory a collection would reclaim small (about 15% more device-steps/s at 256 devices).
-GC_THRESHOLD_0 = 20_000
-
-
-@contextlib.contextmanager
-def fewer_gc_passes() -> Generator[None, None, None]:
-    """Raise the collector's youngest-generation threshold to GC_THRESHOLD_0 for the block (never lower
-    it), and restore the previous thresholds after."""
-    before = gc.get_threshold()
-    gc.set_threshold(max(before[0], GC_THRESHOLD_0), *before[1:])
-    try:
-        yield
-    finally:
-        gc.set_threshold(*before)
-
-
 @dataclass
 class SimStats:
     """Run-level counters and the wall-time profile."""
@@ -181,7 +127,7 @@ class SimStats:
         return int(self.driver.get("requests", 0))
 
 
-class SimEngine(Performer):
+class SimEngine(SimComm, Performer):
     """One simulated run of `plan` (a RunPlan, or an ExperimentConfig resolved here); `run()` fills
     `events` and returns the stats.
 
@@ -374,7 +320,7 @@ class SimEngine(Performer):
                 hard = env.timeout(max_time * HARD_LIMIT_FACTOR + HARD_LIMIT_EXTRA_S)
                 until = simpy.AnyOf(env, [until, hard])
             try:
-                _run_until(env, until)
+                run_until(env, until)
             except Diverged as exc:  # a non-finite loss: the run stops there, as a real trainer does
                 self.diverged = exc
                 return self.stats
@@ -438,100 +384,6 @@ class SimEngine(Performer):
             log.warning("simulator: %s", warning)
         return result
 
-    def do_all_reduce(self, rank: int, req: AllReduce | AllGather) -> Generator[Any, Any, Any]:
-        op = self.collectives.post(rank, req, self.env.now)
-        if not op.done:
-            yield op.event
-        return self._collect(op, rank)
-
-    do_all_gather = do_all_reduce
-
-    def do_wait(self, rank: int, req: Wait) -> Generator[Any, Any, Any]:
-        if req.handle.id in self.ps_handles:
-            owner, what = self._ps_handle(rank, req.handle)
-            del self.ps_handles[req.handle.id]
-            if isinstance(what, float):  # a timer
-                if what > self.env.now:
-                    yield self.env.timeout(what - self.env.now)
-                return None
-            if not what.triggered:
-                yield what
-            return what.value
-        op = self._op_of(rank, req.handle)
-        if not op.done:
-            yield op.event
-        return self._collect(op, rank, req.handle.id)
-
-    def do_sleep(self, rank: int, req: Sleep) -> Generator[Any, Any, None]:
-        yield self.env.timeout(req.seconds)
-        return None
-
-    # ------------------------------------------------------------------ collectives
-    def _op_of(self, rank: int, handle: Handle) -> CollectiveOp:
-        entry = self.handles.get(handle.id)
-        if entry is None or entry[1] != rank:
-            raise RuntimeError(f"worker {rank} used handle {handle.id}, which it did not start (or already spent)")
-        return entry[0]
-
-    def _collect(self, op: CollectiveOp, rank: int, handle_id: int | None = None) -> Any:
-        """Worker `rank`'s result; the network time and the wait for the last worker are noted once."""
-        if handle_id is not None:  # the Wait or done Poll hands the result over and spends the handle
-            del self.handles[handle_id]  # (kept, every started operation stayed alive: memory grew per step)
-        arrived = op.arrived_at[rank] or 0.0
-        self.meters[rank].count(net_s=op.comm_s,
-                                sync_wait_s=max(0.0, (op.complete_at or 0.0) - op.comm_s - arrived))
-        result = self.collectives.result(op, rank)
-        self.collectives.release(op, rank)
-        return result
-
-    def do_start(self, rank: int, req: Start) -> Handle:
-        handle = Handle(next(self._handle_ids))
-        inner = req.request
-        if isinstance(inner, Sleep):
-            self.ps_handles[handle.id] = (rank, float(self.env.now + inner.seconds))
-            return handle
-        if isinstance(inner, Pull):
-            self.ps_handles[handle.id] = (rank, self.env.process(self.do_pull(rank, inner)))
-            return handle
-        op = self.collectives.post(rank, inner, self.env.now)
-        self.handles[handle.id] = (op, rank)
-        return handle
-
-    def _ps_handle(self, rank: int, handle: Handle) -> tuple[int, Any]:
-        entry = self.ps_handles.get(handle.id)
-        if entry is None or entry[0] != rank:
-            raise RuntimeError(f"worker {rank} used handle {handle.id}, which it did not start (or already spent)")
-        return entry
-
-    def do_poll(self, rank: int, req: Poll) -> tuple[bool, Any]:
-        if req.handle.id in self.ps_handles:
-            _, what = self._ps_handle(rank, req.handle)
-            if isinstance(what, float):
-                done, value = self.env.now >= what, None
-            else:
-                done = what.triggered
-                value = what.value if done else None
-            if done:
-                del self.ps_handles[req.handle.id]
-            return done, value
-        op = self._op_of(rank, req.handle)
-        if not op.done:
-            return False, None
-        return True, self._collect(op, rank, req.handle.id)
-
-    # ------------------------------------------------------------------ parameter server
-    def _ps_node(self, rank: int, req: Any) -> PSNode:
-        if self.ps is None:
-            raise TypeError(f"worker {rank} sent {type(req).__name__}, but {self.spec.name} has no parameter "
-                            f"server (it is a {self.spec.family} algorithm)")
-        return self.ps
-
-    def do_push(self, rank: int, req: Push) -> Generator[Any, Any, None]:
-        return self._ps_node(rank, req).push(rank, req)
-
-    def do_pull(self, rank: int, req: Pull) -> Generator[Any, Any, Any]:
-        return self._ps_node(rank, req).pull(rank)
-
     # ------------------------------------------------------------------ instant requests
     def do_apply(self, rank: int, req: Apply) -> None:
         self.replicas.apply(rank, req.update, req.lr)
@@ -562,48 +414,11 @@ class SimEngine(Performer):
     # ------------------------------------------------------------------ results
     def profile(self, wall_s: float) -> dict[str, float]:
         """Wall seconds by category; `engine` is the rest (SimPy, dispatch, bookkeeping, logging)."""
-        prof = {**self.replicas.wall, "reduce": self.collectives.reduce_s, **self.stats.wall,
-                "algorithm": float(self.stats.driver.get("algorithm", 0.0))}
-        prof["engine"] = max(0.0, wall_s - sum(prof.values()))
-        return {k: round(v, 4) for k, v in prof.items()}
+        return wall_profile(self, wall_s)
 
     def extra_summary(self, wall_s: float) -> dict[str, Any]:
-        """The run's time and stop reason, then the simulator's own summary keys (runner.summary's rule: read
-        only for simulated runs; virtual_time_s is time_s, kept for the tools that read it); wall_s: the run's
-        wall time."""
-        prof = self.profile(wall_s)
-        cm = self.compute_model
-        torch_s = prof["forward_backward"] + prof["optimizer"] + prof["eval"] + prof["reduce"]
-        outside = max(0.0, wall_s - torch_s - prof["algorithm"])
-        return {
-            "time_s": float(self.env.now),
-            "sim_wall_s": round(wall_s, 3),
-            "algorithm": self.spec.name,
-            "devices": self.world,
-            "stop_reason": self.stop_reason or "finished",
-            **({"error": str(self.diverged)} if self.diverged is not None else {}),
-            **({"loss_warning": self.loss_growth.warning} if self.loss_growth.warning else {}),
-            "virtual_time_s": round(float(self.env.now), 6),
-            "device_steps": self.stats.device_steps,
-            "buffer_final_samples": int(sum(self.last_backlog)),
-            "buffer_final_max_samples": int(max(self.last_backlog)),
-            "held_final_samples": int(sum(self.last_held)),
-            "held_final_max_samples": int(max(self.last_held)),
-            "acked_samples": self.stats.acked_samples,
-            "injected_bytes_total": self.stats.inject_bytes,
-            "compute_model": {"a_s": cm.a, "c_s": cm.c, "static": list(cm.static), "dynamic": cm.dynamic,
-                              "calibrated": self.calibrated},
-            "num_params": self.replicas.num_params,
-            "compute_path": self.compute_mode,
-            "compute_reason": self.compute_reason,
-            **({"compute_passes": self.batcher.passes} if self.batcher is not None else {}),
-            **self.replicas.layout(),
-            "replicas_identical": self.replicas.identical(),
-            **({"ps": self.ps.summary()} if self.ps is not None else {}),
-            "wall_profile_s": prof,
-            "overhead_share": round(outside / wall_s, 4) if wall_s > 0 else None,
-            "device_steps_per_wall_s": round(self.stats.device_steps / wall_s, 2) if wall_s > 0 else None,
-        }
+        """The run's time and stop reason, then the simulator's own summary keys (edgestream.sim.summary)."""
+        return sim_summary(self, wall_s)
 
 
 def run_sim(cfg: Any, *, out: str | Path | None = None, run_id: str | None = None, progress: bool = True,
@@ -622,38 +437,3 @@ def run_sim(cfg: Any, *, out: str | Path | None = None, run_id: str | None = Non
     if summary.get("stop_reason") == "diverged":  # the run directory is written; the run failed
         raise Diverged(f"{summary['error']}; run directory {path}")
     return path, summary
-
-
-def _run_until(env: simpy.Environment, until: simpy.Event) -> None:
-    """`env.run(until=until)`, with Ctrl-C and SIGTERM raised between two events, never inside one.
-
-    A signal's exception raised where the handler happens to run would land inside a worker's SimPy process (a
-    generator mid-request: the worker then "never posted" what it asked for) and end the run in a traceback
-    instead of an interrupted summary. While the loop runs (main thread only) SIGINT -- and SIGTERM where a
-    handler of the program's (runner.rundir.sigterm_interrupts) would raise -- are only noted; the loop raises
-    KeyboardInterrupt / runner.rundir.Terminated before its next event. Elsewhere it is `env.run`."""
-    import signal
-    import threading
-
-    from simpy.core import EmptySchedule, StopSimulation
-
-    noted: list[int] = []
-    handled = [signal.SIGINT] if threading.current_thread() is threading.main_thread() else []
-    if handled and callable(signal.getsignal(signal.SIGTERM)):
-        handled.append(signal.SIGTERM)
-    if until.callbacks is None:  # already processed
-        return
-    until.callbacks.append(StopSimulation.callback)
-    previous = {sig: signal.signal(sig, lambda signum, frame: noted.append(signum)) for sig in handled}
-    try:
-        while True:
-            if noted:
-                raise Terminated() if noted[0] == signal.SIGTERM else KeyboardInterrupt()
-            env.step()
-    except StopSimulation:
-        return
-    except EmptySchedule:
-        raise RuntimeError(f"no scheduled events left but the run's end was not reached: {until}") from None
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
