@@ -23,7 +23,8 @@ from edgestream.data.order import ShardOrder
 from edgestream.metrics import EventLog
 from edgestream.runner.plan import RunPlan
 from edgestream.sim import orders as orders_mod
-from edgestream.sim.batched import BatchedCompute, batch_independent
+from edgestream.sim.batchable import batch_independent
+from edgestream.sim.batched import BatchedCompute
 from edgestream.sim.engine import AUTO_PER_DEVICE, COMPUTE_ENV, SimConfigError, SimEngine
 from edgestream.sim.orders import (
     SMALL_SHARD,

@@ -29,7 +29,7 @@ from edgestream.runner.lockstep import LockstepEngine
 from edgestream.runner.plan import RunPlan
 from edgestream.runner.rundir import write_run
 from edgestream.runner.stop import StopRule
-from edgestream.sim.batched import batch_check
+from edgestream.sim.batchable import batch_check
 from edgestream.sim.engine import COMPUTE_ENV, SimEngine
 from edgestream.tasks import CLASSIFICATION, REGRESSION
 

@@ -19,7 +19,7 @@ the event loop's helpers in sim/loop.py, the summary it adds in sim/summary.py):
   pending device whose model is settled, each getting its own gradients and loss at its own end time; the
   per-device path stays (`batch_compute=False`, or EDGESTREAM_SIM_COMPUTE=per-device) as the reference.
   A user's model (by import path) takes the batched path when torch.func runs it per sample (a probe,
-  `batch_check`); otherwise the run falls back to the per-device path, with the reason in the summary
+  `sim/batchable.batch_check`); otherwise the run falls back to the per-device path, with the reason in the summary
   (`compute_reason`) and logged once. The loss is the run's task's (edgestream.tasks). A non-finite loss
   stops the run (`Diverged`, stop_reason "diverged"); a loss grown 100x over its start warns once
   (edgestream.runner.divergence, shared with the real trainer).
@@ -75,7 +75,8 @@ from edgestream.runner.performer import Performer
 from edgestream.runner.plan import RunPlan
 from edgestream.runner.progress import RunProgress
 from edgestream.runner.rundir import write_run
-from edgestream.sim.batched import BatchedCompute, batch_check
+from edgestream.sim.batchable import batch_check
+from edgestream.sim.batched import BatchedCompute
 from edgestream.sim.checks import SimConfigError, fits_problem, unbounded_problem
 from edgestream.sim.collectives import CollectiveOp, Collectives
 from edgestream.sim.comm import SimComm
