@@ -4,7 +4,7 @@ from edgestream.lazy import lazy_exports
 
 #: public name -> the module that defines it (loaded on first use)
 _EXPORTS = {
-    "markdown_table": "edgestream.metrics.compare",
+    "markdown_table": "edgestream.metrics.table",
     "EventLog": "edgestream.metrics.events",
     "read_events": "edgestream.metrics.events",
     "accuracy_plot": "edgestream.metrics.plots",
