@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable, Generator
 from typing import Any
 
-from edgestream.runner.driver import Performer, StepMeter
+from edgestream.runner.driver import StepMeter
+from edgestream.runner.performer import Performer
 from edgestream.runner.session import WorkerSession
 
 

@@ -17,7 +17,8 @@ from __future__ import annotations
 from collections.abc import Callable, Generator
 from typing import Any
 
-from edgestream.runner.driver import Performer, StepMeter, drive, run_blocking
+from edgestream.runner.driver import StepMeter, drive, run_blocking
+from edgestream.runner.performer import Performer
 from edgestream.runner.stop import StopRule
 from edgestream.sync.requests import Log
 
