@@ -70,7 +70,7 @@ def load_config(config: ConfigLike, overrides: Iterable[str] | None = None) -> E
     else:
         raise TypeError(f"config: expected a YAML file path, a dict or an ExperimentConfig, "
                         f"got {type(config).__name__}")
-    from edgestream.runner.plan import optimizer_notes
+    from edgestream.runner.optim_notes import optimizer_notes
 
     for line in optimizer_notes(cfg):
         warnings.warn(line, UserWarning, stacklevel=2)

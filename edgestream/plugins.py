@@ -196,14 +196,19 @@ ALGORITHMS = Registry("algorithms", "algorithm", None)
 
 
 
-def _task(obj: Any) -> str | None:
-    from edgestream.tasks import Task
+def _instance_of(path: str) -> Callable[[Any], str | None]:
+    """A check that an object is an instance of the class at import path `path`, imported on the first check
+    (as a built-in's target is: the registry imports none of the kinds it holds)."""
 
-    return None if isinstance(obj, Task) else f"is a {type(obj).__name__}, not an edgestream.tasks.Task"
+    def check(obj: Any) -> str | None:
+        cls = import_object(path)
+        return None if isinstance(obj, cls) else f"is a {type(obj).__name__}, not an {path.replace(':', '.')}"
+
+    return check
 
 
 #: tasks: an edgestream.tasks.Task (the loss and the metrics)
-TASKS = Registry("tasks", "task", _task)
+TASKS = Registry("tasks", "task", _instance_of("edgestream.tasks:Task"))
 
 #: decoders: factory(fmt: edgestream.data.records.RecordFormat) -> a record decoder (streams.format)
 DECODERS = Registry("decoders", "record decoder", _callable)

@@ -23,7 +23,7 @@ def config_validate(files: list[Path] = typer.Argument(..., help="experiment YAM
     plugins the config names, the dataset, the model built on the data's shape, the rate model."""
     from edgestream.config import ConfigError, load_config  # lazy: +250 ms start-up
     from edgestream.config.check import check_runnable  # lazy: +220 ms start-up
-    from edgestream.runner.plan import optimizer_notes  # lazy: +270 ms start-up
+    from edgestream.runner.optim_notes import optimizer_notes  # lazy: +270 ms start-up
 
     bad = 0
     for file in files:

@@ -24,15 +24,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from edgestream.data.wire import DTYPE_CODES, Affine
+from edgestream.data.entry import WIRE_DTYPES, as_array, narrowest_int
+from edgestream.data.synthetic import SYNTHETIC_DEFAULTS  # noqa: F401 - handed on (load_dataset's doc names it)
+from edgestream.data.wire import Affine
 
 if TYPE_CHECKING:  # torch loads where a tensor is made (normalize): producers and `config validate` need none
     import torch
-
-#: the synthetic dataset's sizes when the config leaves them out
-SYNTHETIC_DEFAULTS = {"shape": (3, 32, 32), "num_classes": 10, "n_train": 8000, "n_test": 2000}
-#: inputs of these dtypes travel as they are (the wire's dtypes)
-WIRE_DTYPES = tuple(DTYPE_CODES.values())
 
 Arrays = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
@@ -166,18 +163,10 @@ def value_stats(x: np.ndarray, what: str = "x_train", chunk_bytes: int = 8 << 20
                                                 for m, s in zip(mean, std, strict=True))
 
 
-def narrowest_int(lo: int, hi: int) -> np.dtype | None:
-    """The smallest wire integer dtype holding [lo, hi], or None."""
-    fits = [d for d in WIRE_DTYPES if d.kind in "iu" and np.iinfo(d).min <= lo and hi <= np.iinfo(d).max]
-    return min(fits, key=lambda d: d.itemsize) if fits else None
-
-
 def wire_inputs(x: Any, what: str) -> np.ndarray:
     """`x` as a C-contiguous array (N, *shape) of a wire dtype: rank 1-3 samples; bool -> uint8, integers
     the wire has no code for (uint16, uint32, ...) -> the narrowest wire integer holding their values;
     anything else refused (one line naming `what`)."""
-    from edgestream.data.formats import as_array
-
     x = as_array(x, what)
     if x.ndim < 2 or x.ndim > 4:
         raise ValueError(f"{what}: samples of shape {x.shape[1:]} (array {x.shape}); each sample needs 1 to 3 axes: "
@@ -215,7 +204,6 @@ def _subsample(x: np.ndarray, y: np.ndarray, n: int | None, rng: np.random.Gener
 
 def _name_classes(got: Any) -> None:
     """String class labels (an npz's, a factory's) become indices of their sorted unique values."""
-    from edgestream.data.formats import as_array
     from edgestream.data.targets import class_indices
 
     ys = [as_array(y, got.what(w)) for y, w in ((got.y_train, "y_train"), (got.y_test, "y_test")) if y is not None]
@@ -244,7 +232,8 @@ def load_dataset(name: str, root: str | None = None, *, seed: int = 0, task: str
     of the split (None = all). The file formats' fields (`root`, `path`, `target`, `features`, `window`,
     `stride`, `horizon`, `test_fraction`, `kwargs`) are described in edgestream.data.formats.
     """
-    from edgestream.data.formats import DataSpec, split, to_arrays
+    from edgestream.data.entry import DataSpec, split
+    from edgestream.data.formats import to_arrays
     from edgestream.data.targets import class_count, targets_of
 
     spec = DataSpec(name=name, seed=int(seed), task=task, root=root, path=path, target=target, features=features,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edgestream.data.formats import Loaded
+from edgestream.data.entry import Loaded
 
 EXTENSIONS = (".png", ".jpg", ".jpeg")
 #: Pillow modes read as one grey channel

@@ -29,6 +29,9 @@ import math
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+#: the synthetic dataset's sizes when the config leaves them out
+SYNTHETIC_DEFAULTS = {"shape": (3, 32, 32), "num_classes": 10, "n_train": 8000, "n_test": 2000}
+
 #: relative amplitudes: shared background, class pattern, white noise (std), brightness (std).
 BACKGROUND, CLASS_SIGNAL, NOISE, BRIGHTNESS = 0.3, 0.15, 1.0, 0.2
 CONTRAST = (0.6, 1.4)

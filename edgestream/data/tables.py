@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from edgestream.data.formats import DataSpec, Loaded
+from edgestream.data.entry import WIRE_DTYPES, DataSpec, Loaded, narrowest_int
 from edgestream.data.targets import class_indices
 
 #: how many column names an error line lists
@@ -109,8 +109,6 @@ def features_matrix(table: Any, names: list[str], path: Path, kind: str) -> np.n
     elif all(c.dtype.kind == "b" for c in cols):
         dt = np.dtype(np.uint8)
     else:
-        from edgestream.data.datasets import WIRE_DTYPES, narrowest_int
-
         dt = np.result_type(*(c.dtype for c in cols if c.dtype.kind != "b"))
         if dt.newbyteorder("<") not in WIRE_DTYPES:
             lo, hi = min(int(c.min()) for c in cols), max(int(c.max()) for c in cols)

@@ -8,6 +8,8 @@ from typing import Any
 
 import numpy as np
 
+from edgestream.data.entry import as_array
+
 
 def class_indices(*columns: np.ndarray) -> tuple[list[np.ndarray], tuple[str, ...]]:
     """Class indices of label values (strings, integers, integral floats), mapped jointly over
@@ -31,8 +33,6 @@ def targets_of(y: Any, regression: bool, what: str, n: int, about: str = "") -> 
 
     what: the line's start naming the source ("data.path: 'a.npz' y"); about: the same for the middle of
     a `task:` line ("y of 'a.npz'")."""
-    from edgestream.data.formats import as_array
-
     about = about or what
     y = as_array(y, what)
     if len(y) != n or y.ndim == 0:

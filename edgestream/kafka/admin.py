@@ -10,7 +10,7 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from edgestream.kafka.broker import MAX_MESSAGE_BYTES
-from edgestream.kafka.clients import admin_config
+from edgestream.kafka.clients import admin_client, admin_config  # admin_client: also handed on from here
 from edgestream.kafka.security import RefusalWatch
 from edgestream.kafka.topic_check import TopicMismatch, mismatches, unprovisioned
 
@@ -24,10 +24,6 @@ class KafkaUnavailable(RuntimeError):
 
 class WaitInterrupted(RuntimeError):
     """`should_stop()` turned true while waiting for a broker (e.g. Ctrl-C); the message names the address."""
-
-
-def admin_client(bootstrap: str, security: Mapping[str, str] | None = None) -> AdminClient:
-    return AdminClient(admin_config(bootstrap, security, log_level=3))
 
 
 def _sleep_until(deadline: float, should_stop: Callable[[], bool], bootstrap: str, slice_s: float = 0.1) -> None:

@@ -17,8 +17,12 @@ import re
 import threading
 import time
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from edgestream.kafka.broker import MAX_MESSAGE_BYTES
+
+if TYPE_CHECKING:
+    from confluent_kafka.admin import AdminClient
 
 #: a librdkafka line repeated within this many seconds is held back (counted, said with the next one)
 REPEAT_S = 10.0
@@ -119,6 +123,13 @@ def admin_config(bootstrap: str, security: Mapping[str, str] | None = None, **ov
     conf = client_config(bootstrap, security)
     conf.update(overrides)
     return conf
+
+
+def admin_client(bootstrap: str, security: Mapping[str, str] | None = None) -> AdminClient:
+    """An admin client of the cluster at `bootstrap` (librdkafka's log at level 3: errors only)."""
+    from confluent_kafka.admin import AdminClient
+
+    return AdminClient(admin_config(bootstrap, security, log_level=3))
 
 
 def produce(producer, topic: str, value, *, key=None, headers=None, on_delivery=None, wait_s: float = 0.05,

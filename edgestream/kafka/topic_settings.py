@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from edgestream import settings
-from edgestream.kafka.admin import admin_client
+from edgestream.kafka.clients import admin_client
 
 #: the environment variable the orchestrator hands the run's resolved settings to its children in (JSON)
 TOPIC_SETTINGS_ENV = settings.TOPIC_SETTINGS.name

@@ -41,7 +41,7 @@ def load_or_exit(config: Path, overrides: list[str] | None = None, *, notes: boo
     a warning line per optimizer setting the algorithm will not use (the orchestrator's children, which
     load the config it wrote, pass False: the user saw them once)."""
     from edgestream.config import ConfigError, load_config
-    from edgestream.runner.plan import optimizer_notes
+    from edgestream.runner.optim_notes import optimizer_notes
 
     try:
         cfg = load_config(config, overrides or [])

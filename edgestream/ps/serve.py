@@ -11,6 +11,7 @@ from typing import Any
 from edgestream.kafka.admin import KafkaUnavailable
 from edgestream.kafka.topic_check import TopicMismatch
 from edgestream.kafka.topic_settings import TopicSettingsError
+from edgestream.metrics.logfile import attach_log_file
 from edgestream.ps.checkpoint import PSError, ps_checkpoint_path
 from edgestream.ps.server import ParameterServer, ps_outage
 
@@ -35,11 +36,7 @@ def serve(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path) -> dict[str
     run = plan.run_name(run_id)
     run_dir = Path(out) / run
     (run_dir / "ranks").mkdir(parents=True, exist_ok=True)
-    handler = logging.FileHandler(run_dir / "ranks" / "ps.log")
-    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
-    root = logging.getLogger("edgestream")
-    root.addHandler(handler)
-    root.setLevel(logging.INFO)
+    handler = attach_log_file(run_dir / "ranks" / "ps.log")
     stop_event = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda signum, frame: stop_event.set())
@@ -57,5 +54,5 @@ def serve(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path) -> dict[str
         except (TopicMismatch, TopicSettingsError) as exc:  # its topics exist otherwise (kafka.topics): one line each
             raise PSError(str(exc)) from None
     finally:
-        root.removeHandler(handler)
+        logging.getLogger("edgestream").removeHandler(handler)
         handler.close()

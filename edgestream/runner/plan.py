@@ -17,7 +17,10 @@ Pieces: `dataset`, `sample_spec`, `shards`, `serde`, `rate_model`, `batch` / `ba
 `build_optimizer(model)`, `compute` / `slowdown(rank)`, `network`, `due_time(device)`, and the Kafka
 pieces `stream_identity()`, `layout(run)` and `topic_settings(bootstrap)`. The plan knows no consumer or
 producer: they are built from it beside them (edgestream.consumers.from_plan: `kafka_dataset`, `eval_data`;
-edgestream.producers.from_plan: `stream_producer`).
+edgestream.producers.from_plan: `stream_producer`). The warnings about optimizer settings a config's algorithm
+will not use: runner/optim_notes.py.
+
+Over 450 lines on purpose: RunPlan is a config's one reading, properties over one cfg and cache; split, it scatters.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from edgestream.runner.engines import EngineError
+from edgestream.runner.optim_notes import optimizer_notes  # noqa: F401 - handed on (its users import it here)
 from edgestream.runner.stop import StopRule
 from edgestream.sync.context import StopTest, WorkerContext, never_stop
 from edgestream.sync.coordinator import ServerContext
@@ -530,40 +534,3 @@ class RunPlan:
         if key not in self._cache:
             self._cache[key] = TopicSettings.for_process(self.cfg.kafka.topics, bootstrap, self.security)
         return self._cache[key]
-
-
-def optimizer_notes(cfg: Any) -> list[str]:
-    """One line per optimizer setting the config sets (explicitly: defaults are not the user's expectation)
-    that its algorithm will not use, printed as warnings by the CLI: the workers' optim.momentum /
-    weight_decay under a PS algorithm whose workers push gradients (the PS applies them with
-    optim.server), optim.server settings an algorithm fixes itself or has no parameter server for.
-    Unknown algorithm names: none (the config check names them)."""
-    from edgestream.sync.ps_worker import gradient_worker
-
-    try:
-        spec = get_algorithm(cfg.algorithm.name)
-    except ValueError:
-        return []
-    o, name, out = cfg.optim, spec.name, []
-    given = o.model_fields_set
-    server = {k: float(getattr(o.server, k)) for k in ("momentum", "weight_decay")
-              if "server" in given and k in o.server.model_fields_set and getattr(o.server, k)}
-    if spec.coordinator is None:
-        return [f"optim.server.{k}: {v:g} is not used by {name} (a collective algorithm: there is no parameter "
-                "server)" for k, v in server.items()]
-    if spec.worker is gradient_worker:
-        here = ", ".join(f"{k} {float(getattr(o.server, k)):g}" for k in ("momentum", "weight_decay"))
-        for key in ("momentum", "weight_decay"):
-            value = float(getattr(o, key))
-            if key in given and value:
-                out.append(f"optim.{key}: {value:g} is not used by {name}: its workers push gradients and the "
-                           f"parameter server applies them with optim.server ({here}; plain SGD by default, as "
-                           f"in the papers); set optim.server.{key} for {key.replace('_', ' ')} at the server, "
-                           f"or optim.{key}: 0")
-    for key, value in server.items():
-        fixed = getattr(spec.coordinator, f"server_{key}", None)
-        if fixed is not None:
-            out.append(f"optim.server.{key}: {value:g} is not used by {name}: its parameter server "
-                       f"uses {key.replace('_', ' ')} {fixed:g} (the workers' optim.{key} acts in their local "
-                       "steps)")
-    return out

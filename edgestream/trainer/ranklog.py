@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from edgestream.metrics.logfile import attach_log_file
+
 
 class RankLogHandler(logging.FileHandler):
     """The rank's log file. A write that fails (a full disk) is remembered in `error` and logging to the
@@ -61,9 +63,5 @@ def disk_error(rank: Any, exc: OSError, where: Path | str) -> str:
 
 
 def setup_logging(path: Path) -> logging.Handler:
-    handler = RankLogHandler(path)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
-    root = logging.getLogger("edgestream")
-    root.addHandler(handler)
-    root.setLevel(logging.INFO)
-    return handler
+    """The rank's log file (`RankLogHandler`) for the `edgestream` logger (edgestream.metrics.logfile)."""
+    return attach_log_file(path, RankLogHandler)

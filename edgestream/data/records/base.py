@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from edgestream.data.records import values as check
+from edgestream.data.records.values import RecordError  # also handed on from here (the formats import it)
 from edgestream.data.serde import DecodedBatch
 from edgestream.data.validate import DeviceRule, SampleSpec
 
@@ -25,14 +27,6 @@ if TYPE_CHECKING:
     from edgestream.data.records.format import RecordFormat
 
 _BYTES = (bytes, bytearray, memoryview)
-
-
-class RecordError(ValueError):
-    """One bad record: `code` (a DLQ reason code) and a detail naming the field."""
-
-    def __init__(self, code: str, detail: str) -> None:
-        self.code, self.detail = code, detail
-        super().__init__(f"{code}: {detail}")
 
 
 def with_dtype(spec: SampleSpec, dtype, field: str = "streams.dtype") -> SampleSpec:
@@ -103,8 +97,6 @@ class RecordDecoder:
     def records(self, values: list[bytes], messages: list) -> tuple[np.ndarray | None, np.ndarray | None,
                                                                      list[tuple[int, str]]]:
         """The default: `record` one by one, each x and target checked against the spec."""
-        from edgestream.data.records import values as check
-
         xs, ys, bad = [], [], []
         for j, (v, m) in enumerate(zip(values, messages, strict=True)):
             try:

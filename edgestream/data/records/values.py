@@ -13,8 +13,17 @@ from typing import Any
 
 import numpy as np
 
-from edgestream.data.records.base import RecordError
 from edgestream.data.validate import SampleSpec
+
+
+class RecordError(ValueError):
+    """One bad record: `code` (a DLQ reason code) and a detail naming the field (raised here by the value
+    checks and by every format; edgestream.data.records.base and the package hand it on)."""
+
+    def __init__(self, code: str, detail: str) -> None:
+        self.code, self.detail = code, detail
+        super().__init__(f"{code}: {detail}")
+
 
 _NUMERIC = "iuf"
 #: an input's values: numbers, and bools as 0 / 1 (a switch's state is a feature; a batch converts them so)
