@@ -10,9 +10,21 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import uuid
+from pathlib import Path
 
 import pytest
+
+# The test files sit in tests/unit, tests/kafka and tests/system (what goes where: docs/testing.md); the helpers
+# they share sit here: factories.py, netns_hosts.py, compose_check.py and the support/ package. This folder goes
+# on sys.path, so every test file imports them by name (`from factories import ...`, `from support.runs import
+# ...`) wherever it sits; a test file never imports another test file (tests/unit/test_test_layout.py). The
+# support modules' asserts are rewritten as a test file's are (the values in a failing assert's message).
+TESTS = Path(__file__).resolve().parent
+if str(TESTS) not in sys.path:
+    sys.path.insert(0, str(TESTS))
+pytest.register_assert_rewrite("support")
 
 # One BLAS/OpenMP thread in the test process and, inherited, in every process it starts (trainers, producers,
 # the PS: a setting a test gives its child wins): on 2 cores shared with the broker, numpy's OpenBLAS and

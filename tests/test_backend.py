@@ -68,7 +68,7 @@ import time  # noqa: E402
 
 import torch  # noqa: E402
 from factories import free_port  # noqa: E402
-from test_trainer import _config, _finish, _produce, _start  # noqa: E402
+from support.trainers import _config, _finish, _produce, _start  # noqa: E402
 
 
 def _run(tmp_path, bootstrap, name, told: list[str], *, max_steps: int = 4, device: str = "", reduction="allreduce"):

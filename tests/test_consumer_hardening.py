@@ -19,17 +19,17 @@ import numpy as np
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from factories import free_port, stream_config
+from support.streams import _digit, _read_all, _with_header
 
 from edgestream.consumers.device_stream import trainer_group
 from edgestream.consumers.from_plan import kafka_dataset
-from edgestream.data import encode_sample
 from edgestream.data.validate import DeviceRule, SampleSpec, decode_checked
-from edgestream.data.wire import HEADER, MAGIC, decode_sample
+from edgestream.data.wire import MAGIC, decode_sample
 from edgestream.kafka import consumer_config, device_topic, dlq_topic, producer_config
 from edgestream.kafka.topic_provision import ensure_run_topics
 from edgestream.runner.plan import RunPlan
 
-_cfg = stream_config  # the stream tests' config (tests/factories.py); the Kafka tests import it from here
+_cfg = stream_config  # the stream tests' config (tests/factories.py)
 
 
 def _send(bootstrap: str, topic: str, values: list, keys: list | None = None) -> None:
@@ -37,30 +37,6 @@ def _send(bootstrap: str, topic: str, values: list, keys: list | None = None) ->
     for i, v in enumerate(values):
         p.produce(topic, value=v, key=(keys[i] if keys else b"0"))
     assert p.flush(30) == 0
-
-
-def _read_all(bootstrap: str, topic: str, want: int, group: str, limit_s: float = 30.0) -> list:
-    c = Consumer(consumer_config(bootstrap, group))
-    c.assign([TopicPartition(topic, 0, 0)])
-    msgs, deadline = [], time.monotonic() + limit_s
-    while len(msgs) < want and time.monotonic() < deadline:
-        msgs += [m for m in c.consume(500, timeout=0.3) if m.error() is None]
-    # and a moment more: nothing beyond `want` may be there
-    msgs += [m for m in c.consume(500, timeout=0.5) if m.error() is None]
-    c.close()
-    return msgs
-
-
-def _digit(label: int = 3, device: int = 0, seq: int = 0, shape=(1, 8, 8), dtype=np.uint8) -> bytes:
-    return encode_sample(np.full(shape, 7, dtype), label, device, seq, time.time())
-
-
-def _with_header(value: bytes, **fields) -> bytes:
-    """`value` with header fields replaced (names of wire.HEADER's fields)."""
-    names = ("magic", "version", "dtype", "ndim", "target", "d0", "d1", "d2", "d3", "label", "device", "seq", "t")
-    parts = dict(zip(names, HEADER.unpack_from(value, 0), strict=True))
-    parts.update(fields)
-    return HEADER.pack(*(parts[n] for n in names)) + value[HEADER.size:]
 
 
 # ---------------------------------------------------------------- validation without a broker

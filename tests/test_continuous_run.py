@@ -17,9 +17,9 @@ import time
 from pathlib import Path
 
 import pytest
-from test_faults_run import load_ckpt, resume, start, step_lines, wait_steps, write_cfg
-from test_kafka_outage import _trained_once
-from test_launch import assert_no_child_left, finish
+from factories import write_cfg
+from support.faults import _trained_once
+from support.runs import assert_no_child_left, finish, load_ckpt, pids_of, resume, start, step_lines, wait_steps
 
 from edgestream.kafka.status import run_status
 
@@ -128,8 +128,6 @@ def test_sigterm_to_one_trainer_stops_the_group_at_one_step_with_checkpoints(boo
     """A signal to one trainer (a container runtime stopping its pod): it finishes its step, the group stops
     after one agreed step, every rank checkpoints there; the signalled trainer exits 143 with its summary, which
     the orchestrator does not count as a failure; the run keeps what it needs to resume."""
-    from test_launch import pids_of
-
     cfg = write_cfg(tmp_path / "c.yaml", run_prefix, max_steps=1, stop={}, checkpoint={"every_steps": 1000})
     out = tmp_path / "runs"
     run_dir = out / f"{run_prefix}-ddl-r1"

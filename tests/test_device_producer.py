@@ -210,9 +210,9 @@ def test_delivery_failures_are_raised_not_lost(bootstrap, run_prefix):
 def test_the_top_level_name_and_no_torch(tmp_path):
     assert edgestream.DeviceProducer is DeviceProducer and edgestream.DeliveryError is DeliveryError
     assert torch  # (this test module uses torch; a device does not)
-    from test_lazy_imports import _BLOCKED  # importing torch, matplotlib or scipy raises
+    from support.sources import BLOCKED_IMPORTS  # importing torch, matplotlib or scipy raises
 
-    code = _BLOCKED + textwrap.dedent("""
+    code = BLOCKED_IMPORTS + textwrap.dedent("""
         import numpy as np
         import edgestream
         from edgestream.data import wire

@@ -20,8 +20,7 @@ import pytest
 import yaml
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
-from test_faults_run import HANG_S, resume_ckpts, run, start, step_lines, wait_steps
-from test_launch import finish
+from support.runs import HANG_S, finish, resume_ckpts, run, start, step_lines, wait_steps
 
 from edgestream.config import ConfigError, load_config, load_dict
 from edgestream.consumers.from_plan import eval_data, kafka_dataset

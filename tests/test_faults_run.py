@@ -13,58 +13,14 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import threading
 import time
 import zipfile
 from pathlib import Path
 
 import pytest
-from factories import write_cfg  # the local run's config (tests/factories.py); the Kafka tests import it from here
-from test_launch import finish  # the launch tests' helper: an orchestrator's exit, or a failure if it hangs
-
-CLI = [sys.executable, "-m", "edgestream.cli"]
-HANG_S = 240
-
-
-def start(cfg: Path, bootstrap: str, *args: str, out: Path | None = None, run_id: str = "r1") -> subprocess.Popen:
-    where = ["--out", str(out), "--run-id", run_id] if out is not None else []
-    return subprocess.Popen([*CLI, "run", str(cfg), "--engine", "local", "--bootstrap", bootstrap, "--quiet",
-                             *where, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-
-
-def run(cfg: Path, bootstrap: str, *args: str, **kw) -> tuple[int, str, str]:
-    return finish(start(cfg, bootstrap, *args, **kw))
-
-
-def resume(cfg: Path, bootstrap: str, run_dir: Path, *sets: str) -> tuple[int, str, str]:
-    return run(cfg, bootstrap, "--resume", str(run_dir), *(x for s in sets for x in ("--set", s)))
-
-
-def error_lines(err: str) -> list[str]:
-    return [ln for ln in err.splitlines() if ln.startswith("error:")]
-
-
-def step_lines(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if '"kind":"step"' in line]
-
-
-def load_ckpt(path: Path) -> dict:
-    from edgestream.trainer.checkpoint import load_checkpoint
-
-    return load_checkpoint(path)
-
-
-def resume_ckpts(run_dir: Path, world: int) -> dict[int, dict]:
-    """The checkpoint each rank of a lockstep run resumes from: the newest step every rank's checkpoint
-    (rank<i>.pt, or the one it replaced) holds; a rank killed mid-run may have left the others one ahead."""
-    from edgestream.trainer.checkpoint import held_steps, load_checkpoint
-
-    held = held_steps(run_dir, world)
-    step = max(set.intersection(*(set(h) for h in held.values())))
-    return {r: load_checkpoint(h[step]) for r, h in held.items()}
+from factories import write_cfg  # the local run's config (tests/factories.py)
+from support.runs import CLI, HANG_S, error_lines, finish, load_ckpt, resume, run, start, step_lines, wait_steps
 
 
 def flip_a_bit(path: Path) -> None:
@@ -77,20 +33,6 @@ def flip_a_bit(path: Path) -> None:
     start_ = info.header_offset + 30 + name_len + extra_len
     data[start_ + info.file_size // 2] ^= 0x10
     path.write_bytes(bytes(data))
-
-
-def wait_steps(run_dir: Path, proc: subprocess.Popen, devices: int, steps: int) -> None:
-    deadline = time.monotonic() + HANG_S
-    files = [run_dir / "ranks" / f"{r}.jsonl" for r in range(devices)]
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            pytest.fail(f"the orchestrator ended early ({proc.returncode}): {proc.stderr.read()}")
-        if all(f.exists() and f.read_text().count('"kind":"step"') >= steps for f in files) and (
-                run_dir / "pids.json").is_file() and len(json.loads((run_dir / "pids.json").read_text())["trainers"]) \
-                == devices:
-            return
-        time.sleep(0.2)
-    pytest.fail("the trainers did not start training")
 
 
 # ---------------------------------------------------------------- 2. checkpoints are checked on load

@@ -26,7 +26,8 @@ import pytest
 import yaml
 from confluent_kafka import Consumer, Producer, TopicPartition
 from factories import digits_config, free_port, write_config  # tests/factories.py
-from test_trainer import _finish  # noqa: E402  (the trainer tests' helper: wait for every process, kill on a hang)
+from support.faults import fill_disk
+from support.trainers import _finish  # wait for every trainer process, kill on a hang
 
 from edgestream.config import load_config, validate_dict
 from edgestream.kafka import consumer_config, device_topic, dlq_topic, producer_config
@@ -38,19 +39,6 @@ PY = sys.executable
 
 
 # ---------------------------------------------------------------- helpers
-
-def fill_disk(folder: Path) -> Path:
-    """Write zeros into `folder`/filler until its file system refuses more; returns the filler's path."""
-    filler = folder / "filler"
-    fd = os.open(filler, os.O_WRONLY | os.O_CREAT)
-    try:
-        while True:
-            os.write(fd, b"\0" * 4096)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-    return filler
 
 def _run_id() -> str:
     return f"{os.getpid()}{int(time.time() * 1000) % 10**8}"

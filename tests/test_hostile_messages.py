@@ -17,14 +17,15 @@ from collections import Counter
 import numpy as np
 import pytest
 from confluent_kafka import Producer
+from factories import stream_config as _cfg  # the stream tests' config
+from factories import write_cfg
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_consumer_hardening import _cfg, _digit, _read_all, _with_header
-from test_faults_run import start, step_lines, wait_steps, write_cfg
-from test_launch import finish
+from support.runs import finish, start, step_lines, wait_steps
+from support.streams import _digit, _with_header, dlq_reasons, drain
 
 from edgestream.consumers.from_plan import kafka_dataset
-from edgestream.kafka import device_topic, dlq_topic, producer_config
+from edgestream.kafka import device_topic, producer_config
 from edgestream.kafka.topic_names import injection_topic
 from edgestream.kafka.topic_provision import ensure_run_topics
 from edgestream.runner.plan import RunPlan
@@ -54,23 +55,6 @@ def write(bootstrap: str, topic: str, values: list[bytes]) -> None:
     for v in values:
         p.produce(topic, value=v, key=b"hostile")
     assert p.flush(30) == 0
-
-
-def drain(ds, size: int | None = None, limit_s: float = 120.0) -> list:
-    """Every batch until the stream holds no more for a batch (next_batch times out)."""
-    batches, deadline = [], time.monotonic() + limit_s
-    while time.monotonic() < deadline:
-        b = ds.next_batch(size=size)
-        if b is None:
-            return batches
-        batches.append(b)
-        ds.ack(b)
-    pytest.fail("the stream did not end")
-
-
-def dlq_reasons(bootstrap: str, run: str, want: int) -> Counter:
-    msgs = _read_all(bootstrap, dlq_topic(run), want, f"{run}.dlqcheck")
-    return Counter(dict(m.headers())["reason"].decode() for m in msgs)
 
 
 # ---------------------------------------------------------------- the dataset against the session broker

@@ -17,15 +17,16 @@ import subprocess
 import time
 
 import pytest
+from factories import write_cfg
 from netns_hosts import network
-from test_faults_run import error_lines, start, step_lines, wait_steps, write_cfg
-from test_kafka_leader_loss import (
+from support.faults import (
     _new_leader,
     _producer_lost_and_doubled_nothing,
     _rejoins,
     _replicated,
     collective_run_trained_once,
 )
+from support.runs import error_lines, start, step_lines, wait_steps
 
 from edgestream.kafka.cluster import LocalCluster
 from edgestream.kafka.topic_names import device_topic

@@ -18,12 +18,12 @@ from collections import defaultdict
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
+from factories import stream_config as _cfg  # the stream tests' config
+from factories import write_cfg
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_consumer_hardening import _cfg, _digit
-from test_faults_run import resume, resume_ckpts, start, step_lines, wait_steps, write_cfg
-from test_hostile_messages import dlq_reasons, drain
-from test_launch import finish
+from support.runs import finish, resume, resume_ckpts, start, step_lines, wait_steps
+from support.streams import _digit, dlq_reasons, drain
 
 from edgestream.consumers.from_plan import kafka_dataset
 from edgestream.data.serde import SampleSerde

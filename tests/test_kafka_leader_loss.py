@@ -21,64 +21,27 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
-from test_faults_run import error_lines, start, step_lines, wait_steps, write_cfg
-from test_kafka_outage import _trained_once
-from test_kafka_outage_ps import SSP, _applied_pushes, _end_offsets
-from test_launch import finish
+from confluent_kafka.admin import AdminClient, NewTopic
+from factories import write_cfg
+from support.faults import (
+    SSP,
+    STEPS,
+    _applied_pushes,
+    _new_leader,
+    _producer_lost_and_doubled_nothing,
+    _rejoins,
+    _replicated,
+    _trained_once,
+    collective_run_trained_once,
+)
+from support.runs import error_lines, finish, start, step_lines, wait_steps
 
 from edgestream.consumers.device_stream import PartitionReader
 from edgestream.kafka.clients import producer_config
 from edgestream.kafka.outage import Outage
 from edgestream.kafka.topic_names import device_topic, ps_topic
 
-STEPS = 240  # 16 samples a step at 200 samples/s: the run lasts well beyond the election
 HANG_S = 240
-
-
-def _topics(bootstrap: str, run: str) -> list[str]:
-    md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=30)
-    return sorted(t for t in md.topics if t.startswith(f"{run}."))
-
-
-def _configs(bootstrap: str, topic: str) -> dict[str, str]:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    (fut,) = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, topic)]).values()
-    return {k: v.value for k, v in fut.result(timeout=30).items()}
-
-
-def _replicated(cluster, run: str) -> list[str]:
-    """Every topic of the run: 3 replicas, min.insync.replicas 2, unclean leader election off."""
-    topics = _topics(cluster.bootstrap, run)
-    for t in topics:
-        part = cluster.partition(t)
-        assert len(part.replicas) == 3, (t, part.replicas)
-        conf = _configs(cluster.bootstrap, t)
-        assert conf["min.insync.replicas"] == "2" and conf["unclean.leader.election.enable"] == "false", (t, conf)
-    return topics
-
-
-def _new_leader(cluster, topic: str, killed) -> int:
-    """Wait until the cluster elected another leader of `topic` than the killed (or cut-off) node; its broker id."""
-    deadline = time.monotonic() + HANG_S
-    while time.monotonic() < deadline:
-        leader = cluster.partition(topic).leader
-        if leader >= 0 and leader != killed.node_id:
-            return leader
-        time.sleep(0.5)
-    pytest.fail(f"no new leader of {topic} within {HANG_S} s of losing node {killed.node_id}")
-
-
-def _rejoins(cluster, topics: list[str], node) -> None:
-    """The restarted node is back in the in-sync replicas of every topic (it caught up with the leaders)."""
-    deadline = time.monotonic() + HANG_S
-    behind = topics
-    while time.monotonic() < deadline:
-        behind = [t for t in topics if node.node_id not in cluster.partition(t).isrs]
-        if not behind:
-            return
-        time.sleep(0.5)
-    pytest.fail(f"node {node.node_id} is not in the in-sync replicas of {behind} {HANG_S} s after its restart")
 
 
 def _leader_lines(run_dir: Path) -> list[str]:
@@ -109,15 +72,6 @@ def _check_leader_lines(said: list[str], killed) -> None:
         m = re.search(r"Kafka broker (\d+) at \S+ leads it now \(waited [\d.]+ s for a new leader since broker (\d+) "
                       r"stopped answering here\); continuing", ln)
         assert m is None or (int(m.group(1)) != killed.node_id and int(m.group(2)) == killed.node_id), ln
-
-
-def _producer_lost_and_doubled_nothing(bootstrap: str, run_dir: Path) -> dict:
-    producer = json.loads((run_dir / "summary.json").read_text())["producer"]
-    assert producer["failed"] == producer["unacknowledged"] == 0, producer
-    assert producer["delivered"] == producer["produced"] > 0, producer
-    # the topics hold exactly what was acknowledged: no message written twice by a retry to the new leader
-    assert sum(_end_offsets(bootstrap, [device_topic(run_dir.name, d) for d in range(2)])) == producer["delivered"]
-    return producer
 
 
 def _run_killing_the_leader(cluster, cfg: Path, out: Path, run_dir: Path, topic_of) -> tuple:
@@ -189,21 +143,6 @@ def test_a_reader_waiting_on_a_partition_whose_leader_dies_says_so_and_goes_on(c
     assert waits == [("start", f"waiting for a new leader of {topic}"), ("end", f"waiting for a new leader of {topic}")]
     assert not outage.waiting
     print(*said, sep="\n")
-
-
-@pytest.mark.timeout(900)
-def collective_run_trained_once(run_dir, at_fault: dict) -> dict:
-    """A 2-rank collective run of STEPS steps of 16 went on 20+ steps after the fault (`at_fault`: rank ->
-    step) and trained every sequence number exactly once, in order; {rank: samples trained}."""
-    trained = {}
-    for r in range(2):
-        lines = step_lines(run_dir / "ranks" / f"{r}.jsonl")
-        assert len(lines) == STEPS > at_fault[r] + 20
-        trained[r] = _trained_once(lines, STEPS)
-    assert trained == {0: STEPS * 16, 1: STEPS * 16}
-    summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["device_steps_total"] == 2 * STEPS and summary["samples_trained"] == 2 * STEPS * 16
-    return trained
 
 
 def test_a_collective_run_rides_out_the_death_of_its_device_streams_leader(cluster, run_prefix, tmp_path):

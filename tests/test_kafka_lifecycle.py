@@ -13,7 +13,8 @@ import uuid
 from pathlib import Path
 
 import yaml
-from test_launch import finish, wait_training, write_cfg
+from support.runs import finish, wait_training
+from support.runs import write_truncating_cfg as write_cfg  # the local run, buffers that truncate
 
 from edgestream.consumers.device_stream import commit_offset, trainer_group
 from edgestream.kafka.admin import admin_client, create_topics, list_topics

@@ -17,8 +17,9 @@ import time
 from pathlib import Path
 
 import pytest
-from test_faults_run import CLI, error_lines, load_ckpt, resume, start, step_lines, wait_steps, write_cfg
-from test_launch import finish
+from factories import write_cfg
+from support.faults import _trained_once
+from support.runs import CLI, error_lines, finish, load_ckpt, resume, start, step_lines, wait_steps
 
 from edgestream.kafka import LocalBroker
 from edgestream.launch.outage import KafkaWaits, resume_hint
@@ -29,17 +30,6 @@ OUTAGE_S = 90.0  # how long test (a) keeps the broker away
 
 def _records(path: Path, kind: str) -> list[dict]:
     return [r for r in (json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()) if r.get("kind") == kind]
-
-
-def _trained_once(lines: list[dict], steps: int) -> int:
-    """Assert a device's step lines are steps 0..steps-1 whose own samples are the sequence numbers
-    0, 1, 2, ... each exactly once, in order; returns how many that is."""
-    assert [e["step"] for e in lines] == list(range(steps))
-    seqs = [(e["seq_first"], e["seq_last"], e["seq_count"]) for e in lines]
-    assert seqs[0][0] == 0
-    assert all(last - first + 1 == count for first, last, count in seqs)          # no gap inside a batch
-    assert all(b[0] == a[1] + 1 for a, b in zip(seqs, seqs[1:], strict=False))   # none twice, none skipped
-    return seqs[-1][1] + 1
 
 
 @pytest.fixture

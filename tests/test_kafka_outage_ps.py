@@ -16,23 +16,14 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
-from test_faults_run import start, step_lines, wait_steps, write_cfg
-from test_launch import finish
-from test_producer_hardening import RAW_CLIENT_LOG, _raw, _read_stderr_until, _spawn, _summary, _write
-from test_ps_real import _records
+from factories import write_cfg
+from support.faults import SSP, _applied_pushes, _end_offsets
+from support.producers import RAW_CLIENT_LOG, _raw, _read_stderr_until, _spawn, _summary, _write
+from support.runs import finish, records, start, step_lines, wait_steps
 
 from edgestream.kafka import LocalBroker, consumer_config, device_topic, free_port
 
 OUTAGE_S = 90.0
-SSP = {"name": "ssp", "params": {"s": 3}, "batch": {"policy": "fixed", "size": 16}, "buffer": "persist"}
-
-
-def _end_offsets(bootstrap: str, topics: list[str]) -> list[int]:
-    c = Consumer(consumer_config(bootstrap, "outage-test.watermarks"))
-    try:
-        return [c.get_watermark_offsets(TopicPartition(t, 0), timeout=30)[1] for t in topics]
-    finally:
-        c.close()
 
 
 def _sleep_while_running(proc, seconds: float) -> None:
@@ -52,19 +43,6 @@ def _wait_for_line(path: Path, words: str, proc, limit_s: float = 120) -> None:
             pytest.fail(f"the run ended before {path.name} said {words!r}: {proc.stderr.read()[-3000:]}")
         time.sleep(0.3)
     pytest.fail(f"{path.name} never said {words!r}")
-
-
-def _applied_pushes(run_dir: Path, world: int) -> dict[int, list[int]]:
-    """Per worker, the push ids the PS applied for good: its ps_push lines, less those a restart rolled
-    back (applied after the checkpoint it restarted from, then replayed)."""
-    applied: dict[int, list[int]] = {r: [] for r in range(world)}
-    for rec in _records(run_dir / "ranks" / "ps.jsonl"):
-        if rec["kind"] == "ps_start" and rec["start"] > 1:
-            for r in range(world):
-                applied[r] = [i for i in applied[r] if i <= rec["last_push"][r]]
-        elif rec["kind"] == "ps_push":
-            applied[rec["worker"]].append(rec["id"])
-    return applied
 
 
 @pytest.mark.timeout(900)
@@ -107,7 +85,7 @@ def test_ps_run_rides_out_a_90_s_broker_outage(run_prefix, tmp_path):
         assert ps["status"] == "finished" and ps["rejected"] == 0
         assert ps["pushes"] == [ranks[r]["steps"] for r in range(2)]
         # the PS said it waited, and for how long
-        waits = [rec for rec in _records(run_dir / "ranks" / "ps.jsonl") if rec["kind"] == "wait"]
+        waits = [rec for rec in records(run_dir / "ranks" / "ps.jsonl") if rec["kind"] == "wait"]
         assert [w["state"] for w in waits] == ["start", "end"], waits
         assert waits[0]["bootstrap"] == bs and waits[0]["budget_s"] == 300.0
         assert 60 <= waits[1]["outage_s"] <= OUTAGE_S + 60

@@ -26,7 +26,8 @@ from confluent_kafka.admin import (
     ResourcePatternType,
     ResourceType,
 )
-from test_faults_run import CLI, HANG_S, write_cfg
+from factories import write_cfg
+from support.runs import CLI, HANG_S
 
 from edgestream.kafka import security as sec
 from edgestream.kafka.admin import wait_for_broker

@@ -13,7 +13,8 @@ import pytest
 import yaml
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
-from test_launch import CLI, finish, start_run, write_cfg  # the launch tests' helpers: a short local run
+from support.runs import CLI, finish, start_run  # a short local run
+from support.runs import write_truncating_cfg as write_cfg  # the local run, buffers that truncate
 
 from edgestream.config.kafka import TopicsConfig
 from edgestream.kafka.admin import admin_client, create_topics, list_topics

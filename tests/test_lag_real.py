@@ -16,8 +16,10 @@ import time
 import pytest
 import yaml
 from confluent_kafka import Producer
-from test_consumer_hardening import _cfg, _digit
-from test_faults_run import run, step_lines, write_cfg
+from factories import stream_config as _cfg  # the stream tests' config
+from factories import write_cfg
+from support.runs import run, step_lines
+from support.streams import _digit
 from typer.testing import CliRunner
 
 from edgestream.cli import app

@@ -8,85 +8,22 @@ import json
 import os
 import signal
 import subprocess
-import sys
-import time
 from pathlib import Path
 
-import factories
 import pytest
 import yaml
+from support.runs import (
+    CLI,
+    HANG_S,
+    assert_no_child_left,
+    finish,
+    start_run,
+    step_lines,
+    wait_training,
+)
+from support.runs import write_truncating_cfg as write_cfg  # the local run, buffers that truncate
 
-from edgestream.launch.tail import JsonlTail
 from edgestream.runner.rundir import merged_events, record_session
-
-CLI = [sys.executable, "-m", "edgestream.cli"]
-HANG_S = 240  # a whole run, start-up of three Python processes with torch on a shared 2-core machine included
-
-
-def write_cfg(path: Path, name: str, *, max_steps: int, max_time_s: float = 120, every_steps: int | None = None) -> Path:
-    """The fault tests' local run (tests/factories.py) with buffers that truncate."""
-    return factories.write_cfg(path, name, max_steps=max_steps, max_time_s=max_time_s, every_steps=every_steps,
-                               buffer="truncate")
-
-
-def start_run(cfg: Path, bootstrap: str, out: Path, *extra: str, new_session: bool = False) -> subprocess.Popen:
-    return subprocess.Popen([*CLI, "run", str(cfg), "--engine", "local", "--bootstrap", bootstrap, "--out", str(out),
-                             "--run-id", "r1", *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=new_session)
-
-
-def finish(proc: subprocess.Popen) -> tuple[int, str, str]:
-    try:
-        out, err = proc.communicate(timeout=HANG_S)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        out, err = proc.communicate()
-        pytest.fail(f"the orchestrator hung; stderr:\n{err}")
-    return proc.returncode, out, err
-
-
-def pids_of(run_dir: Path) -> dict:
-    return json.loads((run_dir / "pids.json").read_text())
-
-
-def child_pids(run_dir: Path) -> list[int]:
-    p = pids_of(run_dir)
-    return [p["producer"], *p["trainers"].values()]
-
-
-def edgestream_alive(pid: int) -> bool:
-    """Whether `pid` is a live (non-zombie) process of ours (an edgestream command line)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z" and b"edgestream" in cmdline
-
-
-def wait_training(run_dir: Path, proc: subprocess.Popen, steps: int = 3) -> dict:
-    """Wait until both trainers logged `steps` step lines (the run is mid-way); return pids.json."""
-    deadline = time.monotonic() + HANG_S
-    tails: dict[int, JsonlTail] = {}
-    seen = {0: 0, 1: 0}
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            pytest.fail(f"the orchestrator ended early ({proc.returncode}): {proc.stderr.read()}")
-        for r in (0, 1):
-            tails.setdefault(r, JsonlTail(run_dir / "ranks" / f"{r}.jsonl"))
-            seen[r] += sum(1 for rec in tails[r].read() if rec.get("kind") == "step")
-        if min(seen.values()) >= steps and (run_dir / "pids.json").is_file() and len(pids_of(run_dir)["trainers"]) == 2:
-            return pids_of(run_dir)
-        time.sleep(0.2)
-    pytest.fail("the trainers did not start training")
-
-
-def assert_no_child_left(run_dir: Path) -> None:
-    deadline = time.monotonic() + 10  # reaped by then (PDEATHSIG delivery is asynchronous)
-    while time.monotonic() < deadline and any(edgestream_alive(p) for p in child_pids(run_dir)):
-        time.sleep(0.1)
-    left = [p for p in child_pids(run_dir) if edgestream_alive(p)]
-    assert not left, f"child processes left running: {left}"
 
 
 def test_local_run_writes_the_run_directory(bootstrap, run_prefix, tmp_path):
@@ -155,10 +92,6 @@ def test_a_signal_to_the_orchestrator_leaves_no_child(bootstrap, run_prefix, tmp
     assert out.splitlines()[0] == f"run {run_dir}" and f"stopped: interrupted ({signal.Signals(sig).name})" in out
     if sig == signal.SIGTERM:
         resume_after_signal(cfg, bootstrap, run_dir)
-
-
-def step_lines(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if '"kind":"step"' in line]
 
 
 def resume_after_signal(cfg: Path, bootstrap: str, run_dir: Path) -> None:

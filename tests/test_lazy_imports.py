@@ -13,20 +13,12 @@ import types
 from pathlib import Path
 
 import pytest
+from support.sources import BLOCKED_IMPORTS
 
 import edgestream
 
 LAZY = ["edgestream", "edgestream.config", "edgestream.runner", "edgestream.metrics", "edgestream.data", "edgestream.producers", "edgestream.consumers",
         "edgestream.sync", "edgestream.models", "edgestream.compression", "edgestream.trainer"]
-
-_BLOCKED = textwrap.dedent("""
-    import sys
-    class Block:
-        def find_spec(self, name, path=None, target=None):
-            if name.split(".")[0] in ("torch", "matplotlib", "scipy") or name.startswith("sklearn."):
-                raise ImportError(f"{name} imported")
-    sys.meta_path.insert(0, Block())
-""")
 
 
 @pytest.mark.parametrize(("algorithm", "data", "devices"), [
@@ -41,7 +33,7 @@ _BLOCKED = textwrap.dedent("""
 def test_the_orchestrator_and_the_producer_start_without_torch(tmp_path, algorithm, data, devices):
     cfg = tmp_path / "c.yaml"
     cfg.write_text(f"name: c\ndata: {data}\ndevices: {{count: {devices}}}\nalgorithm: {{name: {algorithm}}}\n")
-    code = _BLOCKED + textwrap.dedent(f"""
+    code = BLOCKED_IMPORTS + textwrap.dedent(f"""
         import edgestream.launch, edgestream.launch.command, edgestream.producers.stream_producer
         from edgestream.config import load_config
         from edgestream.runner.plan import RunPlan
@@ -78,7 +70,7 @@ def test_config_validate_imports_no_torch():
     """`edgestream config validate` checks a config (a built-in model included) without torch: ~65 MB and ~1.5 s
     instead of ~690 MB and ~3.5 s (issue 30, item 3)."""
     example = Path(edgestream.__file__).resolve().parents[1] / "examples" / "adsp.yaml"
-    code = _BLOCKED + textwrap.dedent(f"""
+    code = BLOCKED_IMPORTS + textwrap.dedent(f"""
         from edgestream.cli import app
         try:
             app(["config", "validate", {str(example)!r}])

@@ -20,10 +20,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from factories import digits_config, write_config  # tests/factories.py
-from test_faults_run import error_lines, run, start, wait_steps, write_cfg
-from test_faults_trainer import fill_disk
-from test_launch import finish
+from factories import digits_config, write_cfg, write_config  # tests/factories.py
+from support.faults import fill_disk
+from support.runs import error_lines, finish, run, start, wait_steps
 
 from edgestream.trainer.checkpoint import CheckpointError, identity, load_checkpoint, save_checkpoint
 

@@ -3,17 +3,13 @@ Ctrl-C while waiting for a broker, bad flags. Producers run as subprocesses wher
 
 from __future__ import annotations
 
-import json
-import os
 import signal
-import subprocess
-import sys
 import time
 
 import numpy as np
 import pytest
-import yaml
 from confluent_kafka import Consumer, KafkaException, TopicPartition
+from support.producers import RAW_CLIENT_LOG, _raw, _read_stderr_until, _spawn, _summary, _write
 from typer.testing import CliRunner
 
 from edgestream.cli import app
@@ -26,28 +22,9 @@ from edgestream.producers import RunConfigConflict
 from edgestream.producers.from_plan import stream_producer
 from edgestream.runner.plan import RunPlan
 
-CLI = [sys.executable, "-m", "edgestream.cli", "produce"]
-RAW_CLIENT_LOG = ("|rdkafka#", "%3|", "%4|", "%5|", "%6|", "%7|")  # librdkafka's own stderr format
-
-
-def _raw(name: str, rate: float = 200, devices: int = 2) -> dict:
-    return {"name": name, "seed": 3, "data": {"dataset": "digits"},
-            "devices": {"count": devices, "rates": {"distribution": "constant", "rate": rate}}}
-
-
-def _write(tmp_path, raw: dict):
-    path = tmp_path / f"{raw['name']}.yaml"
-    path.write_text(yaml.safe_dump(raw))
-    return path
-
 
 def _run_id(run_prefix: str) -> str:
     return run_prefix.replace("t-", "")[-40:].strip("-")
-
-
-def _spawn(cfg_file, bootstrap: str, run_id: str, *extra: str) -> subprocess.Popen:
-    return subprocess.Popen([*CLI, str(cfg_file), "--bootstrap", bootstrap, "--run-id", run_id, *extra],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ.copy())
 
 
 def _end(bootstrap: str, topic: str, missing: int | None = None) -> int:
@@ -79,19 +56,6 @@ def _read_all(bootstrap: str, topic: str) -> list:
         return out
     finally:
         c.close()
-
-
-def _read_stderr_until(proc: subprocess.Popen, predicate, limit_s: float = 120) -> str:
-    deadline = time.monotonic() + limit_s
-    while time.monotonic() < deadline and proc.poll() is None:
-        line = proc.stderr.readline()
-        if predicate(line):
-            return line
-    raise AssertionError(f"producer never printed the expected line (exit code {proc.poll()})")
-
-
-def _summary(stdout: str) -> dict:
-    return json.loads(stdout.strip().splitlines()[-1])
 
 
 # ---------------------------------------------------------------- 1: restart under an existing run id

@@ -33,7 +33,7 @@ from edgestream.sync.requests import Push
 sys.path.insert(0, str(Path(__file__).parent))
 from factories import ps_cfg_of as cfg_of  # noqa: E402  (the PS simulator tests' config helpers: tests/factories.py)
 from factories import simulate_records as simulate  # noqa: E402
-from test_ps_kafka import Served  # noqa: E402  (a ParameterServer in a thread)
+from support.ps import Served  # noqa: E402  (a ParameterServer in a thread)
 
 MODEL_SOURCE = textwrap.dedent('''
     import math

@@ -12,12 +12,13 @@ from pathlib import Path
 import pytest
 import torch
 from confluent_kafka import Consumer, Producer
+from support.ps import Served
 
 from edgestream.config import validate_dict
 from edgestream.kafka.clients import consumer_config, producer_config
 from edgestream.kafka.topic_names import dlq_topic
 from edgestream.ps.client import PSClient
-from edgestream.ps.server import ParameterServer, ps_checkpoint_path
+from edgestream.ps.server import ps_checkpoint_path
 from edgestream.ps.transport import push_topic
 from edgestream.ps.wire import Envelope, encode
 from edgestream.runner.plan import RunPlan
@@ -30,24 +31,6 @@ def _plan(algorithm: str = "asp", world: int = 2, shape: tuple = (1, 5, 3), clas
                                           "n_train": 60, "n_test": 30},
         "devices": {"count": world}, "model": {"name": model}, "optim": {"lr": 0.5, "momentum": 0.0, "weight_decay": 0.0},
         "algorithm": {"name": algorithm, "params": params}, "stop": {"max_steps": 1000, "target_accuracy": None}}))
-
-
-class Served:
-    """A ParameterServer running in a thread until `stop()`."""
-
-    def __init__(self, plan: RunPlan, run: str, bootstrap: str, run_dir: Path) -> None:
-        self.stop_event = threading.Event()
-        self.server = ParameterServer(plan, run, bootstrap, run_dir, stop_event=self.stop_event, checkpoint_s=0.2,
-                                      evaluate=False)
-        self.result: dict = {}
-        self.thread = threading.Thread(target=lambda: self.result.update(self.server.run()), daemon=True)
-        self.thread.start()
-
-    def stop(self) -> dict:
-        self.stop_event.set()
-        self.thread.join(60)
-        assert not self.thread.is_alive()
-        return self.result
 
 
 def _grads(plan: RunPlan, value: float) -> list[torch.Tensor]:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from factories import digits_config  # tests/factories.py
+from support.runs import records
 
 from edgestream.config import validate_dict
 from edgestream.runner import run_config
@@ -28,12 +29,8 @@ def _cfg(name: str, algorithm: str, params: dict, *, max_steps: int = 60, seed: 
         eval_s=1.0, data=data or {"dataset": "digits"}))
 
 
-def _records(path: Path) -> list[dict]:
-    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
-
-
 def _ps_lines(run_dir: Path, kind: str) -> list[dict]:
-    return [r for r in _records(run_dir / "ranks" / "ps.jsonl") if r.get("kind") == kind]
+    return [r for r in records(run_dir / "ranks" / "ps.jsonl") if r.get("kind") == kind]
 
 
 CASES = {
@@ -53,13 +50,13 @@ def test_ps_algorithm_learns_on_three_real_workers(bootstrap: str, tmp_path: Pat
     ps = summary["ps"]
     assert ps["status"] == "finished" and ps["restarts"] == 0 and ps["rejected"] == 0
     assert ps["duplicates_dropped"] == 0 and ps["pushes_applied"] == ps["pushes_received"] > 0
-    steps = [e for e in _records(run_dir / "events.jsonl") if e.get("kind") == "step"]
+    steps = [e for e in records(run_dir / "events.jsonl") if e.get("kind") == "step"]
     assert steps and all("staleness" in e for e in steps if e.get("pulls")), "step lines carry staleness"
     ranks = [json.loads((run_dir / "ranks" / f"{r}.summary.json").read_text()) for r in range(3)]
     pushes = sum(int(e.get("pushes") or 0) for e in steps)
     assert pushes == ps["pushes_applied"], "every acknowledged push applied once"
     assert summary["final_accuracy"] is not None and summary["final_accuracy"] > 0.6, summary
-    evals = [e for e in _records(run_dir / "events.jsonl") if e.get("kind") == "eval"]
+    evals = [e for e in records(run_dir / "events.jsonl") if e.get("kind") == "eval"]
     assert evals[-1]["accuracy"] > evals[0]["accuracy"] + 0.3
     if algorithm in ("ssp", "dynsgd"):
         # the SSP bound in the real event log: when the PS answered a pull of worker w, w had pushed at
@@ -111,7 +108,7 @@ def test_ps_killed_mid_run_is_restarted_and_loses_or_repeats_no_push(bootstrap: 
     # the PS's side: the pushes it applied, less those the restart rolled back (applied after the
     # checkpoint it restarted from, then replayed)
     applied: dict[int, list[int]] = {r: [] for r in range(3)}
-    for rec in _records(run_dir / "ranks" / "ps.jsonl"):
+    for rec in records(run_dir / "ranks" / "ps.jsonl"):
         if rec["kind"] == "ps_start" and rec["start"] > 1:
             for r in range(3):
                 applied[r] = [i for i in applied[r] if i <= rec["last_push"][r]]

@@ -21,8 +21,8 @@ import pytest
 import yaml
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
-from test_faults_run import HANG_S, start, write_cfg
-from test_launch import finish
+from factories import write_cfg
+from support.runs import HANG_S, finish, start
 
 from edgestream.kafka import LocalBroker
 from edgestream.kafka.broker import free_port

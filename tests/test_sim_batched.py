@@ -37,8 +37,8 @@ from edgestream.sim.replicas import Replicas
 from edgestream.sync.registry import ALGORITHMS
 
 sys.path.insert(0, str(Path(__file__).parent))
+from factories import DATA_VARIANTS as SUM_DATA  # noqa: E402  (digits, synthetic of other ranks and classes, regression)
 from factories import cfg_of  # noqa: E402  (the simulator tests' config helper: tests/factories.py)
-from test_sim_memory import DATA as SUM_DATA  # noqa: E402  (digits, synthetic of other ranks and classes, regression)
 
 RTOL, ATOL = 1e-5, 1e-6
 

@@ -14,7 +14,7 @@ import gc
 from typing import Any
 
 import pytest
-from factories import cfg_of  # the simulator tests' config helper (tests/factories.py)
+from factories import DATA_VARIANTS, cfg_of  # the simulator tests' config helpers (tests/factories.py)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -82,23 +82,14 @@ def test_what_a_run_holds_does_not_grow_with_steps_at_a_high_rate(case):
     assert long["results"] <= max(short["results"], 4 * 6)
 
 
-DATA = {  # the data and task a run trains: digits; synthetic inputs of other ranks and class counts; regression
-    "digits": {},
-    "synthetic 1x5x5, 3 classes": {"data": {"dataset": "synthetic", "shape": [1, 5, 5], "num_classes": 3}},
-    "synthetic 12, 7 classes": {"data": {"dataset": "synthetic", "shape": [12], "num_classes": 7}},
-    "regression 6 -> 1": {"task": "regression", "data": {"dataset": "synthetic", "shape": [6]},
-                          "stop": {"target_accuracy": None}},
-}
-
-
 @settings(max_examples=6, deadline=None)
 @given(devices=st.integers(2, 9), rate=st.sampled_from([2000.0, 20000.0, 200000.0]),
-       steps=st.integers(20, 50), data=st.sampled_from(sorted(DATA)))
+       steps=st.integers(20, 50), data=st.sampled_from(sorted(DATA_VARIANTS)))
 def test_no_collective_result_outlives_its_step(devices, rate, steps, data):
     """ddl on any device count, rate, input shape, class count or task: after the run no operation or result
     is left (the cycle each all-reduce used to form kept up to a garbage-collector generation's worth of
     models alive)."""
-    over = {**DATA[data], "devices": {"count": devices, "rates": {"distribution": "constant", "rate": rate}},
+    over = {**DATA_VARIANTS[data], "devices": {"count": devices, "rates": {"distribution": "constant", "rate": rate}},
             "algorithm": {"name": "ddl", "batch": {"policy": "fixed", "size": 8}, "buffer": "persist"}}
     engine, held = run_steps(over, steps)
     assert held["ops"] == 0 and held["results"] == 0

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from support.sources import USERMOD
 
 import edgestream
 from edgestream.config import validate_dict
@@ -49,50 +50,6 @@ BASE: dict[str, Any] = {
     "stop": {"max_steps": 400, "max_time_s": None, "target_metric": {"name": "rmse", "value": TARGET_RMSE}},
     "eval": {"every_s": 0.5},
 }
-
-USERMOD = '''
-"""A user's models, imported by path ("usermod:build"): factory(input_shape, num_outputs, **kwargs)."""
-import math
-
-import torch
-from torch import nn
-
-
-class Net(nn.Module):
-    """A class of the user's own (not a known per-sample module): Linear -> [BatchNorm] -> ReLU -> Linear."""
-
-    def __init__(self, n_in, n_out, hidden, norm):
-        super().__init__()
-        self.fc1 = nn.Linear(n_in, hidden)
-        self.norm = nn.BatchNorm1d(hidden) if norm else None
-        self.fc2 = nn.Linear(hidden, n_out)
-
-    def forward(self, x):
-        h = self.fc1(x.flatten(1))
-        if self.norm is not None:
-            h = self.norm(h)
-        return self.fc2(torch.relu(h))
-
-
-def build(input_shape, num_outputs, hidden=16, norm=False):
-    return Net(math.prod(input_shape), num_outputs, hidden, norm)
-
-
-class Mixer(nn.Module):
-    """Mixes the samples of a batch (subtracts the batch mean): not per-sample."""
-
-    def __init__(self, n_in, n_out):
-        super().__init__()
-        self.fc = nn.Linear(n_in, n_out)
-
-    def forward(self, x):
-        h = x.flatten(1)
-        return self.fc(h - h.mean(0, keepdim=True))
-
-
-def mixer(input_shape, num_outputs):
-    return Mixer(math.prod(input_shape), num_outputs)
-'''
 
 
 @pytest.fixture(scope="module")

@@ -10,61 +10,15 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
-from factories import digits_config, free_port, write_config  # tests/factories.py
+from factories import free_port  # tests/factories.py
+from support.trainers import _config, _finish, _produce, _start
 
 from edgestream.config import load_config
-from edgestream.producers.from_plan import stream_producer
 from edgestream.runner.plan import RunPlan
-
-PY = sys.executable
-
-
-def _config(tmp_path: Path, name: str, devices: int, algorithm: dict, **extra) -> Path:
-    raw = digits_config(name, seed=3, devices=devices, rate=1500, model="cnn-small", weight_decay=0.0,
-                        algorithm=algorithm, max_steps=16, max_time_s=300, eval_s=1.0)
-    return write_config(tmp_path / f"{name}.yaml", {**raw, **extra})
-
-
-def _produce(cfg_path: Path, bootstrap: str, run_id: str, seconds: float) -> None:
-    cfg = load_config(cfg_path)
-    run = f"{cfg.name}-{cfg.algorithm.name}-{run_id}"
-    stream_producer(RunPlan.resolve(cfg), bootstrap, run, list(range(cfg.devices.count))).run_for(seconds)
-
-
-def _env(rank: int, world: int, port: int, **extra) -> dict:
-    env = os.environ.copy()
-    env.update(RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-               LOCAL_RANK="0", OMP_NUM_THREADS="1")
-    env.update({k: str(v) for k, v in extra.items()})  # LOCAL_RANK too (the rank-to-GPU rule's input)
-    return env
-
-
-def _start(cfg_path: Path, bootstrap: str, run_id: str, out: Path, ranks, world: int, port: int,
-           args=(), **env) -> list[subprocess.Popen]:
-    cmd = [PY, "-m", "edgestream.cli", "train", str(cfg_path), "--run-id", run_id, "--bootstrap", bootstrap,
-           "--out", str(out), *args]
-    return [subprocess.Popen(cmd, env=_env(r, world, port, **env), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True) for r in ranks]
-
-
-def _finish(procs: list[subprocess.Popen], timeout: float = 240) -> list[tuple[int, str, str]]:
-    results = []
-    for p in procs:
-        try:
-            out, err = p.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()
-            raise
-        results.append((p.returncode, out, err))
-    return results
 
 
 def _train(tmp_path, bootstrap, name, devices, algorithm, produce_s=2.0, **extra):
@@ -291,7 +245,7 @@ def test_regression_two_ranks_train_a_user_model_on_float_targets(bootstrap, tmp
     """task: regression on real trainers: float targets over the wire, the task's MSE, eval lines with
     rmse/mae/loss (accuracy null), a user's model by import path from the config's folder (in every
     trainer process), identical replicas, the model on the trainer's device as before."""
-    from test_tasks_engines import USERMOD  # the user's models module of the engine tests
+    from support.sources import USERMOD  # the user's models module of the engine tests
 
     (tmp_path / "trainer_usernet.py").write_text(USERMOD)
     data = {"dataset": "synthetic", "shape": [6], "n_train": 800, "n_test": 200,
