@@ -8,7 +8,7 @@ from edgestream.launch.orchestrator import LaunchError, LocalRun, run_local
 from edgestream.runner.engines import register_engine
 from edgestream.sync.requests import REQUESTS
 
-# the trainer performs every request kind (trainer/handlers.PERFORMS; tests/test_layers.py holds them equal)
+# the trainer performs every request kind (trainer/handlers.PERFORMS; tests/unit/test_layers.py holds them equal)
 register_engine("local", run_local, host="processes", performs=REQUESTS)
 
 __all__ = ["LaunchError", "LocalRun", "run_local"]

@@ -4,11 +4,11 @@ slowdown emulation taken from a profile, and `edgestream profile` writing one.""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from factories import SIM_BASE, merge, simulate, steps_of  # tests/factories.py
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
@@ -18,9 +18,6 @@ from edgestream.config import ConfigError, load_config, validate_dict
 from edgestream.profiles import Curve, ProfileError, load_profile, names, parse_profile
 from edgestream.runner.plan import RunPlan
 from edgestream.trainer.performer import emulated_sleep
-
-sys.path.insert(0, str(Path(__file__).parent))
-from factories import SIM_BASE, merge, simulate, steps_of  # noqa: E402  (tests/factories.py)
 
 GOOD = {"name": "t", "device": "a test device", "source": "made up for a test",
         "models": {"mlp": {"shape": [1, 8, 8], "seconds": {8: 0.01, 32: 0.02, 128: 0.05}}}}

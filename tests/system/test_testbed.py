@@ -43,7 +43,7 @@ from edgestream.kafka.broker import MAX_MESSAGE_BYTES, LocalBroker
 from edgestream.kafka.cluster import LocalCluster
 from edgestream.sync.registry import get_algorithm
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"
 SPLIT = [ROOT / "docker" / "compose.broker.yml", ROOT / "docker" / "compose.trainers.yml"]
 CLUSTER = ROOT / "docker" / "compose.cluster.yml"  # host A's three-broker alternative to compose.broker.yml

@@ -66,7 +66,7 @@ def test_broker_start_nodes_3_status_stop(tmp_path):
             f"error: --nodes 1: {d} holds a 3-node cluster; use --nodes 3 or another --data-dir"]
         # a command given no bootstrap uses the managed instance: the cluster, not a broker of its own
         cfg = tmp_path / "c.yaml"
-        cfg.write_text((Path(__file__).parents[1] / "examples" / "s1.yaml").read_text())
+        cfg.write_text((Path(__file__).parents[2] / "examples" / "s1.yaml").read_text())
         r = subprocess.run([EDGESTREAM, "produce", str(cfg), "--duration", "1", "--set", "devices.count=2"],
                            capture_output=True, text=True, timeout=240, env=env)
         assert r.returncode == 0, r.stderr

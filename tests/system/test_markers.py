@@ -14,7 +14,7 @@ from pathlib import Path
 
 from conftest import KAFKA_FIXTURES, OWN_BROKER_FIXTURES
 
-TESTS = Path(__file__).parent
+TESTS = Path(__file__).resolve().parents[1]  # tests/
 
 PROBE = '''
 import json, os
@@ -44,20 +44,20 @@ def test_not_kafka_collects_no_test_that_uses_a_broker(tmp_path):
     assert not {n: f for n, f in uses.items() if f}
     assert not [n for n, d in units.items() if d["kafka"]]
     # the unit tests stay: a simulator run, a broker test that needs no broker
-    for unit in ("tests/test_sim_engine.py::test_persist_buffer_follows_eq2",
-                 "tests/test_broker.py::test_unreachable_broker_names_the_address"):
+    for unit in ("tests/unit/test_sim_engine.py::test_persist_buffer_follows_eq2",
+                 "tests/kafka/test_broker.py::test_unreachable_broker_names_the_address"):
         assert unit in units
 
 
 def test_tests_that_start_a_broker_of_their_own_are_kafka_tests(tmp_path):
-    kafka = _collect(tmp_path, "kafka", "tests/test_broker.py", "tests/test_kafka_cluster_cli.py")
-    assert {n.split("::")[1] for n in kafka if n.startswith("tests/test_broker.py")} == {
+    kafka = _collect(tmp_path, "kafka", "tests/kafka/test_broker.py", "tests/system/test_kafka_cluster_cli.py")
+    assert {n.split("::")[1] for n in kafka if n.startswith("tests/kafka/test_broker.py")} == {
         "test_produce_consume_restart_keeps_data",  # a LocalBroker it starts
         "test_two_brokers_side_by_side",            # bootstrap
         "test_port_in_use_is_named",                # a broker start refused: its port is taken
         "test_topic_admin_and_run_cleanup",         # bootstrap
         "test_cli_start_status_stop"}               # `edgestream broker start`
-    assert "tests/test_kafka_cluster_cli.py::test_broker_start_nodes_3_status_stop" in kafka
+    assert "tests/system/test_kafka_cluster_cli.py::test_broker_start_nodes_3_status_stop" in kafka
     assert all(d["kafka"] for d in kafka.values())
 
 
@@ -65,9 +65,9 @@ def test_loadgroup_keeps_a_module_fixtures_tests_on_one_worker() -> None:
     """conftest groups the tests of a module-scoped fixture (xdist_group, `--dist loadgroup`), so the fixture is
     made once, on one worker. Under pytest 9 that needs the "@group" suffix on the item's id where pytest reads it
     (conftest `_group_id`; xdist 3.8 writes it where pytest < 9 reads it): a real 2-worker run of a file with one
-    module fixture (tests/test_streams_rates.py's `models`) and tests without it."""
+    module fixture (tests/unit/test_streams_rates.py's `models`) and tests without it."""
     proc = subprocess.run([sys.executable, "-m", "pytest", "-n", "2", "--dist", "loadgroup", "-v", "-p",
-                           "no:cacheprovider", "tests/test_streams_rates.py"], cwd=TESTS.parent,
+                           "no:cacheprovider", "tests/unit/test_streams_rates.py"], cwd=TESTS.parent,
                           env=os.environ | {"PYTEST_ADDOPTS": ""}, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     ran = [line.split() for line in proc.stdout.splitlines() if line.startswith("[gw") and " PASSED " in line]

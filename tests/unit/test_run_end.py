@@ -158,7 +158,7 @@ def test_sigterm_to_a_sim_run_writes_an_interrupted_summary_and_exits_143(tmp_pa
     cfg = tmp_path / "tiny.yaml"
     cfg.write_text(yaml.safe_dump({**TINY, "stop": {"target_accuracy": None, "max_time_s": 100000.0}}))
     env = {**os.environ, "EDGESTREAM_PROGRESS_EVERY_S": "0",
-           "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1]), os.environ.get("PYTHONPATH", "")])}
+           "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[2]), os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.Popen([sys.executable, "-m", "edgestream.cli", "run", str(cfg), "--engine", "sim", "--out",
                              str(tmp_path / "runs"), "--run-id", "t1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env=env)

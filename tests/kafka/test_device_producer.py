@@ -25,7 +25,7 @@ from edgestream.producers.device import DeliveryError, DeviceProducer
 
 def _read(bootstrap, run, device, spec, n, devices, layout=None):
     """The first `n` samples of `device`'s stream, as the run's consumer hands them out: x as float32 values
-    (an Affine of scale 1: a consumer always normalises; the exact bytes are tests/test_wire_spec.py's)."""
+    (an Affine of scale 1: a consumer always normalises; the exact bytes are tests/unit/test_wire_spec.py's)."""
     ds = KafkaStreamDataset(bootstrap, run, device, num_devices=devices, serde=SampleSerde(spec, ONE),
                             batch={"policy": "fixed", "size": n}, timeout=30, layout=layout)
     try:

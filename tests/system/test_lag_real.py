@@ -4,7 +4,7 @@ training (once), and `algorithm.max_lag_s` skipping the backlog older than it, c
 
 Real broker (the session fixture), messages with set timestamps written by a plain producer, and real
 `edgestream run --engine local` runs where the stream outruns training (a high rate, batches of 1).
-The pure parts and the simulator: tests/test_lag.py.
+The pure parts and the simulator: tests/unit/test_lag.py.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ import pytest
 
 from edgestream.runner import engines
 
-PKG = Path(__file__).resolve().parents[1] / "edgestream"
+PKG = Path(__file__).resolve().parents[2] / "edgestream"
 ENGINE_PACKAGES = ("edgestream.sim", "edgestream.trainer", "edgestream.launch", "edgestream.ps")
 
 

@@ -160,7 +160,7 @@ def test_an_unquoted_start_time_is_read_as_its_iso_text(text, ms, tmp_path):
 def test_config_validate_takes_the_example_and_names_a_format_field_it_does_not_take():
     import sys
 
-    example = Path(__file__).parent.parent / "examples" / "json-sensors" / "sensors.yaml"
+    example = Path(__file__).parents[2] / "examples" / "json-sensors" / "sensors.yaml"
     cli = [sys.executable, "-m", "edgestream.cli", "config", "validate", str(example)]
     ok = subprocess.run(cli, capture_output=True, text=True, timeout=120)
     assert ok.returncode == 0, ok.stderr
@@ -416,7 +416,7 @@ def test_the_json_example_trains_on_a_plain_script_and_scadles_follows_the_real_
     each device follows its measured stream rate (40 vs 160 records/s)."""
     import sys
 
-    example = Path(__file__).parent.parent / "examples" / "json-sensors"
+    example = Path(__file__).parents[2] / "examples" / "json-sensors"
     raw = yaml.safe_load((example / "sensors.yaml").read_text())
     pattern = f"{run_prefix}.sensor-{{device}}"
     raw.update(name=run_prefix, devices={"count": 2}, stop={"max_steps": 14, "max_time_s": 200})

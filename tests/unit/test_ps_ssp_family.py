@@ -9,11 +9,10 @@ from __future__ import annotations
 import heapq
 import io
 import random
-import sys
-from pathlib import Path
 
 import pytest
 import torch
+from factories import cfg_of, simulate, steps_of  # the simulator tests' config helpers: tests/factories.py
 
 from edgestream.sync.consgd import ConSGDCoordinator
 from edgestream.sync.coordinator import ServerContext
@@ -21,9 +20,6 @@ from edgestream.sync.dssp import DSSPCoordinator, best_k
 from edgestream.sync.dynsgd import DynSGDCoordinator
 from edgestream.sync.registry import get_algorithm
 from edgestream.sync.requests import Push
-
-sys.path.insert(0, str(Path(__file__).parent))
-from factories import cfg_of, simulate, steps_of  # noqa: E402  (the simulator tests' config helpers: tests/factories.py)
 
 
 def ctx_of(name: str, world: int, lr: float = 0.1, momentum: float = 0.0, weight_decay: float = 0.0,

@@ -15,7 +15,7 @@ from edgestream.config import load_config
 from edgestream.runner.plan import RunPlan
 from edgestream.streams.fit import fit_distributions, summarize_trace
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 runner = CliRunner()
 
 

@@ -12,12 +12,14 @@ from __future__ import annotations
 import copy
 import io
 import itertools
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+from factories import PS_SIM_BASE as BASE  # the PS simulator tests' config helpers: tests/factories.py
+from factories import merge, steps_of
+from factories import ps_cfg_of as cfg_of
+from factories import simulate_records as simulate
 
 from edgestream.config import ConfigError, validate_dict
 from edgestream.sim.costs import NetworkModel
@@ -28,12 +30,6 @@ from edgestream.sync.local_sgd import adacomm_tau
 from edgestream.sync.registry import AlgorithmSpec
 from edgestream.sync.requests import Log, Now, Poll, Pull, Pulled, Push, Sleep, Start, Wait
 from edgestream.sync.ssp import SSPCoordinator, ssp_blocks
-
-sys.path.insert(0, str(Path(__file__).parent))
-from factories import PS_SIM_BASE as BASE  # noqa: E402  (the PS simulator tests' config helpers: tests/factories.py)
-from factories import merge, steps_of  # noqa: E402
-from factories import ps_cfg_of as cfg_of  # noqa: E402
-from factories import simulate_records as simulate  # noqa: E402
 
 PS_ALGORITHMS = [n for n, s in ALGORITHMS.items() if s.family == "ps"]
 
@@ -324,7 +320,7 @@ def test_the_config_rejects_an_unknown_algorithm_naming_the_allowed_ones() -> No
 
 
 def test_every_ps_algorithm_is_accepted_by_the_local_engine() -> None:
-    """The local engine runs the PS family through the Kafka parameter server (tests/test_ps_real.py runs them)."""
+    """The local engine runs the PS family through the Kafka parameter server (tests/system/test_ps_real.py runs them)."""
     import edgestream.launch  # noqa: F401  (registers "local")
     from edgestream.runner.engines import check_runs
 

@@ -32,7 +32,7 @@ from edgestream.sync.requests import (
 
 META = torch.device("meta")
 SHAPES = [(4, 3), (4,)]
-SYNC_DIR = Path(__file__).resolve().parents[1] / "edgestream" / "sync"
+SYNC_DIR = Path(__file__).resolve().parents[2] / "edgestream" / "sync"
 
 
 class _Batch:

@@ -6,7 +6,7 @@ training goes on and finishes, every device's sequence numbers are trained exact
 twice), the producer lost and doubled nothing; with the link up again the node catches up (back in the in-sync
 replicas of every topic of the run, read with the admin API). Unclean leader election stays off.
 
-The same after a SIGKILL, with the node restarted and catching up, is tests/test_kafka_leader_loss.py's.
+The same after a SIGKILL, with the node restarted and catching up, is tests/system/test_kafka_leader_loss.py's.
 Needs root (namespaces). Every namespace, veth and the bridge are removed, and every node stopped, on any exit;
 every wait is bounded.
 """

@@ -23,7 +23,7 @@ import yaml
 from edgestream.config import load_config
 from edgestream.runner import run_config
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 USER_MODEL = """
 import math

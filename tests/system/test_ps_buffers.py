@@ -22,6 +22,9 @@ from typing import Any
 
 import pytest
 import torch
+from factories import ps_cfg_of as cfg_of  # the PS simulator tests' config helpers: tests/factories.py
+from factories import simulate_records as simulate
+from support.ps import Served  # a ParameterServer in a thread
 
 from edgestream.config import validate_dict
 from edgestream.runner.evaluate import evaluate
@@ -29,11 +32,6 @@ from edgestream.runner.plan import RunPlan
 from edgestream.sync.buffers import BufferMean, floating_buffer_names, floating_buffers, load_buffers
 from edgestream.sync.coordinator import Coordinator, ServerContext
 from edgestream.sync.requests import Push
-
-sys.path.insert(0, str(Path(__file__).parent))
-from factories import ps_cfg_of as cfg_of  # noqa: E402  (the PS simulator tests' config helpers: tests/factories.py)
-from factories import simulate_records as simulate  # noqa: E402
-from support.ps import Served  # noqa: E402  (a ParameterServer in a thread)
 
 MODEL_SOURCE = textwrap.dedent('''
     import math

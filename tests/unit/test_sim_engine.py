@@ -107,7 +107,7 @@ def test_truncate_bounds_buffer_while_persist_grows():
 
 @pytest.mark.parametrize("name", sorted(n for n, s in ALGORITHMS.items() if s.family == "collective"))
 def test_every_algorithm_learns(name):
-    """The collective family (the parameter-server family: tests/test_ps_sim.py)."""
+    """The collective family (the parameter-server family: tests/unit/test_ps_sim.py)."""
     cfg = cfg_of(algorithm={"name": name, "batch": ({"policy": "rate", "min": 8, "max": 64} if name == "scadles"
                                                     else {"policy": "fixed", "size": 32})},
                  stop={"max_steps": 96})

@@ -16,7 +16,7 @@ from edgestream.runner.engines import EngineError, check_runs
 from edgestream.runner.plan import PlanError, RunPlan
 from edgestream.sync.registry import ALGORITHMS, get_algorithm
 
-PKG = Path(__file__).resolve().parents[1] / "edgestream"
+PKG = Path(__file__).resolve().parents[2] / "edgestream"
 
 #: modules allowed to read a config's sections: the schema itself, the plan, and the comparison (which
 #: writes variant configs, it does not run them)

@@ -21,7 +21,7 @@ from edgestream.data import wire
 from edgestream.data.serde import SampleSerde
 from edgestream.data.validate import DeviceRule, SampleSpec
 
-DOC = Path(__file__).resolve().parents[1] / "docs" / "wire-format.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "wire-format.md"
 _BLOCK = re.compile(r"^```(\w+) ((?:vector|refused)-[\w]+)\n(.*?)^```", re.S | re.M)
 
 

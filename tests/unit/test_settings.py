@@ -12,7 +12,7 @@ import pytest
 from edgestream import settings
 from edgestream.settings import SETTINGS, SettingError
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PKG = ROOT / "edgestream"
 NAME = re.compile(r"EDGESTREAM_[A-Z][A-Z0-9_]*")
 #: how a module refers to a variable's name without spelling it: `settings.SIM_COMPUTE.name`

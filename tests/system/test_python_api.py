@@ -14,7 +14,7 @@ import pytest
 
 import edgestream
 
-DOC = Path(__file__).resolve().parents[1] / "docs" / "python-api.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "python-api.md"
 
 TINY = {
     "name": "tiny",

@@ -8,13 +8,13 @@ devices, explicit compute times, a few steps.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import torch
+from factories import DATA_VARIANTS as SUM_DATA  # digits, synthetic of other ranks and classes, regression
+from factories import cfg_of  # the simulator tests' config helper: tests/factories.py
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
@@ -35,10 +35,6 @@ from edgestream.sim.orders import (
 )
 from edgestream.sim.replicas import Replicas
 from edgestream.sync.registry import ALGORITHMS
-
-sys.path.insert(0, str(Path(__file__).parent))
-from factories import DATA_VARIANTS as SUM_DATA  # noqa: E402  (digits, synthetic of other ranks and classes, regression)
-from factories import cfg_of  # noqa: E402  (the simulator tests' config helper: tests/factories.py)
 
 RTOL, ATOL = 1e-5, 1e-6
 

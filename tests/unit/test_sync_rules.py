@@ -22,7 +22,7 @@ from edgestream.sync import (
     scaled_lr,
 )
 
-SYNC_DIR = Path(__file__).resolve().parents[1] / "edgestream" / "sync"
+SYNC_DIR = Path(__file__).resolve().parents[2] / "edgestream" / "sync"
 
 
 # ---------------------------------------------------------------- ScaDLES linear LR scaling

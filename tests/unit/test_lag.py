@@ -1,7 +1,7 @@
 """Lag visible and bounded (issue 32 item 3), without a broker: the shared take decision with a lag bound
 (`TakeRule`, `algorithm.max_lag_s`), the replacement of rejected samples (`TakeDecision.refill`), the
 lag-growth warning (`LagWatch`, `runtime.lag_warning_s`), the simulator's lag figures and its bound,
-the TensorBoard series and the fields' validation. The Kafka side: tests/test_lag_real.py."""
+the TensorBoard series and the fields' validation. The Kafka side: tests/system/test_lag_real.py."""
 
 from __future__ import annotations
 

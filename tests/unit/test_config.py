@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from edgestream.cli import app
 from edgestream.config import ConfigError, ExperimentConfig, load_config, validate_dict
 
-EXAMPLES = sorted((Path(__file__).parent.parent / "examples").glob("*.yaml"))
+EXAMPLES = sorted((Path(__file__).parents[2] / "examples").glob("*.yaml"))
 runner = CliRunner()
 
 

@@ -7,7 +7,7 @@ is handed out (a crash re-delivers it); another size, a rejected message or a re
 stream exactly where the handed-out batches end.
 
 Without a GPU the device path runs with torch_device="cpu" and "meta" (the same block and view code; the
-device branch is the serde's, tested bit for bit in tests/test_consumer_device_decode.py); the CUDA test
+device branch is the serde's, tested bit for bit in tests/kafka/test_consumer_device_decode.py); the CUDA test
 runs where a GPU is present.
 """
 
