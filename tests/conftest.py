@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-# The test files sit in tests/unit, tests/kafka and tests/system (what goes where: docs/testing.md); the helpers
+# The test files sit in tests/unit, tests/kafka and tests/system (what goes where: README.md, "Tests"); the helpers
 # they share sit here: factories.py, netns_hosts.py, compose_check.py and the support/ package. This folder goes
 # on sys.path, so every test file imports them by name (`from factories import ...`, `from support.runs import
 # ...`) wherever it sits; a test file never imports another test file (tests/unit/test_test_layout.py). The
