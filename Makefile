@@ -56,10 +56,10 @@ demo: jars
 	$(VENV)/bin/edgestream demo
 
 # The suite (tests/unit, tests/kafka, tests/system: README.md, "Tests") runs on TEST_WORKERS pytest-xdist workers
-# (2: one per core here): one managed broker serves them all (tests/conftest.py) and the files that mostly wait (broker outages, cut-off leaders) start first. conftest marks
-# the tests that should not meet with xdist_group (the session's 3-node cluster, the network-namespace hosts, a
-# file's module fixture): loadgroup keeps each group on one worker (xdist 3.8 writes the group where pytest < 9
-# reads an item's id; conftest writes it where pytest 9 does).
+# (2: one per core here): one managed broker serves them all (tests/conftest.py) and the files that mostly wait
+# (broker outages, cut-off leaders) start first. conftest marks the tests that should not meet with xdist_group (the
+# session's 3-node cluster, the network-namespace hosts, a file's module fixture): loadgroup keeps each group on one
+# worker (xdist 3.8 writes the group where pytest < 9 reads an item's id; conftest writes it where pytest 9 does).
 # On 2 cores 4 workers made timing-bound tests fail (a full tmpfs, the netns cluster's start, `topics list`) and
 # took as long. TEST_WORKERS=0 runs it in this process, in file order.
 TEST_WORKERS ?= 2
