@@ -8,7 +8,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 # one locked set of versions (Python 3.11 and 3.12, every platform): the venvs, the images and CI install from it;
-# tests/test_lock.py fails when they drift. `make lock` regenerates it (LOCK_ARGS=--upgrade to move every pin).
+# tests/unit/test_lock.py fails when they drift. `make lock` regenerates it (LOCK_ARGS=--upgrade to move every pin).
 LOCK   := requirements.lock
 LOCK_ARGS ?=
 
@@ -55,11 +55,11 @@ jars: $(STAMP)
 demo: jars
 	$(VENV)/bin/edgestream demo
 
-# The suite runs on TEST_WORKERS pytest-xdist workers (2: one per core here): one managed broker serves them all
-# (tests/conftest.py) and the files that mostly wait (broker outages, cut-off leaders) start first. conftest marks
-# the tests that should not meet with xdist_group (the session's 3-node cluster, the network-namespace hosts, a
-# file's module fixture): loadgroup keeps each group on one worker (xdist 3.8 writes the group where pytest < 9
-# reads an item's id; conftest writes it where pytest 9 does).
+# The suite (tests/unit, tests/kafka, tests/system: README.md, "Tests") runs on TEST_WORKERS pytest-xdist workers
+# (2: one per core here): one managed broker serves them all (tests/conftest.py) and the files that mostly wait
+# (broker outages, cut-off leaders) start first. conftest marks the tests that should not meet with xdist_group (the
+# session's 3-node cluster, the network-namespace hosts, a file's module fixture): loadgroup keeps each group on one
+# worker (xdist 3.8 writes the group where pytest < 9 reads an item's id; conftest writes it where pytest 9 does).
 # On 2 cores 4 workers made timing-bound tests fail (a full tmpfs, the netns cluster's start, `topics list`) and
 # took as long. TEST_WORKERS=0 runs it in this process, in file order.
 TEST_WORKERS ?= 2
@@ -72,10 +72,12 @@ test: jars
 PYTHON312 ?= $(shell command -v python3.12 >/dev/null 2>&1 && python3.12 -c 'import sys' 2>/dev/null && command -v python3.12 || ls -d $$HOME/.pyenv/versions/3.12*/bin/python3.12 2>/dev/null | tail -1)
 VENV312   := .venv312
 STAMP312  := $(VENV312)/.installed
-PY312_TESTS ?= tests/test_config.py tests/test_data_wire.py tests/test_data_serde.py tests/test_sync_exchange.py \
-	tests/test_sim_engine.py tests/test_sim_batched.py tests/test_collectives.py tests/test_ps_wire.py \
-	tests/test_consumer_device_decode.py tests/test_cli.py tests/test_backend.py tests/test_tensorboard.py \
-	tests/test_trainer.py::test_ddl_two_ranks_learn_with_identical_replicas tests/test_lock.py tests/test_forkserver.py
+PY312_TESTS ?= tests/unit/test_config.py tests/unit/test_data_wire.py tests/unit/test_data_serde.py \
+	tests/unit/test_sync_exchange.py tests/unit/test_sim_engine.py tests/unit/test_sim_batched.py \
+	tests/unit/test_collectives.py tests/unit/test_ps_wire.py tests/kafka/test_consumer_device_decode.py \
+	tests/unit/test_cli.py tests/system/test_backend.py tests/system/test_tensorboard.py \
+	tests/system/test_trainer.py::test_ddl_two_ranks_learn_with_identical_replicas tests/unit/test_lock.py \
+	tests/unit/test_forkserver.py
 
 $(STAMP312): pyproject.toml $(LOCK) setup.py edgestream/data/_wirefast.c edgestream/sim/_shuffle.c
 	@test -n "$(PYTHON312)" || { echo "python3.12 not found: install it or set PYTHON312=/path/to/python3.12"; exit 1; }

@@ -37,7 +37,7 @@ from pathlib import Path
 
 #: imported once by the server, shared copy-on-write by every child (CPU, no CUDA initialised); of edgestream
 #: only the CLI and the config schema (edgestream.config.load: the sections and their loading), none of whose
-#: modules reads a setting at import (tests/test_forkserver.py)
+#: modules reads a setting at import (tests/unit/test_forkserver.py)
 PRELOAD = ("numpy", "torch", "torch.distributed", "torch.optim", "torch._dynamo", "confluent_kafka", "pydantic",
            "typer", "yaml", "rich", "edgestream.cli", "edgestream.config.load")
 _MAX_MSG = 1 << 20

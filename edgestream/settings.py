@@ -7,7 +7,7 @@ below that reads the environment when it is called -- never at import: the fork 
 (edgestream/forkserver.py) imports modules before a child's environment is in place. The few values a module
 keeps from its own import (the local engine's timings in launch/run_children.py and launch/watch.py, ps/server.py's
 checkpoint period) call their accessor there, in modules the fork server does not preload
-(tests/test_forkserver.py).
+(tests/unit/test_forkserver.py).
 
 A value that is not allowed raises `SettingError` (a ValueError), one line naming the variable and what is
 allowed -- except where the domain owns the check and its error: EDGESTREAM_BACKEND and EDGESTREAM_DEVICE
@@ -15,7 +15,7 @@ allowed -- except where the domain owns the check and its error: EDGESTREAM_BACK
 EDGESTREAM_TOPIC_SETTINGS (kafka/topic_settings.py) and the secrets (launch/command.py); there the accessor
 gives the text as set. `environ`: a mapping to read instead of the environment (tests, a child's planned env).
 
-`python -m edgestream.settings` prints the table (tests/test_settings.py keeps docs/settings.md equal to it).
+`python -m edgestream.settings` prints the table (tests/unit/test_settings.py keeps docs/settings.md equal to it).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
 
-#: the variables read from the environment in this process so far (tests/test_forkserver.py: none while the fork
+#: the variables read from the environment in this process so far (tests/unit/test_forkserver.py: none while the fork
 #: server's preloaded modules are imported)
 READ: set[str] = set()
 

@@ -10,9 +10,21 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import uuid
+from pathlib import Path
 
 import pytest
+
+# The test files sit in tests/unit, tests/kafka and tests/system (what goes where: README.md, "Tests"); the helpers
+# they share sit here: factories.py, netns_hosts.py, compose_check.py and the support/ package. This folder goes
+# on sys.path, so every test file imports them by name (`from factories import ...`, `from support.runs import
+# ...`) wherever it sits; a test file never imports another test file (tests/unit/test_test_layout.py). The
+# support modules' asserts are rewritten as a test file's are (the values in a failing assert's message).
+TESTS = Path(__file__).resolve().parent
+if str(TESTS) not in sys.path:
+    sys.path.insert(0, str(TESTS))
+pytest.register_assert_rewrite("support")
 
 # One BLAS/OpenMP thread in the test process and, inherited, in every process it starts (trainers, producers,
 # the PS: a setting a test gives its child wins): on 2 cores shared with the broker, numpy's OpenBLAS and
@@ -32,7 +44,7 @@ torch.set_num_threads(1)
 # The suite's trainers compute on the CPU, also on a GPU host (where they would otherwise take GPUs by the
 # rank-to-GPU rule, edgestream.trainer.gpus): its tests compare real runs with the simulator and resumed
 # runs with whole ones bit for bit, which only the CPU promises. The tests that exercise the rule and CUDA
-# give their trainers EDGESTREAM_DEVICE="" (automatic) themselves (tests/test_backend.py). A value set
+# give their trainers EDGESTREAM_DEVICE="" (automatic) themselves (tests/system/test_backend.py). A value set
 # before the suite starts is kept (EDGESTREAM_DEVICE= make test: every trainer by the rule).
 os.environ.setdefault("EDGESTREAM_DEVICE", "cpu")
 
@@ -77,6 +89,8 @@ def pytest_unconfigure(config):
 # keeps a group on one worker, in order): the session's 3-node cluster (tests kill and restart its nodes),
 # the network-namespace hosts (one address plan), and each file with a module-scoped fixture (a broker or
 # trainers set up once per file, not once per worker). Every other test is scheduled on its own.
+# SERIAL_FILES and LONG_FIRST name test files by basename (item.path.name), wherever they sit under tests/: the
+# basenames are unique (tests/unit/test_test_layout.py).
 SERIAL_FILES = ("test_kafka_cluster_netns.py", "test_testbed.py")
 
 
@@ -95,7 +109,7 @@ LONG_FIRST = ("test_kafka_cluster_netns.py", "test_testbed.py", "test_kafka_outa
 # fixtures (item.fixturenames: the closure, so a fixture built on `bootstrap` counts) include the session's broker
 # or cluster, or a file's fixture that starts a broker of its own, or whose body starts one (the LocalBroker or
 # LocalCluster it `.start()`s, the `broker start` command). `pytest -m "not kafka"` runs the unit tests alone
-# (tests/test_markers.py keeps it so).
+# (tests/system/test_markers.py keeps it so).
 KAFKA_FIXTURES = frozenset({"bootstrap", "cluster", "cluster_session"})
 OWN_BROKER_FIXTURES = frozenset({"broker", "secured", "sasl_bootstrap", "netns_cluster"})
 _STARTS_A_BROKER = re.compile(r"Local(Broker|Cluster)\(.*?\.start\(\)|_cli\(\"start\"|\[\*cli, \"start\"", re.S)

@@ -1,14 +1,15 @@
 """The suite's shared factories: the configs tests build, a simulated run, a free port.
 
 Import them as the other helper modules of tests/ are imported (`from factories import cfg_of, simulate`):
-pytest puts tests/ on sys.path for its test files (no __init__.py; some files also insert it themselves).
+tests/conftest.py puts tests/ on sys.path. More helpers, by what they hold: tests/support/.
 
 * `merge(base, over)`: a config dict with `over` merged in, section by section (rates, batch, compression and
   injection blocks are replaced whole).
 * The simulator's small runs: `SIM_BASE` (digits, the mlp, 4 devices, explicit compute times: exactly
   repeatable) and `cfg_of(**over)`; the parameter-server family's `PS_SIM_BASE` (3 devices at speeds 1:1:3)
   and `ps_cfg_of(algorithm, params, **over)`; `simulate(cfg)` runs one and returns the engine and its
-  in-memory event log (`simulate_records`: the engine and the events); `steps_of(events)` the step lines.
+  in-memory event log (`simulate_records`: the engine and the events); `steps_of(events)` the step lines;
+  `DATA_VARIANTS`: data and task sections of other shapes, class counts and a regression, by name.
 * Real runs: `digits_config(name, ...)`, a full config dict of a small digits run (keywords for the knobs the
   tests vary, other sections replaced whole); `write_cfg(path, name, ...)`, the local-run config the fault,
   launch and Kafka tests write; `stream_config(name, ...)`, the smallest validated config of a stream test
@@ -85,6 +86,16 @@ def cfg_of(**over: Any):
 def ps_cfg_of(name: str, params: dict | None = None, **over: Any):
     """The validated PS_SIM_BASE run of PS algorithm `name` with its `params`, `over` merged in."""
     return validate_dict(merge(PS_SIM_BASE, {"algorithm": {"name": name, "params": params or {}}, **over}))
+
+
+DATA_VARIANTS = {  # the data and task a run trains: digits; synthetic inputs of other ranks and class counts;
+    # regression (the simulator's memory and batched-compute tests draw from it)
+    "digits": {},
+    "synthetic 1x5x5, 3 classes": {"data": {"dataset": "synthetic", "shape": [1, 5, 5], "num_classes": 3}},
+    "synthetic 12, 7 classes": {"data": {"dataset": "synthetic", "shape": [12], "num_classes": 7}},
+    "regression 6 -> 1": {"task": "regression", "data": {"dataset": "synthetic", "shape": [6]},
+                          "stop": {"target_accuracy": None}},
+}
 
 
 def simulate(cfg, path=None):

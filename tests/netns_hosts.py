@@ -1,6 +1,6 @@
 """Network hosts made of Linux network namespaces, for the tests that run processes on separate hosts (the
-compose testbed, tests/test_testbed.py) or cut one host off (the cluster's link-down test,
-tests/test_kafka_cluster_netns.py): one bridge, one veth pair per host (eth0 inside), addresses in
+compose testbed, tests/system/test_testbed.py) or cut one host off (the cluster's link-down test,
+tests/system/test_kafka_cluster_netns.py): one bridge, one veth pair per host (eth0 inside), addresses in
 10.213.<k>.0/24. `network(...)` tears everything down (processes killed, namespaces, veths and bridge
 deleted) on any exit and fails when something is left behind. Needs root and iproute2's `ip`."""
 

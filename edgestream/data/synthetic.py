@@ -14,7 +14,7 @@ Shapes: (C, H, W) as is; (C, T) is a (C, 1, T) image (shifts along T only: a tim
 Difficulty: the class signal is weaker than the shared background, the nuisances and the noise; how
 weak scales with the sample's size: below REF_SIZE (3072 values, 3x32x32) the pattern's amplitude is
 multiplied by sqrt(REF_SIZE / size), so `signal` 1.0 gives about the same learnability at every size
-(3x32x32 and larger are unchanged by this). Measured (tests/test_data_synthetic_signal.py; an MLP
+(3x32x32 and larger are unchanged by this). Measured (tests/unit/test_data_synthetic_signal.py; an MLP
 flatten-64-K, SGD lr 0.01, momentum 0.9, batch 32, 300 steps, 10 classes): 3x32x32 ~90% test
 accuracy (~14% after 5 steps), 1x6x6, (16,) and (4, 20) well above chance (~70-95%); regression at
 those shapes halves the mean predictor's error or better. `signal` scales the pattern further (lower is

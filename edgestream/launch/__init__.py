@@ -9,7 +9,7 @@ from edgestream.runner.engines import register_engine
 from edgestream.sync.requests import REQUESTS
 
 # what the trainer's performer performs (TrainerPerformer.performs, derived from its do_* methods: every kind),
-# declared here because the performer imports torch (tests/test_layers.py holds the two equal)
+# declared here because the performer imports torch (tests/unit/test_layers.py holds the two equal)
 register_engine("local", run_local, host="processes", performs=REQUESTS)
 
 __all__ = ["LaunchError", "LocalRun", "run_local"]

@@ -197,7 +197,7 @@ class Receiver:
     position while its consumer returns none mean the consumer stalled, and it is reopened at its position
     (`reopened` counts it; the next check waits twice as long, until a message arrives). So is a consumer
     that gets no answer from Kafka while a new client does: after a broker restart, librdkafka 2.16's
-    consumer sometimes never reconnects (seen in 2 of 6 runs of a 90 s outage, tests/test_kafka_outage_ps.py:
+    consumer sometimes never reconnects (seen in 2 of 6 runs of a 90 s outage, tests/system/test_kafka_outage_ps.py:
     no error, no fetch, metadata requests waiting for a usable broker while other clients had one)."""
 
     def __init__(self, bootstrap: str, topic: str, group: str, start: int | str | None,

@@ -6,7 +6,7 @@ time ends) is the reference. This path gives every device what that path would g
 mean-loss gradients and loss (per-device gradients, not an aggregate), so it is correct whatever the
 algorithm then does with them (plain or weighted averaging, Top-k and error feedback, the
 adaptive-Top-k vote, ABS-SGD's sums) and sync/ stays untouched. Results are equal up to
-floating-point summation order (allclose; tests/test_sim_batched.py).
+floating-point summation order (allclose; tests/unit/test_sim_batched.py).
 
 When it may run a device's forward/backward early: a worker's model cannot change while the worker
 is computing (per-worker replicas change only by the worker's own Apply/SetParams; the shared replica

@@ -15,7 +15,7 @@ a3 is not identifiable from a few points of a one-window stretch of the curve, s
 (fitting every mini-batch loss with a3 free gave a3 around -16,000 and rewards jumping between 0.49
 and 6.4 from window to window); a training loss's asymptote is ~0, and with a3 = 0 the fit is a
 linear regression of 1/l on t. On a loss curve whose best commit rate is known
-(tests/test_ps_adsp.py), the search settles on it in 27-28 of 30 noisy trials with a3 = 0 against
+(tests/kafka/test_ps_adsp.py), the search settles on it in 27-28 of 30 noisy trials with a3 = 0 against
 12-14 with a3 fitted (>= 0) on the same smoothed points. `fit_loss_curve` (the paper's 3-parameter
 fit, a3 bounded to [0, min l) for positive losses) stays for analysis.
 """

@@ -24,7 +24,7 @@ State contract (checkpoint and resume; DESIGN.md "One algorithm, two engines"):
   `step` and `state` up to date. An engine may checkpoint then: `step`, a copy of `state` (torch.save
   copies), the model and optimizer state and its streams' positions. A worker started later with a
   `WorkerContext` holding that step and state, on a model and optimizer restored from the same
-  checkpoint, continues exactly as the original would have (tests/test_runner_state.py checks this
+  checkpoint, continues exactly as the original would have (tests/unit/test_runner_state.py checks this
   bitwise for every algorithm). `state` is only guaranteed consistent AT the Log request: the
   algorithm edits it afterwards.
 * A worker started with `state == {}` starts the algorithm from scratch (at `step`, which sets the

@@ -81,7 +81,7 @@ class Codec:
         memory_name = spec.get("memory") or ("residual" if compressor.sparse else "none")
         adaptive = compressor.new_state() if hasattr(compressor, "new_state") else None
         # here, not at the top: memories import torch (~2.5 s, 600 MB), and the orchestrator and the producer
-        # import sync/ without it (tests/test_lazy_imports.py)
+        # import sync/ without it (tests/unit/test_lazy_imports.py)
         from edgestream.compression.error_feedback import build_memory
 
         return cls(compressor, build_memory(memory_name), adaptive)
@@ -141,7 +141,7 @@ def _divide(sums: Sequence[Tensor], total: float, *, in_place: bool = False) -> 
 
 def _scale(tensors: Sequence[Tensor], weight: float) -> list[Tensor]:
     """weight * t for every tensor, in one foreach call on the CPU (per tensor the same product as
-    `weight * t`, tests/test_sync_exchange.py); integer tensors (type promotion, as `weight * t` does it)
+    `weight * t`, tests/unit/test_sync_exchange.py); integer tensors (type promotion, as `weight * t` does it)
     and other devices' tensors (not checked there) are multiplied one by one."""
     import torch
 
