@@ -82,6 +82,7 @@ from edgestream.sim.footprint import memory_problem
 from edgestream.sim.ps import PSNode
 from edgestream.sim.replicas import Replicas
 from edgestream.sim.stream import VirtualStream
+from edgestream.streams.source import take_batch
 from edgestream.sync.requests import (
     Ack,
     AllGather,
@@ -219,8 +220,8 @@ class SimEngine:
         self.world = m = plan.world
         self.events = events if events is not None else EventLog(None)
         self.env = simpy.Environment()
-        self.streams = [VirtualStream(d, self.rate_model, buffer_policy, batch_policy, plan.max_lag_s)
-                        for d in range(m)]
+        self.streams = [VirtualStream(d, self.rate_model, buffer_policy, batch_policy, plan.max_lag_s,
+                                      clock=self.env, data=self.data) for d in range(m)]
         self.task = plan.task
         self.replicas = Replicas(model, self.data.shape, plan.num_outputs, m, **plan.optim, seed=plan.seed,
                                  shared=self.spec.synchronous if share_replicas is None else share_replicas,
@@ -407,27 +408,21 @@ class SimEngine:
 
     # ------------------------------------------------------------------ timed requests
     def _take_batch(self, rank: int, req: TakeBatch) -> Generator[Any, Any, SimBatch]:
-        env, perf = self.env, time.perf_counter
-        t_req = env.now
+        """The shared take-a-batch sequence on the device's stream (`take_batch`); the wall time outside
+        the virtual wait counts as "data"."""
+        perf, wall = time.perf_counter, 0.0
         c0 = perf()
-        stream = self.streams[rank]
-        plan = stream.plan(t_req, req.size)
-        wall = perf() - c0
-        if plan.ready_at > t_req:
-            yield env.timeout(plan.ready_at - t_req)
-        c0 = perf()
-        taken = stream.take(env.now, plan.target)
-        indices = self.data.stream_indices(rank, taken.start, taken.stop)
-        if len(taken.injected):
-            indices = np.concatenate([indices, taken.injected])
-        batch = self.data.batch(rank, indices, plan.target)
-        meter = self.meters[rank]
-        meter.count(batch=batch.n, dropped=plan.dropped, injected=batch.injected)
-        meter.gauge(buffer_samples=taken.backlog, buffer_bytes=taken.backlog * self.data.sample_bytes,
-                    held_samples=taken.held, rate=plan.rate, lag_s=taken.lag_s)
-        own_labels = self.data.labels(indices[:plan.target])
-        meter.note_samples(range(taken.start, taken.stop), own_labels)  # own stream: seq = position
-        self.last_backlog[rank], self.last_held[rank] = taken.backlog, taken.held
+        steps = take_batch(self.streams[rank], req.size)
+        try:
+            while True:
+                event = steps.send(None)
+                wall += perf() - c0
+                yield event
+                c0 = perf()
+        except StopIteration as done:
+            batch = done.value
+        facts = batch.facts
+        self.last_backlog[rank], self.last_held[rank] = facts.buffer_samples, facts.held_samples
         self.stats.wall["data"] += wall + perf() - c0
         return batch
 
