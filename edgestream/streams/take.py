@@ -130,6 +130,8 @@ class TakeRule:
             target = int(size)
             if target < 0:
                 raise ValueError(f"size: {size} is not allowed; must be >= 0")
+        elif self.batch_policy is None:
+            raise ValueError("a take without an explicit size (TakeBatch() without size) needs a batch_policy")
         else:
             target = int(self.batch_policy.target(rate, available))
         return TakeDecision(skip, rate, target, available, size is not None, self.batch_policy, lag_skip)
