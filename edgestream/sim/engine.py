@@ -410,20 +410,12 @@ class SimEngine:
     def _take_batch(self, rank: int, req: TakeBatch) -> Generator[Any, Any, SimBatch]:
         """The shared take-a-batch sequence on the device's stream (`take_batch`); the wall time outside
         the virtual wait counts as "data"."""
-        perf, wall = time.perf_counter, 0.0
-        c0 = perf()
-        steps = take_batch(self.streams[rank], req.size)
-        try:
-            while True:
-                event = steps.send(None)
-                wall += perf() - c0
-                yield event
-                c0 = perf()
-        except StopIteration as done:
-            batch = done.value
+        stream, c0 = self.streams[rank], time.perf_counter()
+        suspended = stream.suspended_s
+        batch = yield from take_batch(stream, req.size)
+        self.stats.wall["data"] += time.perf_counter() - c0 - (stream.suspended_s - suspended)
         facts = batch.facts
         self.last_backlog[rank], self.last_held[rank] = facts.buffer_samples, facts.held_samples
-        self.stats.wall["data"] += wall + perf() - c0
         return batch
 
     def _compute(self, rank: int, req: Compute) -> Generator[Any, Any, Any]:

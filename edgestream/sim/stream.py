@@ -28,6 +28,7 @@ same steps at explicit times (no clock).
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Generator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -86,6 +87,7 @@ class VirtualStream:
 
     def __post_init__(self) -> None:
         self.rule = TakeRule(self.buffer_policy, self.batch_policy, max_lag_s=self.max_lag_s)
+        self.suspended_s = 0.0  # wall seconds suspended in `wait` (other processes ran): not the stream's work
 
     @property
     def window_s(self) -> float:
@@ -168,7 +170,9 @@ class VirtualStream:
         now = self.clock.now
         ready_at = self.ready_at(now, decision)
         if ready_at > now:
+            paused = time.perf_counter()
             yield self.clock.timeout(ready_at - now)
+            self.suspended_s += time.perf_counter() - paused
         return True
 
     def take(self, decision: TakeDecision, dropped: int) -> Any:
