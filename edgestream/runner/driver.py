@@ -75,9 +75,14 @@ class StepMeter:
     def note_batch(self, facts: BatchFacts) -> None:
         """What the stream did to get a batch (`BatchFacts`; its None fields are not measured by the
         engine and not noted); the driver calls it once per TakeBatch, for every engine."""
-        counts = {k: v for k, v in (("batch", facts.batch), ("dropped", facts.dropped),
-                                    ("injected", facts.injected), ("dlq", facts.dlq)) if v is not None}
-        self.count(**counts)
+        counts = self.counts
+        if facts.batch is not None:
+            counts["batch"] = counts.get("batch", 0) + facts.batch
+        if facts.dropped is not None:
+            counts["dropped"] = counts.get("dropped", 0) + facts.dropped
+        counts["injected"] = counts.get("injected", 0) + facts.injected
+        if facts.dlq is not None:
+            counts["dlq"] = counts.get("dlq", 0) + facts.dlq
         gauges = self.gauges
         if facts.buffer_samples is not None:
             gauges["buffer_samples"], gauges["buffer_bytes"] = facts.buffer_samples, facts.buffer_bytes
