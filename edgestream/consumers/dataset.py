@@ -37,7 +37,6 @@ import logging
 import math
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -67,19 +66,6 @@ STATE_VERSION = 1
 BLOCK_BATCHES = 32
 BLOCK_BYTES = 4 * 1024 * 1024
 
-
-@dataclass
-class _Taking:
-    """A batch being taken: its take (`RawBatch`), the own samples accepted so far (decoded parts) and
-    how many were rejected; top-ups replace the rejected ones (`next_batch`)."""
-
-    raw: RawBatch
-    parts: list[DecodedBatch] = field(default_factory=list)
-    valid: int = 0
-    dlq: int = 0
-    wait_s: float = 0.0
-    topped_up: bool = False
-    held: int = 0
 
 log = logging.getLogger(__name__)
 
@@ -144,7 +130,7 @@ class KafkaStreamDataset(BlockTakes, IterableDataset):
         self.step = 0
         self.totals = {"samples": 0, "dropped": 0, "injected_in": 0, "injected_out": 0, "injected_bytes": 0,
                        "dlq": 0, "held_out": 0}
-        self._taking: _Taking | None = None  # a batch being taken (its rejected samples being replaced)
+        self._taking: RawBatch | None = None  # a batch being taken (its rejected samples being replaced)
         self._block: _Block | None = None    # batches decoded ahead, not all handed out yet
         self._no_block_before = 0            # a block held a rejected message: none before this offset
         self.block_batches = 0               # batches handed out of blocks (the rest: the one-batch path)
@@ -164,7 +150,7 @@ class KafkaStreamDataset(BlockTakes, IterableDataset):
             self.dlq.send(m.value(), reason, source_topic=topic, offset=m.offset(), key=m.key())
         return out, len(bad)
 
-    def _accept(self, taking: _Taking, messages: list) -> None:
+    def _accept(self, taking: RawBatch, messages: list) -> None:
         """Decode own-stream `messages` into the batch being taken (the rejected ones to the DLQ; the held-out
         ones, eval.holdout, are skipped: never trained on, acknowledged with the batch like the rejected)."""
         if self.holdout is not None and messages:
@@ -173,7 +159,6 @@ class KafkaStreamDataset(BlockTakes, IterableDataset):
             offsets = np.fromiter((m.offset() for m in messages), np.int64, len(messages))
             mask = held_out(self.device, offsets, self.holdout)
             if mask.any():
-                taking.held += int(mask.sum())
                 self.totals["held_out"] += int(mask.sum())
                 messages = [m for m, h in zip(messages, mask.tolist(), strict=True) if not h]
                 if not messages:
@@ -247,10 +232,10 @@ class KafkaStreamDataset(BlockTakes, IterableDataset):
             raw = self.stream.take_raw(timeout=left(), size=size)
             if raw is None:
                 return None
-            taking = self._taking = _Taking(raw, wait_s=raw.wait_s)
+            taking = self._taking = raw
             self._accept(taking, raw.messages)
         while True:
-            more, need = taking.raw.decision.refill(taking.valid)
+            more, need = taking.decision.refill(taking.valid)
             if more == 0:
                 break
             t0 = time.monotonic()
@@ -265,7 +250,7 @@ class KafkaStreamDataset(BlockTakes, IterableDataset):
             if need == 0 and taking.valid == valid:  # `available`: what is buffered brought nothing valid
                 break
         self._taking = None
-        raw = taking.raw
+        raw = taking
         # what is left unread: the consumer lag (after the top-ups: read again), past the rejected messages
         lag, lag_bytes, lag_s = (self.stream.backlog() if taking.topped_up
                                  else (raw.buffer_samples, raw.buffer_bytes, raw.lag_s))

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Generator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Message
@@ -41,7 +41,9 @@ READ_AHEAD = 5000
 
 @dataclass
 class RawBatch:
-    """Undecoded messages of one batch plus what the trainer needs to report and acknowledge it."""
+    """Undecoded messages of one batch plus what the trainer needs to report and acknowledge it, and (the
+    dataset's, while it takes the batch: `KafkaStreamDataset.next_batch`) the own samples accepted so far
+    (decoded `parts`, `valid` of them), how many were rejected (`dlq`) and whether top-ups replaced them."""
 
     messages: list[Message]     # the batch's Kafka messages, in offset order
     next_offset: int            # commit this to acknowledge the batch (covers truncated samples too)
@@ -53,6 +55,10 @@ class RawBatch:
     rate: float                 # measured arrival rate used by the batch policy (samples/s)
     lag_s: float | None = 0.0   # seconds of data behind: age of the oldest unread sample (None: unknown)
     decision: TakeDecision | None = None  # what the take decided (its `refill` sizes the top-ups)
+    parts: list = field(default_factory=list)  # DecodedBatch of the own samples accepted so far
+    valid: int = 0
+    dlq: int = 0
+    topped_up: bool = False
 
     @property
     def values(self) -> list[bytes]:
