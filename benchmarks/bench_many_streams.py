@@ -129,7 +129,7 @@ def one_case(bootstrap: str, pids: list[int], devices: int, layout_name: str, ar
                                                                                            "size": 1}),
                                        buffer_policy=build_buffer_policy("persist"), layout=layout)
             try:
-                got = stream.take(timeout=30, size=1)
+                got = stream.take_raw(timeout=30, size=1)
             finally:
                 stream.close()
             if got is None or len(got.messages) != 1:

@@ -8,6 +8,8 @@ import numpy as np
 import torch
 from confluent_kafka import Message
 
+from edgestream.streams.source import BatchFacts
+
 
 @dataclass(slots=True)
 class StreamBatch:
@@ -56,6 +58,17 @@ class StreamBatch:
         """{"dev": next_offset, "inj": inj_next_offset}: what acknowledging this batch commits (the form a
         checkpoint stores)."""
         return {"dev": self.next_offset, "inj": self.inj_next_offset}
+
+    @property
+    def facts(self) -> BatchFacts:
+        """What the stream did to get this batch, as the trainer's step line reports it (the driver notes
+        them: `StepMeter.note_batch`): rate and lag rounded to 3 decimals, the own rows' sequence numbers
+        and labels (the first `own` rows: a peer may inject this device's own samples back)."""
+        own = self.own
+        return BatchFacts(self.injected, dropped=self.dropped, dlq=self.dlq, buffer_samples=self.buffer_samples,
+                          buffer_bytes=self.buffer_bytes, rate=round(float(self.rate), 3),
+                          lag_s=None if self.lag_s is None else round(self.lag_s, 3), lag_warning=self.lag_warning,
+                          seqs=self.seqs[:own], labels=self.labels[:own])
 
     def pin_memory(self) -> StreamBatch:
         """This batch with `x` and `labels` in pinned memory (DataLoader(pin_memory=True) calls it); an

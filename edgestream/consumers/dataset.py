@@ -37,7 +37,6 @@ import logging
 import math
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -45,6 +44,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from edgestream.consumers.batch import StreamBatch
+from edgestream.consumers.blocks import BLOCK_WAIT_S, BlockTakes, _Block  # noqa: F401 - BLOCK_WAIT_S re-exported
 from edgestream.consumers.broker_calls import BROKER_TIMEOUT_S
 from edgestream.consumers.dlq import DeadLetters
 from edgestream.consumers.injection import InjectionChannel
@@ -65,40 +65,12 @@ STATE_VERSION = 1
 #: bytes of decoded samples (the host buffer: uint8 for a GPU, float32 on the host), per block
 BLOCK_BATCHES = 32
 BLOCK_BYTES = 4 * 1024 * 1024
-#: how long a block waits for the next fetch of samples the broker already holds (`_take_block`)
-BLOCK_WAIT_S = 0.05
 
-
-@dataclass
-class _Block:
-    """Batches decoded ahead in one pass (`KafkaStreamDataset._take_block`): `parts` the batches (views of
-    one decoded block), `handed` how many were handed out, `raw` the block's take."""
-
-    parts: list[DecodedBatch]
-    size: int
-    raw: RawBatch
-    lag: int          # own samples unread after the block (its batches not handed out count on top)
-    labels: tuple     # each batch's targets as a tensor: views of the block's (one from_numpy, one split)
-    handed: int = 0
-
-
-@dataclass
-class _Taking:
-    """A batch being taken: its take (`RawBatch`), the own samples accepted so far (decoded parts) and
-    how many were rejected; top-ups replace the rejected ones (`next_batch`)."""
-
-    raw: RawBatch
-    parts: list[DecodedBatch] = field(default_factory=list)
-    valid: int = 0
-    dlq: int = 0
-    wait_s: float = 0.0
-    topped_up: bool = False
-    held: int = 0
 
 log = logging.getLogger(__name__)
 
 
-class KafkaStreamDataset(IterableDataset):
+class KafkaStreamDataset(BlockTakes, IterableDataset):
     """Batches of device `device` of run `run`; see the module docstring.
 
     The samples are described by `spec` and normalised by `normalize` (an `Affine`, default x / 255,
@@ -158,7 +130,7 @@ class KafkaStreamDataset(IterableDataset):
         self.step = 0
         self.totals = {"samples": 0, "dropped": 0, "injected_in": 0, "injected_out": 0, "injected_bytes": 0,
                        "dlq": 0, "held_out": 0}
-        self._taking: _Taking | None = None  # a batch being taken (its rejected samples being replaced)
+        self._taking: RawBatch | None = None  # a batch being taken (its rejected samples being replaced)
         self._block: _Block | None = None    # batches decoded ahead, not all handed out yet
         self._no_block_before = 0            # a block held a rejected message: none before this offset
         self.block_batches = 0               # batches handed out of blocks (the rest: the one-batch path)
@@ -178,7 +150,7 @@ class KafkaStreamDataset(IterableDataset):
             self.dlq.send(m.value(), reason, source_topic=topic, offset=m.offset(), key=m.key())
         return out, len(bad)
 
-    def _accept(self, taking: _Taking, messages: list) -> None:
+    def _accept(self, taking: RawBatch, messages: list) -> None:
         """Decode own-stream `messages` into the batch being taken (the rejected ones to the DLQ; the held-out
         ones, eval.holdout, are skipped: never trained on, acknowledged with the batch like the rejected)."""
         if self.holdout is not None and messages:
@@ -187,7 +159,6 @@ class KafkaStreamDataset(IterableDataset):
             offsets = np.fromiter((m.offset() for m in messages), np.int64, len(messages))
             mask = held_out(self.device, offsets, self.holdout)
             if mask.any():
-                taking.held += int(mask.sum())
                 self.totals["held_out"] += int(mask.sum())
                 messages = [m for m, h in zip(messages, mask.tolist(), strict=True) if not h]
                 if not messages:
@@ -258,13 +229,13 @@ class KafkaStreamDataset(IterableDataset):
             if block is not None:
                 return self._hand_out(block)
         if taking is None:
-            raw = self.stream.take(timeout=left(), size=size)
+            raw = self.stream.take_raw(timeout=left(), size=size)
             if raw is None:
                 return None
-            taking = self._taking = _Taking(raw, wait_s=raw.wait_s)
+            taking = self._taking = raw
             self._accept(taking, raw.messages)
         while True:
-            more, need = taking.raw.decision.refill(taking.valid)
+            more, need = taking.decision.refill(taking.valid)
             if more == 0:
                 break
             t0 = time.monotonic()
@@ -279,7 +250,7 @@ class KafkaStreamDataset(IterableDataset):
             if need == 0 and taking.valid == valid:  # `available`: what is buffered brought nothing valid
                 break
         self._taking = None
-        raw = taking.raw
+        raw = taking
         # what is left unread: the consumer lag (after the top-ups: read again), past the rejected messages
         lag, lag_bytes, lag_s = (self.stream.backlog() if taking.topped_up
                                  else (raw.buffer_samples, raw.buffer_bytes, raw.lag_s))
@@ -302,77 +273,6 @@ class KafkaStreamDataset(IterableDataset):
         itemsize = 4 if self._decode_on is None and self.normalize is not None else np.dtype(spec.dtype).itemsize
         k = min(BLOCK_BATCHES, BLOCK_BYTES // max(1, b * math.prod(spec.shape) * itemsize))
         return k * b if k >= 2 and b > 0 else 0
-
-    def _take_block(self, timeout: float | None) -> _Block | None:
-        """Several batches at once, when the stream already holds them (a trainer behind its stream: one
-        fetch brings thousands of samples): the whole batches in Kafka (up to `_block_rows`) are taken in one
-        take, validated and decoded in one C pass into one (pinned, for a GPU) buffer, moved and normalised
-        on the device in one copy and one kernel, and handed out one batch at a time as views of the block
-        (`_hand_out`), each with its own offsets: a batch is acknowledged -- committed -- only once handed
-        out. None when fewer than two batches are there (a slow stream: the one-batch path). A rejected
-        message ends the block before its batch: the one-batch path takes that batch (the DLQ, the
-        replacements), and blocks go on after the message."""
-        rows = self._block_rows()
-        reader = self.stream.reader
-        if not rows or reader.next_offset < self._no_block_before:
-            return None
-        b = self.stream.rule.batch_policy.size
-        # the whole batches already in Kafka (the lag, from the last fetch response: exact on a partition of
-        # its own; on a shared one only what is queued counts) are fetched: librdkafka reads ahead in its
-        # thread, so waiting for samples that are there delays no batch. A fetch that brings nothing in
-        # BLOCK_WAIT_S (offsets without a message, a broker gone) ends the wait: the block is what came
-        want = rows if reader.keep is not None else min(rows, reader.available(reader.high_watermark()) // b * b)
-        if reader.queued < want:
-            t0 = time.monotonic()
-            while reader.queued < want and reader.fill(0.0 if reader.keep is not None else BLOCK_WAIT_S,
-                                                       max_messages=want - reader.queued):
-                if timeout is not None and time.monotonic() - t0 > timeout:
-                    break
-        n = min(rows, reader.queued // b * b)
-        if n < 2 * b:
-            return None
-        raw = self.stream.take(timeout=timeout, size=n)
-        if raw is None:
-            return None
-        messages = raw.messages
-        out, bad = self.serde.decode(messages, self._own_rule, self._decode_on)
-        # a rejected message: the whole batches before it are the block; the rest goes back, and the batch
-        # with the message is taken by the one-batch path (the DLQ, the replacements), blocks again after it
-        keep = 0 if out is None else bad[0][0] // b * b if bad else n
-        if keep < n:
-            self.stream.untake(messages[keep:])
-            if bad:
-                self._no_block_before = messages[bad[0][0]].offset() + 1
-            if not keep:
-                return None
-        parts, y = out.split(b), out.labels
-        labels = torch.from_numpy(y if y.dtype in (np.int64, np.float32) else y.astype(np.int64)).split(b)
-        whole = keep // b
-        block = self._block = _Block(parts[:whole], b, raw, raw.buffer_samples + n - keep, labels[:whole])
-        return block
-
-    def _hand_out(self, block: _Block) -> StreamBatch:
-        """The next batch of `block` (views of its decoded samples). Its lag counts the block's batches not
-        handed out yet as unread; the block's wait and skipped samples go with its first batch."""
-        i = block.handed
-        block.handed = i + 1
-        self.block_batches += 1
-        part = block.parts[i]
-        ahead = (len(block.parts) - i - 1) * block.size
-        if not ahead:
-            self._block = None
-        raw = block.raw
-        last = part.accepted[-1]
-        lag, lag_bytes, lag_s = self.stream.backlog_behind(block.lag + ahead, last)
-        first = i == 0
-        return self._finish([part], raw, raw.wait_s if first else 0.0, raw.dropped if first else 0, 0,
-                            last.offset() + 1, lag, lag_bytes, lag_s, target=block.size, labels=block.labels[i])
-
-    def _give_back(self) -> None:
-        """Return the batches of the block not handed out to the stream (`KafkaDeviceStream.untake`)."""
-        block, self._block = self._block, None
-        if block is not None and block.handed < len(block.parts):
-            self.stream.untake([m for p in block.parts[block.handed:] for m in p.accepted])
 
     def _finish(self, own: list[DecodedBatch], raw: RawBatch, wait_s: float, dropped: int, dlq: int,
                 next_offset: int, lag: int, lag_bytes: int, lag_s: float | None,

@@ -2,8 +2,9 @@
 device stream (the simulator's is `edgestream.sim.stream.VirtualStream`), reading through a
 `edgestream.consumers.device_stream.PartitionReader`.
 
-A batch is taken by the sequence of `edgestream.streams.take` (the decisions are `TakeRule.decide`,
-shared with the simulator); this source supplies the counts from the broker: buffered = the consumer
+A batch is taken by the sequence of `edgestream.streams.take`, written once in
+`edgestream.streams.source.take_batch` (the decisions are `TakeRule.decide`, shared with the simulator);
+this source implements its `StreamSource` protocol and supplies the counts from the broker: buffered = the consumer
 lag (end offset - read position), arrived in the last window = end offset - the first offset whose
 timestamp is inside the window (offsets_for_times, asked only when the rule reads it), and with a lag
 bound (max_lag_s) where its last seconds begin (found among the messages read ahead, else asked).
@@ -15,7 +16,9 @@ take is reported in samples and in seconds of data (`oldest_age_s`).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from collections.abc import Generator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Message
 
@@ -24,7 +27,12 @@ from edgestream.consumers.device_stream import PartitionReader
 from edgestream.kafka.layout import StreamLayout
 from edgestream.kafka.outage import Outage
 from edgestream.kafka.topic_names import trainer_group
+from edgestream.runner.driver import run_blocking
+from edgestream.streams.source import TakeCounts, check_state, take_batch
 from edgestream.streams.take import TakeDecision, TakeRule
+
+#: version of `KafkaDeviceStream.state_dict()`
+STATE_VERSION = 1
 
 #: a lag bound (max_lag_s) reads at most this many messages ahead to find where its seconds begin: a
 #: skip within them needs no seek (a seek and the fetch after it cost ~100 ms, a time lookup ~10 ms)
@@ -33,7 +41,9 @@ READ_AHEAD = 5000
 
 @dataclass
 class RawBatch:
-    """Undecoded messages of one batch plus what the trainer needs to report and acknowledge it."""
+    """Undecoded messages of one batch plus what the trainer needs to report and acknowledge it, and (the
+    dataset's, while it takes the batch: `KafkaStreamDataset.next_batch`) the own samples accepted so far
+    (decoded `parts`, `valid` of them), how many were rejected (`dlq`) and whether top-ups replaced them."""
 
     messages: list[Message]     # the batch's Kafka messages, in offset order
     next_offset: int            # commit this to acknowledge the batch (covers truncated samples too)
@@ -45,6 +55,10 @@ class RawBatch:
     rate: float                 # measured arrival rate used by the batch policy (samples/s)
     lag_s: float | None = 0.0   # seconds of data behind: age of the oldest unread sample (None: unknown)
     decision: TakeDecision | None = None  # what the take decided (its `refill` sizes the top-ups)
+    parts: list = field(default_factory=list)  # DecodedBatch of the own samples accepted so far
+    valid: int = 0
+    dlq: int = 0
+    topped_up: bool = False
 
     @property
     def values(self) -> list[bytes]:
@@ -73,6 +87,7 @@ class KafkaDeviceStream:
         self._avg_msg_bytes = 0.0
         self._high: int | None = None
         self._last_ts: float | None = None  # produce time (unix s, the message timestamp) of the newest taken
+        self._t0 = time.monotonic()          # when the take being made began (`counts`)
 
     def _arrivals_in_window(self) -> int:
         start = self.reader.offset_for_time(int((time.time() - self.window_s) * 1000))
@@ -83,44 +98,69 @@ class KafkaDeviceStream:
         of the newest one taken (the oldest unread follows it); None before any was taken."""
         return None if self._last_ts is None else max(0.0, time.time() - self._last_ts)
 
-    def take(self, timeout: float | None = None, size: int | None = None) -> RawBatch | None:
+    def take_raw(self, timeout: float | None = None, size: int | None = None) -> RawBatch | None:
         """The next batch, waiting for the policy's b_i samples (or exactly `size`, when given); None if
-        `timeout` passes first. Samples the dataset rejects are replaced by `top_up`."""
-        t0 = time.monotonic()
+        `timeout` passes first: the shared take sequence (`take_batch`) on this stream. Samples the dataset
+        rejects are replaced by `top_up`."""
+        return run_blocking(take_batch(self, size, timeout))
+
+    # ------------------------------------------------------------------ StreamSource
+    def counts(self) -> TakeCounts:
+        """Buffered (the consumer lag), arrived in the last window (a broker lookup, only when the rule
+        reads it) and, with a lag bound, in its last max_lag_s seconds (only when the oldest buffered
+        sample may be older than that). The take's wait starts here."""
+        self._t0 = time.monotonic()
         reader, rule = self.reader, self.rule
         reader.flush_commits()
-        # 1. counts: the window (a broker lookup) only when the rule reads it
         if rule.measures_window:
             high, available = None, reader.lag()
             arrived = self._arrivals_in_window()
         else:
             high, arrived = reader.high_watermark(), None
             available = reader.available(high)
-        # ... and with a lag bound, the samples of its last max_lag_s seconds (a broker lookup) only when
-        # the oldest buffered one may be older than that
         recent = None
         if available and rule.needs_recent(self.oldest_age_s()):
             start = self._bound_start(int((time.time() - rule.max_lag_s) * 1000))
             high = reader.high_watermark()  # what was read ahead may be newer than the count above
             available = reader.available(high)
             recent = reader.own(high - start)
-        # 2. truncate once (and skip what is older than max_lag_s), measure the rate, size the batch
-        decision = rule.decide(available, arrived, size, recent)
-        if decision.skip <= 0:
-            dropped = 0
-        elif reader.keep is not None:  # a shared partition: skip own samples, not offsets
-            dropped = reader.drop(decision.skip)
-        else:
-            dropped = reader.skip_to(reader.next_offset + decision.skip)
+        self._high = high
+        return TakeCounts(available, arrived, recent)
+
+    def skip(self, n: int) -> int:
+        """Skip the `n` oldest own samples (a shared partition: own messages, else offsets); how many were."""
+        reader = self.reader
+        dropped = reader.drop(n) if reader.keep is not None else reader.skip_to(reader.next_offset + n)
         self.dropped_total += dropped
-        self._high = reader.high_watermark() if high is None else high
-        # 3. wait until ready; 4. take (the dataset adds the injected samples)
-        if not self._wait(decision.target, decision.ready, t0, timeout):
-            return None
+        return dropped
+
+    def wait(self, decision: TakeDecision, timeout: float | None = None) -> Generator[Any, Any, bool]:
+        """Poll the broker until the batch is ready (False: `timeout` passed since `counts`). Blocks."""
+        if self._high is None:
+            self._high = self.reader.high_watermark()
+        return self._wait(decision.target, decision.ready, self._t0, timeout)
+        yield  # a generator that never yields: waiting blocks
+
+    def take(self, decision: TakeDecision, dropped: int) -> RawBatch:
+        """The `decision.target` oldest samples (the dataset adds the injected ones) and the lag after."""
         messages = self._take(decision.target)
         lag, nbytes, lag_s = self._backlog(self._high)
-        return RawBatch(messages, reader.next_offset, decision.target, time.monotonic() - t0, dropped, lag, nbytes,
-                        decision.rate, lag_s, decision)
+        return RawBatch(messages, self.reader.next_offset, decision.target, time.monotonic() - self._t0, dropped,
+                        lag, nbytes, decision.rate, lag_s, decision)
+
+    # ------------------------------------------------------------------ Stateful
+    def state_dict(self) -> dict[str, Any]:
+        """The read position (the next offset to take) and the samples dropped so far: plain ints."""
+        return {"version": STATE_VERSION, "device": self.device, "offset": int(self.reader.next_offset),
+                "dropped_total": int(self.dropped_total)}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Continue at the position in `state` (`seek`: it becomes the group's committed offset)."""
+        state = check_state(state, "KafkaDeviceStream", STATE_VERSION, ("device", "offset", "dropped_total"))
+        if state["device"] != self.device:
+            raise ValueError(f"the stream state is device {state['device']}'s; this stream is device {self.device}'s")
+        self.seek(int(state["offset"]))
+        self.dropped_total = int(state["dropped_total"])
 
     def _bound_start(self, cutoff_ms: int) -> int:
         """Where the last max_lag_s seconds begin: the first offset with a timestamp >= cutoff_ms, found

@@ -7,8 +7,9 @@ result back. The driver also measures, in the
 engine's own clock (`performer.now(rank)`), how long the worker spent waiting for data (TakeBatch),
 computing (Compute) and communicating (blocking collectives, Wait, and parameter-server Push and Pull,
 waiting for peers or the coordinator included),
-merges that with what the performer noted on the step's `StepMeter` (batch, buffer, dropped,
-injected, ...) and with the algorithm's `Log` fields, and hands one events.jsonl step line to `sink`.
+notes what the stream did to get each batch (the batch's `facts`: batch, buffer, dropped, injected,
+...; edgestream.streams.source) on the step's `StepMeter`, merges that with what the performer noted
+there and with the algorithm's `Log` fields, and hands one events.jsonl step line to `sink`.
 
 A performer returns a request's result directly (the real runtime blocks inside `perform`), or, in a
 cooperative engine, a generator that the driver `yield from`s (SimPy events in the simulator, park
@@ -23,12 +24,15 @@ import zlib
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from types import GeneratorType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from edgestream.runner.performer import Performer
 from edgestream.sync.requests import AllGather, AllReduce, Compute, Log, Pull, Push, TakeBatch, Wait
+
+if TYPE_CHECKING:
+    from edgestream.streams.source import BatchFacts
 
 #: events.jsonl step-line keys in DESIGN.md order; other keys follow.
 LINE_ORDER = ("time", "device", "step", "batch", "wait_s", "compute_s", "comm_s", "buffer_samples",
@@ -57,6 +61,28 @@ class StepMeter:
 
     def gauge(self, **values: Any) -> None:
         self.gauges.update(values)
+
+    def note_batch(self, facts: BatchFacts) -> None:
+        """What the stream did to get a batch (`BatchFacts`; its None fields are not measured by the
+        engine and not noted); the driver calls it once per TakeBatch, for every engine."""
+        counts = self.counts
+        if facts.batch is not None:
+            counts["batch"] = counts.get("batch", 0) + facts.batch
+        if facts.dropped is not None:
+            counts["dropped"] = counts.get("dropped", 0) + facts.dropped
+        counts["injected"] = counts.get("injected", 0) + facts.injected
+        if facts.dlq is not None:
+            counts["dlq"] = counts.get("dlq", 0) + facts.dlq
+        gauges = self.gauges
+        if facts.buffer_samples is not None:
+            gauges["buffer_samples"], gauges["buffer_bytes"] = facts.buffer_samples, facts.buffer_bytes
+            if facts.held_samples is not None:
+                gauges["held_samples"] = facts.held_samples
+            gauges["rate"], gauges["lag_s"] = facts.rate, facts.lag_s
+        if facts.lag_warning is not None:
+            gauges["lag_warning"] = facts.lag_warning
+        if facts.seqs is not None:
+            self.note_samples(facts.seqs, facts.labels)
 
     def note_samples(self, seqs: Any, labels: Any) -> None:
         """The worker's own-stream samples of a batch (their sequence numbers and labels, int arrays):
@@ -135,6 +161,10 @@ def drive(rank: int, program: Generator[Any, Any, Any], performer: Performer,
             out = yield from out
         if timed is not None:
             setattr(meter, timed, getattr(meter, timed) + now(rank) - t0)
+            if timed == "wait_s":  # a TakeBatch: the batch's facts, noted once here for every engine
+                facts = getattr(out, "facts", None)
+                if facts is not None:
+                    meter.note_batch(facts)
         if isinstance(req, Log):
             sink(step_line(now(rank), rank, req.fields, meter.fields()))
             meter = meters[rank] = StepMeter()
@@ -147,4 +177,5 @@ def run_blocking(driver: Generator[Any, Any, Any]) -> Any:
         token = next(driver)
     except StopIteration as stop:
         return stop.value
-    raise RuntimeError(f"a blocking engine's performer yielded {token!r}: it must perform requests itself")
+    raise RuntimeError(f"a blocking engine's performer (or stream source) yielded {token!r}: it must wait "
+                       "and perform requests itself")

@@ -16,8 +16,9 @@ state. No SimPy, no virtual network, no Kafka.
 * `run_lockstep(programs, perform)`: bare generators (e.g. `exchange(...)`) against `Lockstep`, the
   non-collective requests performed by `perform`.
 * `LockstepEngine` performs the data/model requests: M model replicas (deep copies, so identical) with
-  SGD optimizers, one in-memory `ArraySource` per worker with a constant rate S_i for the batch
-  policy, injection queues, and a per-worker clock that `Compute` advances by n / speed_i. Its
+  SGD optimizers, one in-memory `ArraySource` per worker with a constant rate S_i, taken from through
+  the shared take sequence (`ArrayStream`, edgestream.runner.array_stream; injection queues included),
+  and a per-worker clock that `Compute` advances by n / speed_i. Its
   `checkpoint(rank)` / `restore(rank, ...)` save and load a worker's engine side (model, optimizer,
   stream position, injection queue, clock) as tensors and plain values, the counterpart of the
   algorithm's `ctx.step` and `ctx.state` (edgestream.sync.context, "State contract").
@@ -34,8 +35,11 @@ import torch
 from torch import Tensor, nn
 
 from edgestream.models import build_optimizer, grads_of, set_grads, set_lr
-from edgestream.runner.driver import StepMeter, drive
+from edgestream.runner.array_stream import STATE_VERSION as STREAM_STATE
+from edgestream.runner.array_stream import ArraySource, ArrayStream, LockstepBatch
+from edgestream.runner.driver import StepMeter, drive, run_blocking
 from edgestream.runner.performer import Performer
+from edgestream.streams.source import take_batch
 from edgestream.sync.reduction import reduce_all
 from edgestream.sync.requests import (
     Ack,
@@ -208,51 +212,6 @@ def run_lockstep(programs: Sequence[Generator[Any, Any, Any]], perform: Callable
     return Lockstep(len(programs), perform).run(programs, max_requests=max_requests)
 
 
-# ---------------------------------------------------------------- data
-
-
-@dataclass
-class LockstepBatch:
-    """A batch of the lockstep engine: inputs, labels, sample count, and the own-stream count for Ack."""
-
-    x: Tensor
-    y: Tensor
-    n: int
-    own: int  # samples taken from the worker's own stream (the rest were injected)
-
-
-class ArraySource:
-    """One worker's endless stream over arrays (reshuffled each pass, seeded), at a constant rate S_i."""
-
-    def __init__(self, x: Tensor, y: Tensor, rate: float, seed: int = 0) -> None:
-        if len(x) != len(y) or len(x) == 0:
-            raise ValueError("ArraySource needs equally long, non-empty x and y")
-        self.x, self.y, self.rate = x, y, float(rate)
-        self._gen = torch.Generator().manual_seed(seed)
-        self._order = torch.randperm(len(x), generator=self._gen)
-        self._pos = 0
-
-    def take(self, k: int) -> tuple[Tensor, Tensor]:
-        """The next k samples."""
-        idx = []
-        while len(idx) < k:
-            if self._pos == len(self._order):
-                self._order, self._pos = torch.randperm(len(self.x), generator=self._gen), 0
-            step = min(k - len(idx), len(self._order) - self._pos)
-            idx.extend(self._order[self._pos : self._pos + step].tolist())
-            self._pos += step
-        index = torch.tensor(idx, dtype=torch.long)
-        return self.x[index], self.y[index]
-
-    def state_dict(self) -> dict[str, Any]:
-        """The stream position: shuffle generator state, current order and position in it."""
-        return {"generator": self._gen.get_state(), "order": self._order.clone(), "pos": self._pos}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self._gen.set_state(state["generator"])
-        self._order, self._pos = state["order"].clone(), int(state["pos"])
-
-
 # ---------------------------------------------------------------- the engine
 
 
@@ -282,7 +241,7 @@ class LockstepEngine(Performer):
     events: list[dict[str, Any]] = field(init=False, default_factory=list)
     acked: list[int] = field(init=False)
     taken: list[int] = field(init=False)
-    inbox: list[list[tuple[Tensor, Tensor]]] = field(init=False)
+    streams: list[ArrayStream] = field(init=False)
     meters: dict[int, StepMeter] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -291,7 +250,12 @@ class LockstepEngine(Performer):
         self.optimizers = [build_optimizer(md, 0.1, self.momentum, self.weight_decay) for md in self.models]
         self.clocks = [0.0] * m
         self.acked, self.taken = [0] * m, [0] * m
-        self.inbox = [[] for _ in range(m)]
+        self.streams = [ArrayStream(source, self.batch_policy) for source in self.sources]
+
+    @property
+    def inbox(self) -> list[list[tuple[Tensor, Tensor]]]:
+        """Each worker's queue of injected samples (its stream's `inbox`)."""
+        return [stream.inbox for stream in self.streams]
 
     @classmethod
     def from_plan(cls, plan: Any, speeds: Sequence[float] | None = None) -> LockstepEngine:
@@ -329,7 +293,9 @@ class LockstepEngine(Performer):
         return [p.detach().clone() for p in self.models[rank].parameters() if p.requires_grad]
 
     def do_take_batch(self, rank: int, req: TakeBatch) -> LockstepBatch:
-        return self._take(rank, req)
+        batch = run_blocking(take_batch(self.streams[rank], req.size))  # the shared take sequence
+        self.taken[rank] += batch.own
+        return batch
 
     def do_compute(self, rank: int, req: Compute) -> ComputeResult:
         return self._compute(rank, req.batch)
@@ -355,7 +321,7 @@ class LockstepEngine(Performer):
         idx = req.indices if req.indices is not None else list(range(req.count))
         index = torch.tensor(idx, dtype=torch.long)
         for target in req.targets:
-            self.inbox[target].append((req.batch.x[index], req.batch.y[index]))
+            self.streams[target].inbox.append((req.batch.x[index], req.batch.y[index]))
         self._meter(rank).count(inject_sent=len(idx) * len(req.targets))
 
     def do_sleep(self, rank: int, req: Sleep) -> None:
@@ -363,23 +329,6 @@ class LockstepEngine(Performer):
 
     def _meter(self, rank: int) -> StepMeter:
         return self.meters.setdefault(rank, StepMeter())
-
-    def _take(self, rank: int, req: TakeBatch) -> LockstepBatch:
-        src = self.sources[rank]
-        if req.size is not None:
-            k = req.size
-        elif self.batch_policy is not None:
-            k = int(self.batch_policy.target(src.rate, int(src.rate)))
-        else:
-            raise ValueError("TakeBatch() without size needs a batch_policy")
-        x, y = src.take(k)
-        self.taken[rank] += k
-        if self.inbox[rank]:
-            xs, ys = zip(*self.inbox[rank], strict=True)
-            x, y = torch.cat([x, *xs]), torch.cat([y, *ys])
-            self.inbox[rank] = []
-        self._meter(rank).count(batch=len(y), injected=len(y) - k)
-        return LockstepBatch(x, y, len(y), k)
 
     def _compute(self, rank: int, batch: LockstepBatch) -> ComputeResult:
         model = self.models[rank]
@@ -399,8 +348,7 @@ class LockstepEngine(Performer):
         return {
             "model": self.models[rank].state_dict(),
             "optimizer": self.optimizers[rank].state_dict(),
-            "source": self.sources[rank].state_dict(),
-            "inbox": [[x, y] for x, y in self.inbox[rank]],
+            **{k: v for k, v in self.streams[rank].state_dict().items() if k != "version"},
             "clock": self.clocks[rank],
             "acked": self.acked[rank],
             "taken": self.taken[rank],
@@ -410,7 +358,7 @@ class LockstepEngine(Performer):
         """Load what `checkpoint(rank)` returned into worker `rank`'s replica, optimizer and stream."""
         self.models[rank].load_state_dict(ckpt["model"])
         self.optimizers[rank].load_state_dict(ckpt["optimizer"])
-        self.sources[rank].load_state_dict(ckpt["source"])
-        self.inbox[rank] = [(x, y) for x, y in ckpt["inbox"]]
+        self.streams[rank].load_state_dict({"version": STREAM_STATE, "source": ckpt["source"],
+                                            "inbox": ckpt["inbox"]})
         self.clocks[rank] = float(ckpt["clock"])
         self.acked[rank], self.taken[rank] = int(ckpt["acked"]), int(ckpt["taken"])

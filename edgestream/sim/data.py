@@ -11,6 +11,7 @@ once up front (`Dataset.normalize`) when the float copy of the train split is sm
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -26,7 +27,8 @@ PRENORMALIZE_MAX_BYTES = 512 * 2**20
 @dataclass
 class SimBatch:
     """A batch as algorithms see it (`n`, `x`, `y`) plus what the engine needs: the dataset indices,
-    the device, and how many samples came from its own stream (the rest were injected)."""
+    the device, how many samples came from its own stream (the rest were injected), and what the
+    stream did to get it (`facts`: edgestream.streams.source.BatchFacts, set by `VirtualStream.take`)."""
 
     n: int
     x: Tensor
@@ -35,6 +37,7 @@ class SimBatch:
     device: int
     own: int
     injected: int
+    facts: Any = None
 
 
 class SimData:

@@ -87,6 +87,7 @@ from edgestream.sim.ps import PSNode
 from edgestream.sim.replicas import Replicas
 from edgestream.sim.stream import VirtualStream
 from edgestream.sim.summary import sim_summary, wall_profile
+from edgestream.streams.source import take_batch
 from edgestream.sync.requests import (
     Ack,
     Apply,
@@ -167,8 +168,8 @@ class SimEngine(SimComm, Performer):
         self.world = m = plan.world
         self.events = events if events is not None else EventLog(None)
         self.env = simpy.Environment()
-        self.streams = [VirtualStream(d, self.rate_model, buffer_policy, batch_policy, plan.max_lag_s)
-                        for d in range(m)]
+        self.streams = [VirtualStream(d, self.rate_model, buffer_policy, batch_policy, plan.max_lag_s,
+                                      clock=self.env, data=self.data) for d in range(m)]
         self.task = plan.task
         self.replicas = Replicas(model, self.data.shape, plan.num_outputs, m, **plan.optim, seed=plan.seed,
                                  shared=self.spec.synchronous if share_replicas is None else share_replicas,
@@ -340,28 +341,14 @@ class SimEngine(SimComm, Performer):
 
     # ------------------------------------------------------------------ timed requests
     def do_take_batch(self, rank: int, req: TakeBatch) -> Generator[Any, Any, SimBatch]:
-        env, perf = self.env, time.perf_counter
-        t_req = env.now
-        c0 = perf()
-        stream = self.streams[rank]
-        plan = stream.plan(t_req, req.size)
-        wall = perf() - c0
-        if plan.ready_at > t_req:
-            yield env.timeout(plan.ready_at - t_req)
-        c0 = perf()
-        taken = stream.take(env.now, plan.target)
-        indices = self.data.stream_indices(rank, taken.start, taken.stop)
-        if len(taken.injected):
-            indices = np.concatenate([indices, taken.injected])
-        batch = self.data.batch(rank, indices, plan.target)
-        meter = self.meters[rank]
-        meter.count(batch=batch.n, dropped=plan.dropped, injected=batch.injected)
-        meter.gauge(buffer_samples=taken.backlog, buffer_bytes=taken.backlog * self.data.sample_bytes,
-                    held_samples=taken.held, rate=plan.rate, lag_s=taken.lag_s)
-        own_labels = self.data.labels(indices[:plan.target])
-        meter.note_samples(range(taken.start, taken.stop), own_labels)  # own stream: seq = position
-        self.last_backlog[rank], self.last_held[rank] = taken.backlog, taken.held
-        self.stats.wall["data"] += wall + perf() - c0
+        """The shared take-a-batch sequence on the device's stream (`take_batch`); the wall time outside
+        the virtual wait counts as "data"."""
+        stream, c0 = self.streams[rank], time.perf_counter()
+        suspended = stream.suspended_s
+        batch = yield from take_batch(stream, req.size)
+        self.stats.wall["data"] += time.perf_counter() - c0 - (stream.suspended_s - suspended)
+        facts = batch.facts
+        self.last_backlog[rank], self.last_held[rank] = facts.buffer_samples, facts.held_samples
         return batch
 
     def do_compute(self, rank: int, req: Compute) -> Generator[Any, Any, Any]:

@@ -18,18 +18,29 @@ The lag after a take is `Taken.backlog` samples and `Taken.lag_s` seconds of dat
 oldest unread sample was due (0 when nothing is buffered), the figure the Kafka stream reports from
 its messages' produce times.
 
-`VirtualStream` is plain state with no SimPy: the engine asks `plan` for (b_i, ready time) and then
-calls `take` at the ready time.
+`VirtualStream` implements `edgestream.streams.source.StreamSource`: the engine takes its batches with
+the shared `take_batch` (counts, skip, wait, take), the stream reading the time from its `clock` (the
+SimPy environment: `.now`, and `.timeout(delay)` to wait) and building batches from its `data`
+(`SimData`). Its state is plain values (`state_dict` / `load_state_dict`). `plan` and `take_at` are the
+same steps at explicit times (no clock).
 """
 
 from __future__ import annotations
 
 import math
+import time
+from collections.abc import Generator, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from edgestream.streams import TakeRule, time_until_available
+from edgestream.streams.source import BatchFacts, TakeCounts, check_state
+from edgestream.streams.take import TakeDecision
+
+#: version of `VirtualStream.state_dict()`
+STATE_VERSION = 1
 
 _EPS = 1e-9
 
@@ -60,13 +71,15 @@ class Taken:
 @dataclass
 class VirtualStream:
     """The virtual stream of `device` under `rate_model` with a buffer and a batch policy, and a lag
-    bound `max_lag_s` (None: unbounded)."""
+    bound `max_lag_s` (None: unbounded); `clock` and `data` for `take_batch` (module doc)."""
 
     device: int
     rate_model: object
     buffer_policy: object
     batch_policy: object
     max_lag_s: float | None = None
+    clock: Any = None                  # .now and .timeout(delay): the SimPy environment
+    data: Any = None                   # SimData: the dataset indices and tensors of a batch
     pos: int = 0                       # next own stream position not yet consumed (or skipped)
     dropped_total: int = 0
     taken_total: int = 0
@@ -74,6 +87,7 @@ class VirtualStream:
 
     def __post_init__(self) -> None:
         self.rule = TakeRule(self.buffer_policy, self.batch_policy, max_lag_s=self.max_lag_s)
+        self.suspended_s = 0.0  # wall seconds suspended in `wait` (other processes ran): not the stream's work
 
     @property
     def window_s(self) -> float:
@@ -89,15 +103,22 @@ class VirtualStream:
         """Own samples buffered at time t (arrived, not yet consumed or skipped)."""
         return max(0, self.arrived(t) - self.pos)
 
-    def plan(self, t0: float, size: int | None) -> TakePlan:
-        """Truncate (once, now), then decide b_i and the time the buffer will hold it (TakeRule)."""
+    # ------------------------------------------------------------------ the steps, at explicit times
+    def counts_at(self, t0: float) -> TakeCounts:
+        """Step 1 at time t0: buffered, arrived in the last window, and (lag bound) in its last seconds."""
         arrived_now = self.arrived(t0)
         in_window = arrived_now - self.arrived(t0 - self.rule.window_s)
         recent = None if self.max_lag_s is None else arrived_now - self.arrived(t0 - self.max_lag_s)
-        decision = self.rule.decide(max(0, arrived_now - self.pos), in_window, size, recent)
-        if decision.skip:
-            self.pos += decision.skip
-            self.dropped_total += decision.skip
+        return TakeCounts(max(0, arrived_now - self.pos), in_window, recent)
+
+    def skip(self, n: int) -> int:
+        """Skip the `n` oldest buffered samples (truncation, the lag bound): counted as dropped."""
+        self.pos += n
+        self.dropped_total += n
+        return n
+
+    def ready_at(self, t0: float, decision: TakeDecision) -> float:
+        """When the buffer holds the batch `decision` sized at t0 (t0 when it does already)."""
         ready_at = t0
         missing = decision.missing(decision.available)
         if missing:
@@ -107,9 +128,17 @@ class VirtualStream:
             while not decision.ready(self.arrived(ready_at) - self.pos):
                 ready_at += bump
                 bump *= 2.0
-        return TakePlan(decision.target, ready_at, decision.skip, decision.rate)
+        return ready_at
 
-    def take(self, t: float, target: int) -> Taken:
+    def plan(self, t0: float, size: int | None) -> TakePlan:
+        """Steps 1-3 at t0: truncate (once, now), decide b_i and the time the buffer will hold it."""
+        counts = self.counts_at(t0)
+        decision = self.rule.decide(counts.available, counts.arrived_in_window, size, counts.recent)
+        if decision.skip:
+            self.skip(decision.skip)
+        return TakePlan(decision.target, self.ready_at(t0, decision), decision.skip, decision.rate)
+
+    def take_at(self, t: float, target: int) -> Taken:
         """Consume `target` own samples at time t (they must have arrived) and the injected inbox."""
         have = self.arrived(t) - self.pos
         if have < target:
@@ -131,3 +160,57 @@ class VirtualStream:
         """Injected samples (dataset indices) that reach this device's queue at time t."""
         if len(indices):
             self.inbox.append((t, np.asarray(indices, dtype=np.int64)))
+
+    # ------------------------------------------------------------------ StreamSource (the clock's time)
+    def counts(self) -> TakeCounts:
+        return self.counts_at(self.clock.now)
+
+    def wait(self, decision: TakeDecision, timeout: float | None = None) -> Generator[Any, Any, bool]:
+        """Wait in virtual time until the batch is due (a simulated stream never times out)."""
+        now = self.clock.now
+        ready_at = self.ready_at(now, decision)
+        if ready_at > now:
+            paused = time.perf_counter()
+            yield self.clock.timeout(ready_at - now)
+            self.suspended_s += time.perf_counter() - paused
+        return True
+
+    def take(self, decision: TakeDecision, dropped: int) -> Any:
+        """The batch (`SimBatch` of `data`) of the `decision.target` oldest samples and the injected ones,
+        with its `facts`."""
+        data, target = self.data, decision.target
+        taken = self.take_at(self.clock.now, target)
+        indices = data.stream_indices(self.device, taken.start, taken.stop)
+        if len(taken.injected):
+            indices = np.concatenate([indices, taken.injected])
+        batch = data.batch(self.device, indices, target)
+        batch.facts = BatchFacts(
+            batch.injected, batch=batch.n, dropped=dropped, buffer_samples=taken.backlog,
+            buffer_bytes=taken.backlog * data.sample_bytes, held_samples=taken.held, rate=decision.rate,
+            lag_s=taken.lag_s, seqs=range(taken.start, taken.stop),  # own stream: seq = position
+            labels=data.labels(indices[:target]))
+        return batch
+
+    # ------------------------------------------------------------------ Stateful
+    def state_dict(self) -> dict[str, Any]:
+        """The stream's position (consumed, dropped, taken) and the injected samples not taken yet:
+        plain values."""
+        return {"version": STATE_VERSION, "device": self.device, "pos": self.pos,
+                "dropped_total": self.dropped_total, "taken_total": self.taken_total,
+                "inbox": [[float(when), [int(i) for i in idx]] for when, idx in self.inbox]}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Continue from `state` (`state_dict` of this device's stream)."""
+        state = check_state(state, "VirtualStream", STATE_VERSION,
+                            ("device", "pos", "dropped_total", "taken_total", "inbox"))
+        if state["device"] != self.device:
+            raise ValueError(f"the stream state is device {state['device']}'s; this stream is device {self.device}'s")
+        try:
+            pos, dropped, taken = int(state["pos"]), int(state["dropped_total"]), int(state["taken_total"])
+            inbox = [(float(when), np.asarray(idx, dtype=np.int64)) for when, idx in state["inbox"]]
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"VirtualStream state of device {self.device}: {exc}") from None
+        if min(pos, dropped, taken) < 0:
+            raise ValueError(f"VirtualStream state of device {self.device}: negative counts (pos {pos}, "
+                             f"dropped_total {dropped}, taken_total {taken})")
+        self.pos, self.dropped_total, self.taken_total, self.inbox = pos, dropped, taken, inbox

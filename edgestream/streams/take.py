@@ -2,8 +2,10 @@
 
 A device stream has two sources: `edgestream.sim.stream.VirtualStream` counts samples in virtual time
 from the rate model, `edgestream.consumers.kafka_stream.KafkaDeviceStream` counts them on the
-broker's offsets and timestamps. Both take a batch the same way, and the decisions in it live here,
-once (`TakeRule.decide`); a source only supplies its counts, skips, waits and takes:
+broker's offsets and timestamps (and the lockstep engine's `ArrayStream` always holds its batch). All
+take a batch the same way -- the sequence is `edgestream.streams.source.take_batch`, over the
+`StreamSource` protocol -- and the decisions in it live here, once (`TakeRule.decide`); a source only
+supplies its counts, skips, waits and takes:
 
 1. at the request time t, count `available` (buffered: arrived, not yet consumed) and
    `arrived_in_window` (arrived in (t - window_s, t]; a source may leave it unmeasured (None) when
@@ -130,6 +132,8 @@ class TakeRule:
             target = int(size)
             if target < 0:
                 raise ValueError(f"size: {size} is not allowed; must be >= 0")
+        elif self.batch_policy is None:
+            raise ValueError("a take without an explicit size (TakeBatch() without size) needs a batch_policy")
         else:
             target = int(self.batch_policy.target(rate, available))
         return TakeDecision(skip, rate, target, available, size is not None, self.batch_policy, lag_skip)

@@ -53,6 +53,7 @@ from edgestream.models import set_lr
 from edgestream.runner.divergence import Diverged, check_loss, non_finite_params  # noqa: F401 - Diverged re-exported
 from edgestream.runner.driver import StepMeter
 from edgestream.runner.performer import Performer
+from edgestream.streams.source import BatchFacts
 from edgestream.sync.requests import (
     Ack,
     AllGather,
@@ -120,6 +121,10 @@ class TrainerBatch:
     n: int
     stream: StreamBatch
 
+    @property
+    def facts(self) -> BatchFacts:
+        """What the stream did to get the batch (the driver notes them on the step's meter)."""
+        return self.stream.facts
 
 
 def emulated_sleep(dt: float, b: int, factor: float, curve: Any = None) -> float:
@@ -203,16 +208,7 @@ class TrainerPerformer(Performer):
         batch: StreamBatch = item
         if self.due_time is not None:
             self._anchor(batch)
-        n = batch.n
-        meter = self.meters[self.rank]
-        meter.count(dropped=batch.dropped, injected=batch.injected, dlq=batch.dlq)
-        meter.gauge(buffer_samples=batch.buffer_samples, buffer_bytes=batch.buffer_bytes,
-                    rate=round(float(batch.rate), 3),
-                    lag_s=None if batch.lag_s is None else round(batch.lag_s, 3))
-        if batch.lag_warning is not None:  # the stream outruns training (logged by the dataset)
-            meter.gauge(lag_warning=batch.lag_warning)
-        own = batch.own  # the device stream's samples this step trained on: the first rows (a peer may
-        meter.note_samples(batch.seqs[:own], batch.labels[:own])  # inject this device's own samples back)
+        n = batch.n  # (what the stream did to get it, `batch.facts`, the driver notes on the step's meter)
         self.samples += n
         return TrainerBatch(batch.x.to(self.device, non_blocking=True), batch.labels.to(self.device, non_blocking=True),
                             n, batch)

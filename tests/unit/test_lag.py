@@ -137,14 +137,14 @@ def test_the_warning_rearms_once_the_lag_has_drained():
 def test_virtual_stream_reports_the_lag_in_seconds_and_bounds_it():
     s = VirtualStream(0, constant(100.0), PersistBuffer(), FixedBatch(10))
     plan = s.plan(10.0, None)  # 1001 arrived, none taken
-    taken = s.take(10.0, plan.target)
+    taken = s.take_at(10.0, plan.target)
     assert taken.backlog == 991 and taken.lag_s == pytest.approx(10.0 - 10 / 100)  # sample 10 was due at 0.1 s
-    s.take(10.0, 991)
-    assert s.take(10.0, 0).lag_s == 0.0  # nothing buffered: no lag
+    s.take_at(10.0, 991)
+    assert s.take_at(10.0, 0).lag_s == 0.0  # nothing buffered: no lag
     bounded = VirtualStream(0, constant(100.0), PersistBuffer(), FixedBatch(10), max_lag_s=2.0)
     plan = bounded.plan(10.0, None)  # samples arrived in (8, 10]: 200; the 801 older ones are skipped
     assert plan.dropped == 801 and bounded.dropped_total == 801
-    taken = bounded.take(10.0, plan.target)
+    taken = bounded.take_at(10.0, plan.target)
     assert taken.start == 801 and taken.backlog == 190 and taken.lag_s <= 2.0
 
 

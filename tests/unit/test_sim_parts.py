@@ -46,11 +46,11 @@ def test_fixed_batch_waits_until_the_last_sample_is_due():
     plan = s.plan(0.0, None)
     assert plan.target == 10 and plan.dropped == 0
     assert plan.ready_at == pytest.approx(0.09)                 # sample 9 is due at 9/100 s
-    taken = s.take(plan.ready_at, plan.target)
+    taken = s.take_at(plan.ready_at, plan.target)
     assert (taken.start, taken.stop, taken.backlog) == (0, 10, 0)
     plan = s.plan(1.0, 25)                                       # explicit size overrides the policy
     assert plan.target == 25 and plan.ready_at == 1.0
-    taken = s.take(1.0, 25)
+    taken = s.take_at(1.0, 25)
     assert taken.backlog == 101 - 35
 
 
@@ -59,7 +59,7 @@ def test_truncate_skips_the_backlog_older_than_the_window():
     plan = s.plan(5.0, None)                                     # 501 arrived, 100 in the last second
     assert plan.dropped == 401 and plan.rate == pytest.approx(100.0) and plan.target == 100
     assert plan.ready_at == 5.0
-    taken = s.take(5.0, plan.target)
+    taken = s.take_at(5.0, plan.target)
     assert taken.start == 401 and taken.backlog == 0 and taken.held == 100
     assert s.dropped_total == 401
 
@@ -68,7 +68,7 @@ def test_persist_keeps_the_backlog_and_available_waits_for_one():
     s = VirtualStream(0, constant(10.0), PersistBuffer(), AvailableBatch(512))
     plan = s.plan(3.0, None)
     assert plan.target == 31 and plan.dropped == 0
-    s.take(3.0, plan.target)
+    s.take_at(3.0, plan.target)
     plan = s.plan(3.0, None)                                     # nothing left: wait for one sample
     assert plan.target == 1 and plan.ready_at == pytest.approx(3.1)
 
@@ -76,11 +76,11 @@ def test_persist_keeps_the_backlog_and_available_waits_for_one():
 def test_injected_samples_join_the_next_batch_after_they_arrive():
     s = VirtualStream(0, constant(100.0), PersistBuffer(), FixedBatch(5))
     s.deliver(1.0, np.array([7, 8, 9]))
-    early = s.take(0.5, 5)
+    early = s.take_at(0.5, 5)
     assert len(early.injected) == 0
-    late = s.take(1.0, 5)
+    late = s.take_at(1.0, 5)
     assert late.injected.tolist() == [7, 8, 9] and late.held == late.backlog + 5 + 3
-    assert s.take(2.0, 5).injected.size == 0
+    assert s.take_at(2.0, 5).injected.size == 0
 
 
 # ---------------------------------------------------------------- models
