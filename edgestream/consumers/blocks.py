@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any
 
 import numpy as np
 import torch
@@ -17,9 +17,6 @@ import torch
 from edgestream.consumers.batch import StreamBatch
 from edgestream.consumers.kafka_stream import RawBatch
 from edgestream.data.serde import DecodedBatch
-
-if TYPE_CHECKING:
-    from edgestream.consumers.dataset import KafkaStreamDataset
 
 #: how long a block waits for the next fetch of samples the broker already holds (`_take_block`)
 BLOCK_WAIT_S = 0.05
@@ -39,9 +36,10 @@ class _Block:
 
 
 class BlockTakes:
-    """The block path of `KafkaStreamDataset` (a mixin: it reads the dataset's stream, serde and state)."""
+    """The block path of `KafkaStreamDataset` (a mixin: it reads the dataset's stream, serde and state; `self` is
+    typed Any, not the dataset, so this module imports nothing of the dataset's)."""
 
-    def _take_block(self: KafkaStreamDataset, timeout: float | None) -> _Block | None:
+    def _take_block(self: Any, timeout: float | None) -> _Block | None:
         """Several batches at once, when the stream already holds them (a trainer behind its stream: one
         fetch brings thousands of samples): the whole batches in Kafka (up to `_block_rows`) are taken in one
         take, validated and decoded in one C pass into one (pinned, for a GPU) buffer, moved and normalised
@@ -89,7 +87,7 @@ class BlockTakes:
         block = self._block = _Block(parts[:whole], b, raw, raw.buffer_samples + n - keep, labels[:whole])
         return block
 
-    def _hand_out(self: KafkaStreamDataset, block: _Block) -> StreamBatch:
+    def _hand_out(self: Any, block: _Block) -> StreamBatch:
         """The next batch of `block` (views of its decoded samples). Its lag counts the block's batches not
         handed out yet as unread; the block's wait and skipped samples go with its first batch."""
         i = block.handed
@@ -106,7 +104,7 @@ class BlockTakes:
         return self._finish([part], raw, raw.wait_s if first else 0.0, raw.dropped if first else 0, 0,
                             last.offset() + 1, lag, lag_bytes, lag_s, target=block.size, labels=block.labels[i])
 
-    def _give_back(self: KafkaStreamDataset) -> None:
+    def _give_back(self: Any) -> None:
         """Return the batches of the block not handed out to the stream (`KafkaDeviceStream.untake`)."""
         block, self._block = self._block, None
         if block is not None and block.handed < len(block.parts):
