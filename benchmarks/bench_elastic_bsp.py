@@ -31,8 +31,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).parent))
 from common import OUT, record  # noqa: E402
 
+from edgestream.comparisons import parse_variants, run_compare  # noqa: E402
 from edgestream.config import validate_dict  # noqa: E402
-from edgestream.runner.compare import parse_variants, run_compare  # noqa: E402
 from edgestream.sync import ALGORITHMS  # noqa: E402
 
 RUNS = OUT / "elastic_bsp_runs"

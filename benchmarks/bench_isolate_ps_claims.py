@@ -40,11 +40,11 @@ from typing import Any
 
 import torch
 
+from edgestream.comparisons import parse_variants, run_compare
 from edgestream.config import validate_dict
 from edgestream.metrics import EventLog
 from edgestream.metrics.events import read_events
 from edgestream.reproduce.experiments import ps_base
-from edgestream.runner.compare import parse_variants, run_compare
 from edgestream.sim.engine import SimEngine
 
 T0 = time.perf_counter()

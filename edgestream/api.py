@@ -3,7 +3,7 @@
     cfg = edgestream.load_config("exp.yaml", overrides=["devices.count=8"])   # or a dict
     result = edgestream.run(cfg, engine="sim", progress=False)               # a RunResult
     result.summary["final_accuracy"], result.records.evals, result.run_dir
-    table = edgestream.compare(cfg, algorithms=["ddl", "scadles"])           # a CompareResult
+    table = edgestream.comparisons(cfg, algorithms=["ddl", "scadles"])           # a CompareResult
 
 The same route as the CLI (`edgestream run` / `compare`): `config.load_config` / `validate_dict`,
 `runner.run.run_config` and `runner.compare.run_compare`; nothing here runs a config another way.
@@ -234,7 +234,7 @@ def compare(config: ConfigLike, algorithms: str | Sequence[str], engines: str | 
     Raises ConfigError (a variant's config included), ValueError (a malformed variant list), EngineError,
     RunFailed.
     """
-    from edgestream.runner.compare import parse_variants, run_compare, summary_row, variant_config
+    from edgestream.comparisons import parse_variants, run_compare, summary_row, variant_config
 
     cfg = load_config(config, overrides)
     specs = algorithms if isinstance(algorithms, str) else ",".join(algorithms)

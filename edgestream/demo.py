@@ -51,8 +51,8 @@ def demo_config(name: str = "demo", max_time_s: float = 50.0):
 def run_demo(bootstrap: str | None = None, console: Console | None = None, out: str = "runs/demo",
              max_time_s: float = 50.0) -> dict:
     """Run the demo (see module doc); returns {label: {"real": summary, "sim": summary}}."""
+    from edgestream.comparisons import parse_variants, run_compare
     from edgestream.kafka import LocalBroker
-    from edgestream.runner.compare import parse_variants, run_compare
     from edgestream.runner.plan import RunPlan
     from edgestream.runner.report import target_text
 

@@ -26,6 +26,14 @@ TASKS = ("classification", "regression")  # the built-ins (edgestream.plugins.TA
 DIRECTIONS: dict[str, bool] = {"accuracy": True, "loss": False, "rmse": False, "mae": False}
 
 
+def reached(metric: str, value: float | None, target: float) -> bool:
+    """Whether `value` of `metric` reached `target`: >= for a metric where higher is better (accuracy),
+    <= for an error (rmse, mae, loss); a missing value never does."""
+    if value is None:
+        return False
+    return value >= target if DIRECTIONS.get(metric, True) else value <= target
+
+
 @dataclass(frozen=True)
 class Task:
     """The loss and metrics of one task (see the module doc)."""

@@ -142,9 +142,9 @@ def compare_cmd(paths: list[Path] = typer.Argument(..., metavar="CONFIG | RUN_DI
     if profile_model is not None and profile is None:
         bad_input("--profile-model: names an entry of a compute profile; give --profile too")
     cfg = load(config, cli_overrides(profile, profile_model, set_))
+    from edgestream.comparisons import parse_variants, run_compare  # lazy: +680 ms start-up
     from edgestream.config import ConfigError  # lazy: +250 ms start-up
     from edgestream.runner import EngineError  # lazy: +15 ms start-up
-    from edgestream.runner.compare import parse_variants, run_compare  # lazy: +680 ms start-up
 
     try:
         variants = parse_variants(algorithms)
@@ -165,7 +165,7 @@ def compare_cmd(paths: list[Path] = typer.Argument(..., metavar="CONFIG | RUN_DI
 
 def _compare_run_dirs(dirs: list[Path], out: Path | None, run_id: str | None) -> None:
     """`compare RUN_DIR RUN_DIR...`: the table on stdout, where compare.md and compare.png went on stderr."""
-    from edgestream.runner.compare import compare_runs  # lazy: +680 ms start-up
+    from edgestream.comparisons import compare_runs  # lazy: +680 ms start-up
 
     try:
         folder, _, table = compare_runs(dirs, out=out, run_id=run_id)

@@ -23,8 +23,6 @@ from pydantic import Field, model_validator
 from edgestream.config.base import Bool, Int, _Model
 
 LAYOUTS = ("per-device", "partitioned")
-#: the partitioned layout's default partition count: one per device, at most this many
-DEFAULT_MAX_PARTITIONS = 64
 
 
 class TopicsConfig(_Model):

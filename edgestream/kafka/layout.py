@@ -29,8 +29,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from edgestream.config.kafka import DEFAULT_MAX_PARTITIONS
 from edgestream.kafka.topic_names import device_topic, injection_topic
+
+#: the partitioned layout's default partition count: one per device, at most this many
+DEFAULT_MAX_PARTITIONS = 64
 
 #: the partitioned layout's topics: `<run>.streams` (samples) and `<run>.inj` (injected samples)
 STREAMS_SUFFIX = "streams"

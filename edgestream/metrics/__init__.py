@@ -1,10 +1,10 @@
-"""Metrics: the event log, run summaries, plots and comparison tables (matplotlib loads with the plots)."""
+"""Metrics: the event log, run summaries and plots (matplotlib loads with the plots); comparison tables are
+edgestream.runner.report's."""
 
 from edgestream.lazy import lazy_exports
 
 #: public name -> the module that defines it (loaded on first use)
 _EXPORTS = {
-    "markdown_table": "edgestream.metrics.table",
     "EventLog": "edgestream.metrics.events",
     "read_events": "edgestream.metrics.events",
     "accuracy_plot": "edgestream.metrics.plots",

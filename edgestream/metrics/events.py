@@ -15,6 +15,8 @@ from pathlib import Path
 
 import orjson
 
+from edgestream.tasks import reached
+
 STEP_FIELDS = ("time", "device", "step", "batch", "wait_s", "compute_s", "comm_s", "buffer_samples",
                "buffer_bytes", "dropped", "injected", "bytes_sent", "floats_sent", "compressed", "loss")
 
@@ -219,8 +221,6 @@ class EventLog:
         """summary.json fields (DESIGN.md "Run directory"). target: (metric, value) that time_to_target_s
         is measured to, in the metric's direction (default: ("accuracy", target_accuracy));
         final_metrics: the last evaluation's metrics."""
-        from edgestream.runner.stop import reached  # here: the runner package imports this module
-
         if target is None and target_accuracy is not None:
             target = ("accuracy", float(target_accuracy))
         ttt = (next((t for t, m in self.eval_metrics if reached(target[0], m.get(target[0]), target[1])), None)

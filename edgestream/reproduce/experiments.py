@@ -10,10 +10,10 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
+from edgestream.comparisons import parse_variants, run_compare
 from edgestream.config import validate_dict
 from edgestream.profiles import load_profile
 from edgestream.profiles.select import entry_for, with_profile
-from edgestream.runner.compare import parse_variants, run_compare
 
 #: (profile NAME|FILE, entry or None) that `reproduce --profile` puts in place of every experiment's
 #: t(b) = base_s + per_sample_s b (static factors kept); None: the experiments' own step times

@@ -13,15 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from edgestream.tasks import DIRECTIONS
-
-
-def reached(metric: str, value: float | None, target: float) -> bool:
-    """Whether `value` of `metric` reached `target`: >= for a metric where higher is better (accuracy),
-    <= for an error (rmse, mae, loss); a missing value never does."""
-    if value is None:
-        return False
-    return value >= target if DIRECTIONS.get(metric, True) else value <= target
+from edgestream.tasks import reached  # noqa: F401 - reached handed on (runner.stop.reached)
 
 
 @dataclass

@@ -121,7 +121,7 @@ def test_ps_killed_mid_run_is_restarted_and_loses_or_repeats_no_push(bootstrap: 
 
 
 def test_compare_puts_simulated_and_real_ps_runs_side_by_side(bootstrap: str, tmp_path: Path) -> None:
-    from edgestream.runner.compare import parse_variants, run_compare
+    from edgestream.comparisons import parse_variants, run_compare
 
     # not the defaults: 12 classes, a [2, 6, 6] input (the PS topics and wire sized for that model)
     cfg = _cfg("ps-cmp", "ssp", {"s": 2}, max_steps=20,

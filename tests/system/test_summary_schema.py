@@ -16,11 +16,11 @@ import yaml
 from typer.testing import CliRunner
 
 from edgestream.cli import app
+from edgestream.comparisons import parse_variants, run_compare, summary_row
 from edgestream.config import ConfigError, validate_dict
 from edgestream.engine_names import ENGINES
 from edgestream.forkserver import take_prestarted
 from edgestream.runner import engines
-from edgestream.runner.compare import parse_variants, run_compare, summary_row
 from edgestream.runner.report import print_end
 from edgestream.runner.summary import PRINTED_KEYS, SUMMARY_KEYS, common_part
 

@@ -106,7 +106,7 @@ def test_the_time_schedule_agrees_through_rank_0_and_counts_steps_too():
 
 
 def test_compare_and_the_end_summary_state_a_run_without_a_target_or_limit():
-    from edgestream.runner.compare import _limits
+    from edgestream.comparisons import _limits
     from edgestream.runner.report import end_lines, target_text
 
     assert _limits(validate_dict({"name": "x", "stop": {}}).stop) == "no time or step limit"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from edgestream.comparisons import parse_variants
 from edgestream.demo import DDL_BATCH, PAPER_S1_SPEEDUP, VARIANTS, claim_line, demo_config
-from edgestream.runner.compare import parse_variants
 from edgestream.runner.plan import RunPlan
 
 

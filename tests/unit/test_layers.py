@@ -140,6 +140,23 @@ def test_no_cycle_counting_function_and_type_checking_imports() -> None:
     assert not cycles, "import cycles: " + "; ".join(" <-> ".join(c) for c in cycles)
 
 
+def _room(module: str) -> str:
+    """The room a module stands in: its top-level package or module (edgestream.runner, edgestream.api)."""
+    return ".".join(module.split(".")[:2])
+
+
+def test_no_arrow_runs_back_up_between_rooms() -> None:
+    """The rooms (edgestream's packages and top-level modules) stand on floors: no import, not even one inside a
+    function or under TYPE_CHECKING, runs from a room to one that imports it (e.g. config's load runs the plan's
+    checks, so runner imports nothing of config; metrics reads a target's direction from tasks, not runner)."""
+    graph: dict[str, set[str]] = {}
+    for m in MODULES:
+        graph.setdefault(_room(m), set()).update(
+            r for n in _imports(m, in_functions=True, type_checking=True) if (r := _room(n)) != _room(m))
+    cycles = _cycles(graph)
+    assert not cycles, "rooms that import each other: " + "; ".join(" <-> ".join(c) for c in cycles)
+
+
 def test_the_graph_sees_function_imports_and_reexports() -> None:
     """The scan itself: a function-level import counts, and `from edgestream.data import load_dataset` is an
     import of edgestream.data.datasets (the lazy table's module), not only of the package."""

@@ -286,7 +286,7 @@ def test_config_validate_and_run_refuse_the_same(tmp_path, raw, line):
 
 
 def test_compare_takes_import_paths_among_the_algorithms():
-    from edgestream.runner.compare import parse_variants
+    from edgestream.comparisons import parse_variants
 
     variants = parse_variants("userpkg.algorithms:HALF_SSP[algorithm.params.s=1],ssp")
     assert [(v.algorithm, v.overrides) for v in variants] == [("userpkg.algorithms:HALF_SSP", ["algorithm.params.s=1"]),

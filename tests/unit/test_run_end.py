@@ -80,8 +80,8 @@ def test_a_sim_run_directory_is_named_name_algorithm_run_id(tmp_path):
 
 
 def test_compare_runs_are_named_by_algorithm_and_the_compare_id(tmp_path):
+    from edgestream.comparisons import parse_variants, run_compare
     from edgestream.demo import VARIANTS
-    from edgestream.runner.compare import parse_variants, run_compare
 
     cfg = validate_dict({**TINY, "stop": {"target_accuracy": 0.95, "max_time_s": 1.0}})
     folder, summaries, _ = run_compare(cfg, parse_variants(VARIANTS), out=tmp_path, run_id="c1", progress=False)

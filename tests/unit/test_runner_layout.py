@@ -40,7 +40,7 @@ def test_sync_does_not_import_the_run_core(path: Path) -> None:
 
 
 def test_importing_the_runner_loads_no_engine() -> None:
-    code = ("import sys, edgestream.runner, edgestream.runner.lockstep, edgestream.runner.compare; "
+    code = ("import sys, edgestream.runner, edgestream.runner.lockstep, edgestream.comparisons; "
             f"print([m for m in sys.modules if m.startswith({ENGINE_PACKAGES!r})])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

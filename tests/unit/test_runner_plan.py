@@ -19,9 +19,9 @@ from edgestream.sync.registry import ALGORITHMS, get_algorithm
 PKG = Path(__file__).resolve().parents[2] / "edgestream"
 
 #: modules allowed to read a config's sections: the schema itself, the plan (and its optimizer warnings), and
-#: the comparison (which writes variant configs, it does not run them)
+#: the comparison (edgestream/comparisons.py: it writes variant configs, it does not run them)
 READS_CONFIG = {"config/load.py", "config/check.py", "runner/plan.py", "runner/optim_notes.py",
-                "runner/compare.py"}
+                "comparisons.py"}
 #: config sections whose reading is interpretation (runtime.* only says where things are: broker, out dir)
 SECTIONS = {"data", "devices", "algorithm", "optim", "compression", "stop", "eval", "model", "checkpoint", "seed"}
 #: builders of a run's pieces from config values: only the plan calls them (and their own packages)

@@ -11,11 +11,11 @@ import yaml
 from typer.testing import CliRunner
 
 from edgestream.cli import app
+from edgestream.comparisons import Variant, batch_for, parse_variants, variant_config
 from edgestream.config import ConfigError, load_config, validate_dict
 from edgestream.metrics import read_events
 from edgestream.metrics.events import STEP_FIELDS
 from edgestream.runner import engines, run_config
-from edgestream.runner.compare import Variant, batch_for, parse_variants, variant_config
 
 TINY = {
     "name": "tiny",
@@ -160,7 +160,7 @@ def test_compare_algorithms_for_the_demo(tmp_path):
 
     from rich.console import Console
 
-    from edgestream.runner.compare import compare_algorithms
+    from edgestream.comparisons import compare_algorithms
 
     buf = io.StringIO()
     cfg = validate_dict({**TINY, "stop": {"target_accuracy": 0.95, "max_time_s": 3.0}})

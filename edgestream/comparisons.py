@@ -33,10 +33,10 @@ from pathlib import Path
 from typing import Any
 
 from edgestream.config import ConfigError, apply_override, validate_dict
-from edgestream.metrics import accuracy_plot, markdown_table, read_events
+from edgestream.metrics import accuracy_plot, read_events
 from edgestream.runid import new_run_id
 from edgestream.runner.engines import get_engine
-from edgestream.runner.report import target_text
+from edgestream.runner.report import markdown_table, target_text
 from edgestream.runner.summary import SUMMARY_KEYS, engine_time_s
 from edgestream.sync.registry import get_algorithm
 from edgestream.tasks import get_task
@@ -284,7 +284,7 @@ def compare_algorithms(cfg: Any, algorithms: list[str], out: str | Path | None =
                        **options: Any) -> dict[str, Any]:
     """`run_compare` for a list of variant specs (e.g. ["ddl", "scadles"]), printing the table on a rich
     `console` (progress bars when it is a terminal); returns {"folder", "table", "runs": {label: `summary_row`}}
-    (what `make demo` shows; the Python API's `edgestream.compare` returns the same rows)."""
+    (what `make demo` shows; the Python API's `edgestream.comparisons` returns the same rows)."""
     variants = parse_variants(",".join(algorithms))
     progress = bool(console is not None and getattr(console, "is_terminal", False))
     folder, summaries, table = run_compare(cfg, variants, out=out, run_id=run_id, progress=progress,
