@@ -6,7 +6,7 @@ The Python API (docs/python-api.md; edgestream.api):
     cfg = edgestream.load_config("exp.yaml", overrides=["devices.count=8"])   # or a dict
     result = edgestream.run(cfg, engine="sim", progress=False)               # RunResult
     result.summary, result.records.steps, result.records.evals, result.run_dir
-    edgestream.comparisons(cfg, algorithms=["ddl", "scadles"]).rows
+    edgestream.compare(cfg, algorithms=["ddl", "scadles"]).rows
     with edgestream.DeviceProducer(bootstrap, run, device=3, rate=50) as dev:  # a device's samples (no torch)
         dev.send(x, y)                                                          # docs/wire-format.md
 

@@ -3,10 +3,10 @@
     cfg = edgestream.load_config("exp.yaml", overrides=["devices.count=8"])   # or a dict
     result = edgestream.run(cfg, engine="sim", progress=False)               # a RunResult
     result.summary["final_accuracy"], result.records.evals, result.run_dir
-    table = edgestream.comparisons(cfg, algorithms=["ddl", "scadles"])           # a CompareResult
+    table = edgestream.compare(cfg, algorithms=["ddl", "scadles"])           # a CompareResult
 
 The same route as the CLI (`edgestream run` / `compare`): `config.load_config` / `validate_dict`,
-`runner.run.run_config` and `runner.compare.run_compare`; nothing here runs a config another way.
+`runner.run.run_config` and `comparisons.run_compare`; nothing here runs a config another way.
 Every problem raises, nothing exits: `ConfigError` (one line per problem in `.problems`), `EngineError`
 (a run the engine cannot start; `PlanError` is one), `RunFailed` (a real run that could not start or
 did not finish: broker unreachable, a child died, interrupted), `PluginError` for a plugin that does
@@ -142,7 +142,7 @@ class RunResult:
 @dataclass
 class CompareResult:
     """A comparison: `rows` one dict per run (label, algorithm, engine, the headline figures of
-    `runner.compare.ROW_KEYS` -- time_s is the engine's time, virtual in the simulator --, speedup over
+    `comparisons.ROW_KEYS` -- time_s is the engine's time, virtual in the simulator --, speedup over
     the first row's time to target, run_dir), `runs` {label: RunResult}, `table` the markdown table of
     compare.md, `folder` where compare.md and compare.png are."""
 
@@ -229,7 +229,7 @@ def compare(config: ConfigLike, algorithms: str | Sequence[str], engines: str | 
 
     algorithms: variant specs, e.g. ``["ddl", "scadles"]`` or ``["scadles[algorithm.buffer=persist]"]``
     (KEY.PATH=VALUE overrides per variant; a comma string works too); the batch rule of
-    `runner.compare` applies. engines: ["sim"], ["local"] or both (labels then read ``<variant>@<engine>``).
+    `edgestream.comparisons` applies. engines: ["sim"], ["local"] or both (labels then read ``<variant>@<engine>``).
     Writes `<out>/<name>-compare-<run id>/` (a run directory per run, compare.md, compare.png).
     Raises ConfigError (a variant's config included), ValueError (a malformed variant list), EngineError,
     RunFailed.

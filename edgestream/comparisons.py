@@ -284,7 +284,7 @@ def compare_algorithms(cfg: Any, algorithms: list[str], out: str | Path | None =
                        **options: Any) -> dict[str, Any]:
     """`run_compare` for a list of variant specs (e.g. ["ddl", "scadles"]), printing the table on a rich
     `console` (progress bars when it is a terminal); returns {"folder", "table", "runs": {label: `summary_row`}}
-    (what `make demo` shows; the Python API's `edgestream.comparisons` returns the same rows)."""
+    (what `make demo` shows; the Python API's `edgestream.compare` returns the same rows)."""
     variants = parse_variants(",".join(algorithms))
     progress = bool(console is not None and getattr(console, "is_terminal", False))
     folder, summaries, table = run_compare(cfg, variants, out=out, run_id=run_id, progress=progress,

@@ -142,9 +142,9 @@ def test_bad_configs_raise_config_error_with_every_problem(tmp_path):
     with pytest.raises(edgestream.ConfigError, match="bootstrap: 'not an address'"):
         edgestream.run(TINY, "local", bootstrap="not an address", out=tmp_path, progress=False)
     with pytest.raises(ValueError, match="unbalanced"):
-        edgestream.comparisons(TINY, ["ddl["], out=tmp_path, progress=False)
+        edgestream.compare(TINY, ["ddl["], out=tmp_path, progress=False)
     with pytest.raises(edgestream.ConfigError, match="^variant ddl"):
-        edgestream.comparisons(TINY, ["ddl[algorithm.buffer=sometimes]"], out=tmp_path, progress=False)
+        edgestream.compare(TINY, ["ddl[algorithm.buffer=sometimes]"], out=tmp_path, progress=False)
 
 
 def test_a_local_run_that_cannot_start_raises_run_failed(tmp_path, capsys):
@@ -164,7 +164,7 @@ def test_a_local_run_that_cannot_start_raises_run_failed(tmp_path, capsys):
 
 
 def test_compare_rows_and_runs(tmp_path, capsys):
-    cmp = edgestream.comparisons(TINY, ["ddl", "scadles[algorithm.buffer=persist]"], out=tmp_path, run_id="c1",
+    cmp = edgestream.compare(TINY, ["ddl", "scadles[algorithm.buffer=persist]"], out=tmp_path, run_id="c1",
                              progress=False)
     assert capsys.readouterr() == ("", "")
     assert cmp.folder == tmp_path / "tiny-compare-c1" and (cmp.folder / "compare.md").is_file()
