@@ -80,11 +80,12 @@ def test_topics_list_and_delete_three_runs(bootstrap, run_prefix, tmp_path):
     and two topics that are no run's. The dry run deletes nothing; --yes deletes A, B and C's topics and
     groups and nothing else on the broker."""
     a, b, c, d = (f"{run_prefix}{x}" for x in "abcd")
-    ids = {a: "r1", b: "r2", c: "20200101-000000-c0de", d: "r4"}
+    tag = run_prefix[-6:]  # run ids of this test's own: another test on the shared broker may run an "r2" meanwhile
+    ids = {a: f"r1{tag}", b: f"r2{tag}", c: "20200101-000000-c0de", d: f"r4{tag}"}
     runs = {name: f"{name}-ddl-{run_id}" for name, run_id in ids.items()}
     ra, rb, rc, rd = runs.values()
     out = tmp_path / "runs"
-    proc = _start(_config(tmp_path, a, max_steps=100000, cleanup="delete-on-success"), bootstrap, out, "r1")
+    proc = _start(_config(tmp_path, a, max_steps=100000, cleanup="delete-on-success"), bootstrap, out, ids[a])
     try:
         producers = {run: _produce(_config(tmp_path, name, max_steps=10, cleanup="keep"), bootstrap, ids[name])
                      for name, run in ((b, rb), (c, rc), (d, rd))}
@@ -134,7 +135,7 @@ def test_topics_list_and_delete_three_runs(bootstrap, run_prefix, tmp_path):
 
     before_topics, before_groups = mine(list_topics(bootstrap)), mine(groups_on(bootstrap))
     ours = {r: left(bootstrap, r) for r in (ra, rb, rc)}
-    dry = topics(bootstrap, "delete", "--run", ra, "--run", "r2", "--run", rc)  # a run id names its run too
+    dry = topics(bootstrap, "delete", "--run", ra, "--run", ids[b], "--run", rc)  # a run id names its run too
     assert dry.returncode == 0, dry.stderr
     assert [line.split()[3].rstrip(":") for line in dry.stdout.splitlines() if line.startswith("would delete")] == \
         [ra, rb, rc]

@@ -148,11 +148,20 @@ def test_shared_split_uses_every_sample_and_balances_the_shards(labels, extra, s
         assert all(np.array_equal(parts[d], parts[d % n]) for d in range(num_devices))
         assert set(uses.tolist()) <= {num_devices // n, -(-num_devices // n)}
     else:
-        # each device: one sample of each of its k classes; a class's samples balanced over its holders
-        assert all(len(p) == k and len(np.unique(labels[p])) == k for p in parts)
+        # each device: samples of its k classes (device d's j-th class is (d k + j) mod K). A class with more
+        # holders h than samples c is shared: each holder one of its samples, each sample on floor/ceil(h/c)
+        # holders; a class with c >= h is split as without sharing: each sample once, floor/ceil(c/h) a holder
+        assert all(len(np.unique(labels[p])) == k for p in parts)
         for ci, (c, count) in enumerate(zip(classes, counts, strict=True)):
-            holders = sum(1 for d in range(num_devices) for j in range(k) if (d * k + j) % len(classes) == ci)
-            assert set(uses[labels == c].tolist()) <= {holders // count, -(-holders // count)}
+            holders = [d for d in range(num_devices) for j in range(k) if (d * k + j) % len(classes) == ci]
+            assert all(c in labels[parts[d]] for d in holders)
+            got = [int(np.sum(labels[parts[d]] == c)) for d in holders]
+            if len(holders) > count:
+                assert set(got) == {1} and set(uses[labels == c].tolist()) <= {len(holders) // count,
+                                                                                 -(-len(holders) // count)}
+            else:
+                assert set(uses[labels == c].tolist()) == {1} and set(got) <= {count // len(holders),
+                                                                                 -(-count // len(holders))}
     again = partition_indices(labels, num_devices, scheme, share_samples=True, **kw)
     assert all(np.array_equal(a, b) for a, b in zip(parts, again, strict=True))
 
