@@ -138,10 +138,17 @@ def build_compressor(spec: dict[str, Any]) -> Compressor:
     if unknown:
         raise ValueError(f"unknown compression option(s) {sorted(unknown)}; allowed: {sorted(_SHARED_KEYS)}")
     out = COMPRESSORS.load(name, "compression.name")(spec)
+    if type(out) in _CONFORMING:  # a Protocol's isinstance is slow (~25 us): once per class, not per worker
+        return out
     if not isinstance(out, Compressor):
         raise ValueError(f"compression.name: {name!r} returned a {type(out).__name__}, not an "
                          "edgestream.compression.Compressor")
+    _CONFORMING.add(type(out))
     return out
+
+
+#: classes whose instances `build_compressor` found to be Compressors
+_CONFORMING: set[type] = set()
 
 
 def scatter_add_sparse(

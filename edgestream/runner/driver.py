@@ -134,30 +134,47 @@ def drive(rank: int, program: Generator[Any, Any, Any], performer: Performer,
     meters = meters if meters is not None else {}
     meter = meters.setdefault(rank, StepMeter())
     now, perform = performer.now, performer.perform
+    # the performer's own dispatch (Performer.perform: one do_<kind> method per kind) looked up here directly;
+    # a performer with a perform of its own (the lockstep host) is always asked through it
+    methods = performer._methods if getattr(perform, "__func__", None) is Performer.perform else {}
+    timed_of, log_type, generator_type = TIMED.get, Log, GeneratorType
     send: Any = None
     perf = time.perf_counter
-    if profile is not None:
+    profiled = profile is not None
+    alg_s, requests = 0.0, 0  # the profile's figures since they were last added to it
+    if profiled:
         profile.setdefault("algorithm", 0.0)
         profile.setdefault("requests", 0)
     # this loop runs once per request of every worker (the simulator: ~6 per device-step), so it keeps
-    # to plain local lookups
+    # to plain local lookups; the profile is added to when the worker waits and when it ends
     while True:
-        t_alg = perf() if profile is not None else 0.0
-        try:
-            req = program.send(send)
-        except StopIteration as stop:
-            if profile is not None:
-                profile["algorithm"] += perf() - t_alg
-            return stop.value
-        if profile is not None:
-            profile["algorithm"] += perf() - t_alg
-            profile["requests"] += 1
+        if profiled:
+            t_alg = perf()
+            try:
+                req = program.send(send)
+            except StopIteration as stop:
+                profile["algorithm"] += alg_s + perf() - t_alg
+                profile["requests"] += requests
+                return stop.value
+            alg_s += perf() - t_alg
+            requests += 1
+        else:
+            try:
+                req = program.send(send)
+            except StopIteration as stop:
+                return stop.value
         if on_request is not None:
             on_request(rank, req)
-        timed = TIMED.get(type(req))
+        kind = type(req)
+        timed = timed_of(kind)
         t0 = now(rank) if timed is not None else 0.0
-        out = perform(rank, req)
-        if type(out) is GeneratorType:
+        method = methods.get(kind)
+        out = method(rank, req) if method is not None else perform(rank, req)
+        if type(out) is generator_type:
+            if profiled:
+                profile["algorithm"] += alg_s
+                profile["requests"] += requests
+                alg_s, requests = 0.0, 0
             out = yield from out
         if timed is not None:
             setattr(meter, timed, getattr(meter, timed) + now(rank) - t0)
@@ -165,7 +182,7 @@ def drive(rank: int, program: Generator[Any, Any, Any], performer: Performer,
                 facts = getattr(out, "facts", None)
                 if facts is not None:
                     meter.note_batch(facts)
-        if isinstance(req, Log):
+        elif isinstance(req, log_type):
             sink(step_line(now(rank), rank, req.fields, meter.fields()))
             meter = meters[rank] = StepMeter()
         send = out

@@ -166,9 +166,9 @@ class Collectives:
         if isinstance(reqs[0], AllReduce):
             memo: dict[Any, Any] = {}
             watch = self._watcher(op, "a value derived from an AllReduce result (shared by the receivers)")
-            total = reduce_all(reqs)
+            total = reduce_all(reqs)  # checks that every worker sent the same shapes and dtypes
             op.results = [ReduceResult(total, memo, watch) for _ in range(self.world)]
-            nbytes = max(payload_nbytes(r.tensors) for r in reqs)
+            nbytes = payload_nbytes(reqs[0].tensors)
             op.comm_s = self.network.allreduce(nbytes, self.world)
             self.bytes_moved += nbytes * self.world
         else:

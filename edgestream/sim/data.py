@@ -10,7 +10,6 @@ once up front (`Dataset.normalize`) when the float copy of the train split is sm
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -24,20 +23,41 @@ from edgestream.sim.orders import EpochOrders
 PRENORMALIZE_MAX_BYTES = 512 * 2**20
 
 
-@dataclass
 class SimBatch:
     """A batch as algorithms see it (`n`, `x`, `y`) plus what the engine needs: the dataset indices,
     the device, how many samples came from its own stream (the rest were injected), and what the
-    stream did to get it (`facts`: edgestream.streams.source.BatchFacts, set by `VirtualStream.take`)."""
+    stream did to get it (`facts`: edgestream.streams.source.BatchFacts, set by `VirtualStream.take`).
 
-    n: int
-    x: Tensor
-    y: Tensor
-    indices: np.ndarray
-    device: int
-    own: int
-    injected: int
-    facts: Any = None
+    `x` and `y` are gathered from the run's data when first read: the batched compute gathers the rows of
+    all the devices of a pass at once (`SimData.rows`) and never reads them one device at a time."""
+
+    __slots__ = ("n", "indices", "device", "own", "injected", "facts", "data", "_x", "_y")
+
+    def __init__(self, n: int, x: Tensor | None, y: Tensor | None, indices: np.ndarray, device: int, own: int,
+                 injected: int, facts: Any = None, data: SimData | None = None) -> None:
+        if (x is None or y is None) and data is None:
+            raise ValueError("SimBatch: give x and y, or the SimData to gather them from")
+        self.n, self.indices, self.device, self.own, self.injected = n, indices, device, own, injected
+        self.facts, self.data, self._x, self._y = facts, data, x, y
+
+    @property
+    def x(self) -> Tensor:
+        if self._x is None:
+            assert self.data is not None
+            self._x, y = self.data.rows(self.indices)
+            if self._y is None:
+                self._y = y
+        return self._x
+
+    @property
+    def y(self) -> Tensor:
+        if self._y is None:
+            assert self.data is not None
+            self._y = self.data.rows(self.indices, x=False)[1]
+        return self._y
+
+    def __repr__(self) -> str:
+        return f"SimBatch(n={self.n}, device={self.device}, own={self.own}, injected={self.injected})"
 
 
 class SimData:
@@ -93,16 +113,32 @@ class SimData:
             k += take
         return np.concatenate(parts) if len(parts) != 1 else parts[0]
 
+    def warm(self, positions: dict[int, int]) -> None:
+        """Prepare the devices' stream orders at these own-stream positions ({device: position}) in one
+        go (`EpochOrders.warm`); the orders are the same with or without it."""
+        if self._fast:
+            self.epochs.warm(positions)
+
     def labels(self, indices: np.ndarray) -> np.ndarray:
         """The targets of dataset `indices` as a numpy array (the engine's per-batch label checksum): class
         indices, or float regression targets."""
         return self._y_np[indices]
 
+    def rows(self, indices: np.ndarray, *, x: bool = True) -> tuple[Tensor | None, Tensor]:
+        """(inputs, targets) of the dataset rows `indices` (any shape of int array: the tensors get its
+        shape in front of a sample's); inputs None when x is False."""
+        flat = indices.reshape(-1)
+        inputs = None
+        if x:
+            if self._x_np is not None:
+                inputs = torch.from_numpy(self._x_np[flat])
+            else:
+                inputs = self.dataset.normalize(torch.from_numpy(self.dataset.x_train[flat]))
+            inputs = inputs.view(*indices.shape, *inputs.shape[1:])
+        targets = torch.from_numpy(self._y_np[flat])
+        return inputs, targets.view(*indices.shape, *targets.shape[1:])
+
     def batch(self, device: int, indices: np.ndarray, own: int) -> SimBatch:
-        """The tensors of dataset `indices` (the first `own` from the device's stream, then injected)."""
-        if self._x_np is not None:
-            x = torch.from_numpy(self._x_np[indices])
-        else:
-            x = self.dataset.normalize(torch.from_numpy(self.dataset.x_train[indices]))
-        y = torch.from_numpy(self._y_np[indices])
-        return SimBatch(len(indices), x, y, indices, device, own, len(indices) - own)
+        """The batch of dataset `indices` (the first `own` from the device's stream, then injected); its
+        tensors are gathered when first read."""
+        return SimBatch(len(indices), None, None, indices, device, own, len(indices) - own, data=self)

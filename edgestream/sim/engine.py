@@ -311,6 +311,7 @@ class SimEngine(SimComm, Performer):
             return self._run(env, group)
 
     def _run(self, env: simpy.Environment, group: WorkerGroup) -> SimStats:
+        self.data.warm({d: stream.pos for d, stream in enumerate(self.streams)})  # after a resume's positions
         try:
             procs = [env.process(d) for d in group.drivers(on_finish=self.collectives.worker_finished,
                                                            profile=self.stats.driver)]
@@ -359,7 +360,7 @@ class SimEngine(SimComm, Performer):
         self.stats.device_steps += 1
         batcher = self.batcher
         if batcher is not None:
-            batcher.post(rank, batch.x, batch.y)
+            batcher.post_batch(rank, batch)
             yield self.env.timeout(dt)
             result = batcher.result(rank)
         else:

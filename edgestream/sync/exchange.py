@@ -208,7 +208,7 @@ def exchange(
         # w t_i. With w = 1 the tensors travel as they are: 1.0 * t == t bit for bit, and no engine's
         # all-reduce modifies its inputs (the simulator and the lockstep engine sum into fresh tensors,
         # the real runtime copies into its own bucket buffers), so this saves one op per tensor per step.
-        if weight == 1.0 and all(t.is_floating_point() for t in ts):
+        if weight == 1.0 and all(map(torch.is_floating_point, ts)):
             out = list(ts)
         else:  # one foreach call for all tensors: per tensor the same product as `weight * t`
             out = _scale(ts, weight)
@@ -222,13 +222,15 @@ def exchange(
         # simulator counts the payload's bytes once per operation
         sent += payload_nbytes(out) if derive is None else derive(("nbytes", len(out)), lambda: payload_nbytes(out))
         if meta_known is None:
-            back = reduced[-1]
-            if back.data_ptr() == meta.data_ptr() and back.dtype == meta.dtype and back.numel() == meta.numel():
-                # a sum of one is (a view of) what it sent, which nothing writes into: its values are known
-                w_sum, stop_sum = meta_host
+            if derive is not None:  # the simulator's result: read once per operation, never copied per worker
+                w_sum, stop_sum = derive(("meta",), lambda: tuple(reduced[-1].tolist()))
             else:
-                w_sum, stop_sum = (reduced[-1].tolist() if derive is None
-                                   else derive(("meta",), lambda: tuple(reduced[-1].tolist())))
+                back = reduced[-1]
+                if back.data_ptr() == meta.data_ptr() and back.dtype == meta.dtype and back.numel() == meta.numel():
+                    # a sum of one is (a view of) what it sent, which nothing writes into: its values are known
+                    w_sum, stop_sum = meta_host
+                else:
+                    w_sum, stop_sum = reduced[-1].tolist()
             meta_known = (float(w_sum), bool(stop_sum > 0))
         total, any_stop = meta_known
         n = len(ts)

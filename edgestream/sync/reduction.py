@@ -25,11 +25,12 @@ def reduce_all(requests: list[AllReduce]) -> list[Tensor]:
     ops = {r.op for r in requests}
     if len(ops) != 1:
         raise RuntimeError(f"all-reduce mismatch: workers asked for ops {sorted(ops)}")
-    shapes = [t.shape for t in first.tensors]
+    shapes = [(t.shape, t.dtype) for t in first.tensors]
     for r in requests[1:]:
-        if [t.shape for t in r.tensors] != shapes:
-            raise RuntimeError(f"all-reduce mismatch: tensor shapes differ between workers "
-                               f"({[tuple(s) for s in shapes]} vs {[tuple(t.shape) for t in r.tensors]})")
+        if [(t.shape, t.dtype) for t in r.tensors] != shapes:
+            raise RuntimeError(f"all-reduce mismatch: tensor shapes or dtypes differ between workers "
+                               f"({[(tuple(s), str(d)) for s, d in shapes]} vs "
+                               f"{[(tuple(t.shape), str(t.dtype)) for t in r.tensors]})")
     # under no_grad the inputs are only read (no detach needed: nothing is recorded)
     with torch.no_grad():
         if first.op == "sum" and len(requests) == 1:
@@ -100,17 +101,17 @@ def _leading_block(rows: list[Tensor]) -> tuple[Tensor, int] | None:
     if first.dtype not in (torch.float32, torch.float64) or first.device.type != "cpu" or first.numel() < 2:
         return None
     base = first._base
-    if base is not None and base.is_contiguous() and base.dim() == first.dim() + 1 \
-            and base.shape[1:] == first.shape:
-        step, start = base.stride(0), first.storage_offset() - base.storage_offset()
-        lo = start // step if step else -1
-        if step and start == lo * step:
-            n, offset, stop = 0, first.storage_offset(), min(len(rows), base.shape[0] - lo)
-            while n < stop and rows[n]._base is base and rows[n].storage_offset() == offset:
-                n += 1
-                offset += step
-            if n >= 2:
-                return base[lo:lo + n].detach(), n
+    if base is not None and first.is_contiguous():
+        # rows of one block: views of the same tensor, each C-contiguous and of the first's shape, lying
+        # one after another in its memory (the rows of a [K, ...] tensor, or of a view of a flat buffer)
+        step, offset, shape = first.numel(), first.storage_offset(), first.shape
+        n = 0
+        while n < len(rows) and rows[n]._base is base and rows[n].storage_offset() == offset \
+                and rows[n].shape == shape and rows[n].is_contiguous():
+            n += 1
+            offset += step
+        if n >= 2:
+            return first.detach().as_strided((n, *shape), (step, *first.stride())), n
     if first.numel() * len(rows) <= STACK_SMALL_ELEMENTS and all(
             t.dtype == first.dtype and t.device == first.device and t.shape == first.shape for t in rows):
         return torch.stack([t.detach() for t in rows]), len(rows)

@@ -59,6 +59,30 @@ def test_a_subclass_adds_and_overrides() -> None:
     assert Both().perform(0, TakeBatch(2)) == [7] and Both().perform(0, Compute(None)) == "computed"
 
 
+def test_the_driver_asks_a_performer_through_its_own_perform() -> None:
+    """runner.drive dispatches a Performer's requests to its do_ methods directly, but a performer whose
+    perform is its own (a subclass's, or one set on the instance) is asked through it."""
+    from edgestream.runner.driver import drive, run_blocking
+
+    def program():
+        got = yield TakeBatch(2)
+        now = yield Now()
+        return got, now
+
+    plain = _Counter()
+    assert run_blocking(drive(1, program(), plain, lambda line: None)) == ([0, 1], 1.0)
+
+    class Wrapped(_Counter):
+        def perform(self, rank, request):
+            out = super().perform(rank, request)
+            return ["wrapped", out] if isinstance(request, TakeBatch) else out
+
+    assert run_blocking(drive(0, program(), Wrapped(), lambda line: None)) == (["wrapped", [0, 1]], 0.0)
+    patched = _Counter()
+    patched.perform = lambda rank, request: "patched"
+    assert run_blocking(drive(0, program(), patched, lambda line: None)) == ("patched", "patched")
+
+
 def test_the_engines_perform_what_they_register() -> None:
     import edgestream.launch  # noqa: F401 - registers "local"
     import edgestream.runner.lockstep_run  # noqa: F401 - registers "lockstep"

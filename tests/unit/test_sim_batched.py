@@ -440,3 +440,86 @@ def test_the_all_reduce_sums_the_batched_gradients_as_one_block(devices: int, ba
     assert_same_run(per_device, batched, lines_a, lines_b)
     if algorithm == "ddl":
         assert any(blocks)
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), sizes=st.lists(st.integers(1, SMALL_SHARD + 4), min_size=1, max_size=6),
+       positions=st.lists(st.integers(0, 5000), min_size=6, max_size=6), reads=st.integers(1, 300))
+def test_warmed_orders_are_the_producers_order(seed: int, sizes: list[int], positions: list[int], reads: int) -> None:
+    """EpochOrders.warm (the seed words of every small-shard device at once, from the streams' positions
+    when a run starts or resumes) changes no order: each device's stream from its position on, across
+    the warmed block's end, is ShardOrder's; a device warmed twice keeps its words."""
+    from edgestream.sim.orders import BLOCK
+
+    orders = [ShardOrder(np.arange(100 * d, 100 * d + n), seed, d) for d, n in enumerate(sizes)]
+    at = {d: positions[d] for d in range(len(sizes))}
+    warmed = EpochOrders(orders)
+    warmed.warm(at)
+    small = {d for d, n in enumerate(sizes) if 1 < n <= SMALL_SHARD}
+    assert set(warmed._words) == small
+    kept = {d: warmed._words[d][1] for d in small}
+    warmed.warm({d: 0 for d in at})  # already warm: nothing recomputed
+    assert all(warmed._words[d][1] is kept[d] for d in small)
+    for d, n in enumerate(sizes):
+        stop = at[d] + max(reads, (BLOCK + 1) * n - at[d] % n)  # past the warmed seed block
+        want = [orders[d].index(k) for k in range(at[d], stop)]
+        assert warmed.indices(d, at[d], stop).tolist() == want, (d, n)
+
+
+def test_a_resumed_simulation_warms_its_orders_at_the_streams_positions():
+    """The engine warms the orders at its streams' positions (a resumed run's, not 0): the first batches
+    after the positions are the producers' order either way."""
+    plan = RunPlan.resolve(cfg_of(devices={"count": 300}))  # shards of 4-5 samples
+    engine = SimEngine(plan, EventLog(None))
+    for d, stream in enumerate(engine.streams):
+        stream.pos = 37 * d  # as a resumed run's state would set them
+    engine.data.warm({d: s.pos for d, s in enumerate(engine.streams)})
+    for device in (0, 123, 299):
+        order = ShardOrder(plan.shards[device], plan.seed, device)
+        first = engine.data.epochs._words[device][0]
+        assert first == 37 * device // len(plan.shards[device])
+        got = engine.data.stream_indices(device, 37 * device, 37 * device + 50)
+        assert got.tolist() == [order.index(k) for k in range(37 * device, 37 * device + 50)]
+
+
+def test_gradient_buffers_are_reused_only_when_nothing_holds_them():
+    """GradBuffers: a buffer comes back once every view of it is gone (never while a worker's gradients
+    still live in it); sizes and dtypes that do not fit get a new one; at most KEEP are kept per layer."""
+    from edgestream.sim.batched import GradBuffers
+
+    bufs = GradBuffers()
+    a = bufs.take("w", (4, 3, 2), torch.float32)
+    rows = a.unbind(0)
+    b = bufs.take("w", (4, 3, 2), torch.float32)
+    assert b.data_ptr() != a.data_ptr()  # a's rows are still held
+    ptr_a = a.data_ptr()
+    del a, rows
+    c = bufs.take("w", (2, 3, 2), torch.float32)  # smaller: fits in a's memory, now free
+    assert c.data_ptr() == ptr_a and c.shape == (2, 3, 2)
+    d = bufs.take("w", (4, 3, 2), torch.float64)
+    assert d.dtype == torch.float64 and d.data_ptr() not in (ptr_a, b.data_ptr())
+    held = [bufs.take("w", (40, 3, 2), torch.float32) for _ in range(GradBuffers.KEEP + 2)]
+    assert len({t.data_ptr() for t in held}) == len(held)
+    assert len(bufs._kept["w"]) <= GradBuffers.KEEP
+    view = np.asarray(held[-1])  # a numpy array over a buffer holds it too
+    del held
+    again = [bufs.take("w", (40, 3, 2), torch.float32) for _ in range(GradBuffers.KEEP)]
+    assert view.ctypes.data not in {t.data_ptr() for t in again}
+
+
+def test_simulated_batches_are_gathered_when_read():
+    """A SimBatch's tensors are the dataset rows of its indices, gathered when first read (one device's
+    batch, or a pass's [K, b] block of them through SimData.rows)."""
+    plan = RunPlan.resolve(cfg_of(devices={"count": 4}))
+    engine = SimEngine(plan, EventLog(None))
+    data = engine.data
+    idx = np.array([[3, 1, 4], [1, 5, 9]], dtype=np.int64)
+    x, y = data.rows(idx)
+    assert x.shape == (2, 3, *data.shape) and y.shape == (2, 3)
+    for k in range(2):
+        batch = data.batch(0, idx[k], 3)
+        assert batch._x is None and batch.n == 3 and batch.own == 3 and batch.injected == 0
+        assert torch.equal(batch.y, y[k]) and torch.equal(batch.x, x[k])
+        assert torch.equal(batch.x, data.x_train[idx[k]]) and torch.equal(batch.y, data.y_train[idx[k]])
+    with pytest.raises(ValueError, match="SimData"):
+        type(batch)(3, None, None, idx[0], 0, 3, 0)

@@ -131,3 +131,22 @@ def test_large_separate_tensors_are_added_worker_by_worker() -> None:
     per_worker = [[torch.randn(n)] for _ in range(2)]
     assert _leading_block([ts[0] for ts in per_worker]) is None
     assert same_bits(reduce_all([AllReduce(ts, op="sum") for ts in per_worker])[0], loop_sum(per_worker)[0])
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(2, 40), SHAPES.filter(lambda s: torch.Size(s).numel() >= 2), st.integers(0, 7))
+def test_rows_of_a_flat_buffer_are_one_block(k: int, shape: tuple[int, ...], spare: int) -> None:
+    """Rows of a [K, ...] view of a larger flat buffer (the simulator's reused gradient memory) are one
+    block too, summed bit for bit in rank order; a row out of place ends the block."""
+    numel = torch.Size(shape).numel()
+    flat = torch.randn(k * numel + spare)
+    rows = list(flat[:k * numel].view(k, *shape).unbind(0))
+    block, n = _leading_block(rows)
+    assert n == k and block.data_ptr() == flat.data_ptr() and block.shape == (k, *shape)
+    per_worker = [[r] for r in rows]
+    assert same_bits(reduce_all([AllReduce(ts, op="sum") for ts in per_worker])[0], loop_sum(per_worker)[0])
+    if k > 2:
+        swapped = rows[:1] + rows[2:3] + rows[1:2] + rows[3:]
+        lead = _leading_block(swapped)
+        small = k * numel <= reduction.STACK_SMALL_ELEMENTS  # then a stacked copy, never a view of flat
+        assert (lead is not None) == small and (lead is None or lead[0].data_ptr() != flat.data_ptr())
