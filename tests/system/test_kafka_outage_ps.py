@@ -236,7 +236,10 @@ def test_a_ps_reader_that_stalls_is_reopened_at_its_position(bootstrap, run_pref
         deadline = time.monotonic() + 30
         while len(got) < 3 and time.monotonic() < deadline:
             got += [m.offset for m in rx.poll(0.05)]
-        assert got == [0, 1, 2] and rx.reopened == 1
+        # reopened for the pause (and, on a loaded machine, maybe once more for a poll slower than STALL_S:
+        # what matters is that each reopening resumed at the reader's position: every message once, in order)
+        assert got == [0, 1, 2] and rx.reopened >= 1
+        first = rx.reopened
         # a consumer that gets no answer while Kafka answers a new client (here: one that talks to a dead
         # address) is reopened too
         rx.consumer.close()
@@ -245,7 +248,7 @@ def test_a_ps_reader_that_stalls_is_reopened_at_its_position(bootstrap, run_pref
         deadline = time.monotonic() + 60
         while len(got) < 4 and time.monotonic() < deadline:
             got += [m.offset for m in rx.poll(0.05)]
-        assert got == [0, 1, 2, 3] and rx.reopened == 2
+        assert got == [0, 1, 2, 3] and rx.reopened > first
     finally:
         rx.close()
         tx.close()

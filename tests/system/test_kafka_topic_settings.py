@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -255,7 +256,15 @@ def test_cluster_defaults_are_three_replicas_two_in_sync(cluster, run_prefix, de
     for name, t in got.items():
         assert (t["replication_factor"], t["min.insync.replicas"]) == (3, "2"), name
         assert t["unclean.leader.election.enable"] == "false", name
-    md = admin_client(bs).list_topics(timeout=30)
+    # every partition on three brokers, in the metadata once it lists the new topics (a broker's metadata can
+    # lag the controller's by a moment on a loaded machine)
+    deadline = time.monotonic() + 60
+    while True:
+        md = admin_client(bs).list_topics(timeout=30)
+        if all(n in md.topics and md.topics[n].partitions for n in got) or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert set(got) <= set(md.topics)
     assert all(len(set(p.replicas)) == 3 for n in got for p in md.topics[n].partitions.values())
 
 
