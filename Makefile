@@ -12,12 +12,13 @@ PYTEST_ARGS ?=
 LOCK   := requirements.lock
 LOCK_ARGS ?=
 
-.PHONY: demo test test-py312 test-testbed bench bench-flower reproduce lint install jars lock clean help
+.PHONY: demo test test-py312 test-testbed test-images bench bench-flower reproduce lint install jars lock clean help
 
 help:
 	@echo "make demo   run the main job (managed Kafka broker + streaming + training demo)"
 	@echo "make test   run the whole test suite against a real local Kafka broker"
 	@echo "make test-testbed  the compose testbed on a real Docker Engine (installs it where missing; root)"
+	@echo "make test-images   the CPU, CUDA and Jetson images built and run (stand-in bases; long from nothing)"
 	@echo "make bench  run the benchmarks (figures go to docs/BENCHMARKS.md by hand)"
 	@echo "make bench-flower  the simulator beside Flower's simulation (Flower in its own venv, .venv-flower)"
 	@echo "make reproduce  the papers' claims, quick runs (REPRODUCE_ARGS= for the full ones) -> reproduce/"
@@ -93,13 +94,23 @@ test-py312: jars $(STAMP312)
 
 # The compose testbed on a real Docker Engine (tests/testbed/; `make test` does not collect it: pyproject's
 # norecursedirs). scripts/testbed/engine.sh installs and starts Docker Engine (Debian's docker.io) and the Compose v2
-# plugin (go install) where missing (root); the tests build the images (from stand-in bases of Debian packages where
-# no registry answers: scripts/testbed/bases.sh, kafka-image.sh; Docker's layer cache keeps them for the next run)
-# and bring the testbed up through testcontainers. TESTBED_ARGS: more pytest arguments (e.g. -k compose_up).
+# plugin (go install) where missing (root); the tests build the CPU image (on a stand-in base of Debian packages
+# where no registry answers: scripts/testbed/bases.sh, kafka-image.sh; Docker's layer cache keeps them for the next
+# run) and bring the testbed up through testcontainers. At the end, also on failure, the daemon engine.sh started is
+# stopped (TESTBED_KEEP_ENGINE=1 keeps it). CI runs it. `make test-images`: the CPU, CUDA and Jetson images built
+# and run (the CUDA and Jetson stand-in bases alone take 10-25 minutes from nothing; not in CI).
+# TESTBED_ARGS: more pytest arguments (e.g. -k cpu_profile).
 TESTBED_ARGS ?=
+TESTBED_KEEP_ENGINE ?=
 test-testbed: jars
 	scripts/testbed/engine.sh
-	$(VENV)/bin/pytest -p no:cacheprovider -s -v tests/testbed $(TESTBED_ARGS)
+	$(VENV)/bin/pytest -p no:cacheprovider -s -v tests/testbed/test_compose_up.py $(TESTBED_ARGS); rc=$$?; \
+	  [ -n "$(TESTBED_KEEP_ENGINE)" ] || scripts/testbed/engine.sh stop; exit $$rc
+
+test-images: jars
+	scripts/testbed/engine.sh
+	$(VENV)/bin/pytest -p no:cacheprovider -s -v tests/testbed/test_images.py $(TESTBED_ARGS); rc=$$?; \
+	  [ -n "$(TESTBED_KEEP_ENGINE)" ] || scripts/testbed/engine.sh stop; exit $$rc
 
 bench: jars
 	$(PY) benchmarks/run_all.py

@@ -8,8 +8,9 @@
 #   - no daemon answering: dockerd started in the background (no systemd here), log in $DOCKERD_LOG
 #   - no `docker compose`: the Compose v2 Go module built with `go install` (Go from apt when missing)
 #     into /usr/local/lib/docker/cli-plugins/docker-compose
-# The daemon it started keeps running (images and the build cache stay for the next run); stop it with
-#   kill "$(cat /var/run/edgestream-dockerd.pid)"
+# The daemon it started keeps running until `engine.sh stop` (what `make test-testbed` runs at its end, also on
+# failure, unless TESTBED_KEEP_ENGINE=1): that stops only a daemon this script started (its pid file), never one
+# that was running before; images and the build cache stay on disk for the next run either way.
 set -euo pipefail
 
 COMPOSE_VERSION=${COMPOSE_VERSION:-v2.29.7}
@@ -21,6 +22,20 @@ BIP=${TESTBED_BIP:-10.214.0.1/24}
 POOL=${TESTBED_POOL:-10.214.128.0/17}
 
 say() { echo "engine.sh: $*" >&2; }
+
+if [ "${1:-}" = stop ]; then
+    pid=$(cat "$DOCKERD_PID" 2>/dev/null || true)
+    if [ -n "$pid" ] && [ "$(cat /proc/"$pid"/comm 2>/dev/null)" = dockerd ]; then
+        kill -TERM "$pid"
+        for _ in $(seq 120); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+        if kill -0 "$pid" 2>/dev/null; then say "dockerd $pid still up after 60 s: SIGKILL"; kill -KILL "$pid"; fi
+        say "stopped the dockerd it started (pid $pid)"
+    else
+        say "no dockerd of its own to stop"
+    fi
+    rm -f "$DOCKERD_PID"
+    exit 0
+fi
 apt_install() {
     [ "$(id -u)" = 0 ] || { say "installing $* needs root"; exit 1; }
     export DEBIAN_FRONTEND=noninteractive

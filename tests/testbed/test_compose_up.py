@@ -284,11 +284,9 @@ def test_a_broken_compose_file_fails_with_the_containers_log_line(tmp_path, imag
 
 
 def test_engine_script_is_idempotent():
-    """A second run of scripts/testbed/engine.sh with the engine up changes nothing and is fast; the daemon's
+    """A second run of scripts/testbed/engine.sh with the engine up installs and builds nothing; the daemon's
     bridge and address pools are inside the testbed's range."""
-    t0 = time.monotonic()
     res = sh("bash", "scripts/testbed/engine.sh", timeout=120)
-    assert time.monotonic() - t0 < 30, res.stderr
     assert "ready" in res.stderr and "installing" not in res.stderr and "building" not in res.stderr, res.stderr
     daemon = json.loads(Path("/etc/docker/daemon.json").read_text())
     assert daemon["bip"].startswith("10.214.") and all(p["base"].startswith("10.214.")

@@ -6,7 +6,7 @@ printed (`IMAGE ...` lines) and, with TESTBED_IMAGES_REPORT=path, written there 
 
 The CUDA and Jetson images always build on the stand-ins (the real bases are many GB and need NVIDIA's runtime); the
 CPU image on python:3.11.11-slim-bookworm where a registry gives it, else on the stand-in (as test_compose_up.py does:
-same tag and build arguments, one layer cache). Run by `make test-testbed` (scripts/testbed/engine.sh first: it installs and starts the engine where missing).
+same tag and build arguments, one layer cache). Run by `make test-images` (scripts/testbed/engine.sh first: it installs and starts the engine where missing).
 TORCH_INDEX_URL: the CPU image's torch index; default the Dockerfile's own (PyTorch's CPU wheel index) when it answers,
 else PyPI (its Linux torch is the CUDA build: the image then carries CUDA libraries and the test says so).
 """
