@@ -57,8 +57,8 @@ demo: jars
 	$(VENV)/bin/edgestream demo
 
 # The suite (tests/unit, tests/kafka, tests/system: README.md, "Tests") runs on TEST_WORKERS pytest-xdist workers
-# (3 on this 2-core box: many tests mostly wait on brokers and processes): one managed broker serves them all (tests/conftest.py) and the files that mostly wait
-# (broker outages, cut-off leaders) start first. conftest marks the tests that should not meet with xdist_group (the
+# (3 on this 2-core box: many tests mostly wait on brokers and processes): one managed broker serves them all
+# (tests/conftest.py) and the files that mostly wait (broker outages, cut-off leaders) start first. conftest marks the tests that should not meet with xdist_group (the
 # session's 3-node cluster, the network-namespace hosts, a file's module fixture): loadgroup keeps each group on one
 # worker (xdist 3.8 writes the group where pytest < 9 reads an item's id; conftest writes it where pytest 9 does).
 # On 2 cores 3 workers take 19-20 min instead of 23 on 2 (the two timing-bound tests a third worker tripped -- a
@@ -103,15 +103,14 @@ test-py312: jars $(STAMP312)
 # TESTBED_ARGS: more pytest arguments (e.g. -k cpu_profile).
 TESTBED_ARGS ?=
 TESTBED_KEEP_ENGINE ?=
+# $(call on_engine,TEST_FILE): the engine up, the tests, then the daemon engine.sh started stopped, whatever failed
+on_engine = scripts/testbed/engine.sh && $(VENV)/bin/pytest -p no:cacheprovider -s -v $(1) $(TESTBED_ARGS); rc=$$?; \
+	[ -n "$(TESTBED_KEEP_ENGINE)" ] || scripts/testbed/engine.sh stop; exit $$rc
 test-testbed: jars
-	scripts/testbed/engine.sh
-	$(VENV)/bin/pytest -p no:cacheprovider -s -v tests/testbed/test_compose_up.py $(TESTBED_ARGS); rc=$$?; \
-	  [ -n "$(TESTBED_KEEP_ENGINE)" ] || scripts/testbed/engine.sh stop; exit $$rc
+	$(call on_engine,tests/testbed/test_compose_up.py)
 
 test-images: jars
-	scripts/testbed/engine.sh
-	$(VENV)/bin/pytest -p no:cacheprovider -s -v tests/testbed/test_images.py $(TESTBED_ARGS); rc=$$?; \
-	  [ -n "$(TESTBED_KEEP_ENGINE)" ] || scripts/testbed/engine.sh stop; exit $$rc
+	$(call on_engine,tests/testbed/test_images.py)
 
 bench: jars
 	$(PY) benchmarks/run_all.py

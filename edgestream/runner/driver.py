@@ -134,9 +134,6 @@ def drive(rank: int, program: Generator[Any, Any, Any], performer: Performer,
     meters = meters if meters is not None else {}
     meter = meters.setdefault(rank, StepMeter())
     now, perform = performer.now, performer.perform
-    # the performer's own dispatch (Performer.perform: one do_<kind> method per kind) looked up here directly;
-    # a performer with a perform of its own (the lockstep host) is always asked through it
-    methods = performer._methods if getattr(perform, "__func__", None) is Performer.perform else {}
     timed_of, log_type, generator_type = TIMED.get, Log, GeneratorType
     send: Any = None
     perf = time.perf_counter
@@ -148,28 +145,22 @@ def drive(rank: int, program: Generator[Any, Any, Any], performer: Performer,
     # this loop runs once per request of every worker (the simulator: ~6 per device-step), so it keeps
     # to plain local lookups; the profile is added to when the worker waits and when it ends
     while True:
-        if profiled:
-            t_alg = perf()
-            try:
-                req = program.send(send)
-            except StopIteration as stop:
+        t_alg = perf() if profiled else 0.0
+        try:
+            req = program.send(send)
+        except StopIteration as stop:
+            if profiled:
                 profile["algorithm"] += alg_s + perf() - t_alg
                 profile["requests"] += requests
-                return stop.value
+            return stop.value
+        if profiled:
             alg_s += perf() - t_alg
             requests += 1
-        else:
-            try:
-                req = program.send(send)
-            except StopIteration as stop:
-                return stop.value
         if on_request is not None:
             on_request(rank, req)
-        kind = type(req)
-        timed = timed_of(kind)
+        timed = timed_of(type(req))
         t0 = now(rank) if timed is not None else 0.0
-        method = methods.get(kind)
-        out = method(rank, req) if method is not None else perform(rank, req)
+        out = perform(rank, req)
         if type(out) is generator_type:
             if profiled:
                 profile["algorithm"] += alg_s

@@ -55,6 +55,7 @@ targets [b] / [b, K] with the mean squared error; `Task.per_sample_loss` gives t
 from __future__ import annotations
 
 import copy
+import math
 import time
 from collections.abc import Callable
 from typing import Any
@@ -100,9 +101,7 @@ class GradBuffers:
 
     def take(self, name: str, shape: tuple[int, ...], dtype: torch.dtype) -> Tensor:
         """An uninitialised tensor of `shape` and `dtype` that nothing else holds."""
-        numel = 1
-        for n in shape:
-            numel *= int(n)
+        numel = math.prod(shape)
         kept = self._kept.setdefault(name, [])
         # the smallest free buffer that fits, and not one of more than twice the size (a small pass holding a
         # large pass's buffer would make the next large pass allocate one more)
@@ -120,15 +119,6 @@ class GradBuffers:
             kept.append(fresh)
             self._bytes += size
         return fresh.view(shape)
-
-
-class _Given:
-    """A batch posted as tensors (`BatchedCompute.post`)."""
-
-    __slots__ = ("n", "x", "y")
-
-    def __init__(self, n: int, x: Tensor, y: Tensor) -> None:
-        self.n, self.x, self.y = n, x, y
 
 
 class DenseStack:
@@ -260,7 +250,7 @@ class LinearHooks:
 class BatchedCompute:
     """Serves the `Compute` requests of the simulated workers on `replicas` in passes (module doc).
 
-    post(rank, x, y) when a worker's compute starts; result(rank) when its virtual time ends.
+    post(rank, batch) when a worker's compute starts; result(rank) when its virtual time ends.
     `passes` / `served` count the passes and the device computes they served.
     """
 
@@ -279,12 +269,9 @@ class BatchedCompute:
         self._hooks_checked = False
 
     # ------------------------------------------------------------------ requests
-    def post(self, rank: int, x: Tensor, y: Tensor) -> None:
-        """Worker `rank` started computing on (x, y)."""
-        self.pending[rank] = _Given(int(y.shape[0]), x, y)
-
-    def post_batch(self, rank: int, batch: Any) -> None:
-        """Worker `rank` started computing on `batch` (a `SimBatch`: its rows are gathered with the pass's)."""
+    def post(self, rank: int, batch: Any) -> None:
+        """Worker `rank` started computing on `batch` (its size `n`, inputs `x`, targets `y`; a `SimBatch`'s
+        rows are gathered with the pass's, from its `data` and `indices`)."""
         self.pending[rank] = batch
 
     def result(self, rank: int) -> ComputeResult:

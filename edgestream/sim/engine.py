@@ -360,7 +360,7 @@ class SimEngine(SimComm, Performer):
         self.stats.device_steps += 1
         batcher = self.batcher
         if batcher is not None:
-            batcher.post_batch(rank, batch)
+            batcher.post(rank, batch)
             yield self.env.timeout(dt)
             result = batcher.result(rank)
         else:

@@ -8,6 +8,7 @@ devices, explicit compute times, a few steps.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -242,8 +243,8 @@ def test_a_pass_serves_only_devices_whose_model_is_settled():
     x, y = torch.randn(2, 6, *shape), torch.randint(0, classes, (2, 6))
     update = [torch.randn_like(p) for p in rep.params[0]]
     rep.apply(0, update, 0.1)                   # worker 0 applied; the shared replica waits for worker 1
-    batcher.post(0, x[0], y[0])
-    batcher.post(1, x[1], y[1])
+    batcher.post(0, SimpleNamespace(n=6, x=x[0], y=y[0]))
+    batcher.post(1, SimpleNamespace(n=6, x=x[1], y=y[1]))
     got1 = batcher.result(1)                    # worker 1's compute ends first: worker 0 is not settled
     assert set(batcher.pending) == {0} and batcher.passes == 1
     rep.apply(1, update, 0.1)                   # now the replica steps
@@ -268,7 +269,7 @@ def test_padding_buckets_and_independent_results(path):
     sizes = [5, 6, 3, 40]  # buckets {3}, {5, 6} padded to 6, {40}
     data = [(torch.randn(n, 1, 8, 8), torch.randint(0, 10, (n,))) for n in sizes]
     for r, (x, y) in enumerate(data):
-        batcher.post(r, x, y)
+        batcher.post(r, SimpleNamespace(n=len(y), x=x, y=y))
     results = [batcher.result(0)]
     assert set(batcher.ready) == {1, 2, 3} and not batcher.pending  # one call served every device
     results += [batcher.result(r) for r in range(1, 4)]

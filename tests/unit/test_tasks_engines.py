@@ -14,6 +14,7 @@ import math
 import re
 import textwrap
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -378,7 +379,7 @@ def test_a_user_class_of_linear_layers_takes_the_one_pass_path(on_path, monkeypa
                        task=REGRESSION)
         batcher = BatchedCompute(rep)
         for r in range(3):
-            batcher.post(r, x[r], y[r])
+            batcher.post(r, SimpleNamespace(n=8, x=x[r], y=y[r]))
         got = [batcher.result(r) for r in range(3)]
         assert (batcher.hooks is not None) == kept
         for r in range(3):
