@@ -280,9 +280,12 @@ class KafkaStreamDataset(BlockTakes, IterableDataset):
         """The batch handed out: the own decoded rows `own`, the samples peers injected since the last batch
         on top; `next_offset` acknowledges it. `labels`: the own rows' targets as a tensor already (a block's
         view), used when no injected rows join them."""
-        injected, inj_next = self.channel.receive() if self.channel else ([], None)
-        inj, bad_inj = (self._decode(injected, self._inj_rule, self.channel.reader.topic) if injected
-                        else (None, 0))
+        channel = self.channel
+        inj, inj_next, bad_inj = None, None, 0
+        if channel is not None:
+            injected, inj_next = channel.receive()
+            if injected:
+                inj, bad_inj = self._decode(injected, self._inj_rule, channel.reader.topic)
         parts = own + [inj] if inj is not None else own
         if len(parts) == 1:
             p = parts[0]

@@ -385,6 +385,8 @@ class PartitionReader:
             if offset <= self.committed:
                 return
             self.committed = offset
+            if not wait and self._timer is not None:  # the pending timer sends it (a batch's ack: one lock)
+                return
         if wait:
             tp = [TopicPartition(self.topic, self.partition, offset)]
             self.calls(lambda t: self.consumer.commit(offsets=tp, asynchronous=False),
