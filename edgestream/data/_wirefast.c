@@ -202,6 +202,32 @@ static inline void affine_row(const uint8_t *p, float *d, Py_ssize_t plane, floa
         d[j] = (float)p[j] * sc + bc;
 }
 
+/* a raw sample's payload copied into the batch; stream: with non-temporal stores, which skip reading the
+ * destination's lines into the cache first (a large batch -- a block bound for a GPU copy -- is not read back
+ * by this core soon) */
+static inline void copy_row(uint8_t *d, const uint8_t *p, Py_ssize_t n, int stream) {
+#if defined(__SSE2__)
+    if (stream && n >= 64) {
+        Py_ssize_t head = (Py_ssize_t)((16 - ((uintptr_t)d & 15)) & 15);
+        memcpy(d, p, (size_t)head);
+        d += head;
+        p += head;
+        n -= head;
+        for (; n >= 64; n -= 64, d += 64, p += 64) {
+            __m128i a = _mm_loadu_si128((const __m128i *)p), b = _mm_loadu_si128((const __m128i *)(p + 16));
+            __m128i c = _mm_loadu_si128((const __m128i *)(p + 32)), e = _mm_loadu_si128((const __m128i *)(p + 48));
+            _mm_stream_si128((__m128i *)d, a);
+            _mm_stream_si128((__m128i *)(d + 16), b);
+            _mm_stream_si128((__m128i *)(d + 32), c);
+            _mm_stream_si128((__m128i *)(d + 48), e);
+        }
+    }
+#else
+    (void)stream;
+#endif
+    memcpy(d, p, (size_t)n);
+}
+
 static PyObject *gather(PyObject *self, PyObject *args) {
     PyObject *values, *scale_obj, *bias_obj, *out_obj, *tgt_obj, *lab_obj, *dev_obj, *seq_obj, *t_obj;
     const char *ref;
@@ -295,7 +321,7 @@ static PyObject *gather(PyObject *self, PyObject *args) {
                 if (tbytes)
                     memcpy((uint8_t *)bufs[7].buf + i * tbytes, p + payload, (size_t)tbytes);
                 if (!affine) {
-                    memcpy((uint8_t *)bufs[2].buf + i * payload, p, (size_t)payload);
+                    copy_row((uint8_t *)bufs[2].buf + i * payload, p, payload, stream);
                     continue;
                 }
                 float *dst = (float *)bufs[2].buf + i * payload;

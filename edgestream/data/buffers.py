@@ -33,12 +33,15 @@ SLOTS = 4
 
 
 class _Slot:
-    __slots__ = ("arr", "event", "pending", "pinned")
+    __slots__ = ("arr", "event", "pending", "pinned", "start", "end")
 
     def __init__(self, arr: np.ndarray, pinned: torch.Tensor | None) -> None:
         # pinned: the page-locked tensor that owns arr's memory (kept alive with it); event: recorded after
-        # its last copy (one per slot, re-recorded), pending until that copy is done
+        # its last copy (one per slot, re-recorded), pending until that copy is done; [start, end): its
+        # addresses (`copied` finds a copy's slot by them: read once, not through arr.ctypes each time)
         self.arr, self.pinned, self.event, self.pending = arr, pinned, None, False
+        self.start = arr.__array_interface__["data"][0]
+        self.end = self.start + max(1, arr.nbytes)
 
 
 def _refs(arr: np.ndarray) -> int:
@@ -136,8 +139,7 @@ class BatchBuffers:
             return
         ptr = x.data_ptr()
         for slot in self.slots:
-            start = slot.arr.ctypes.data
-            if start <= ptr < start + max(1, slot.arr.nbytes):
+            if slot.start <= ptr < slot.end:
                 if slot.event is None:
                     slot.event = torch.cuda.Event()
                 slot.event.record()

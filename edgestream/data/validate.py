@@ -211,7 +211,7 @@ def _gathered(values: list, spec: SampleSpec, devices: DeviceRule, affine: Affin
     seqs, times = np.empty(n, np.uint64), np.empty(n, np.float64)
     lo, hi = devices.bounds
     lab_lo, lab_hi = spec.label_bounds
-    stream = fused and xa.nbytes >= STREAM_MIN_BYTES
+    stream = xa.nbytes >= STREAM_MIN_BYTES  # a large batch: written with non-temporal stores
     if wire._wirefast.gather(values, spec.prefix, spec.length, spec.target_bytes, plane, scale, bias, xa, raw,
                              labels, devs, seqs, times, lab_lo, lab_hi, lo, hi, stream) >= 0:
         return None, None  # which values and why: the caller asks each one

@@ -155,19 +155,22 @@ def test_device_decode_equals_the_host_decode_bit_for_bit(dtype, shape, classes,
 
 
 def test_the_streamed_c_pass_writes_the_same_bits_at_every_alignment():
-    # non-temporal stores start at a 16-byte boundary: rows and channels of every length and offset
+    # non-temporal stores start at a 16-byte boundary: rows and channels of every length and offset, normalised
+    # while copied (an Affine) or copied raw (none; into a fresh array, or the device path's reused buffer)
     rng = np.random.default_rng(7)
-    for shape in [(3, 32, 32), (3, 5, 7), (1, 1, 17), (2, 9), (33,), (4, 1, 3)]:
-        for aff in (Affine(), _affine("per-channel", shape, rng)):
+    for shape in [(3, 32, 32), (3, 5, 7), (1, 1, 17), (2, 9), (33,), (4, 1, 3), (5, 13), (1, 64), (130,)]:
+        for aff in (None, Affine(), _affine("per-channel", shape, rng)):
             serde = SampleSerde(SampleSpec(np.uint8, shape, 10), aff)
             xs = _rows(rng, np.uint8, shape, 37)
             values = [serde.encode(xs[i], i % 10, 0, i, 0.0) for i in range(37)]
-            with mock.patch.object(validate, "STREAM_MIN_BYTES", 0):
-                streamed, _ = serde.decode(values, DeviceRule(0, 1))
-            with mock.patch.object(validate, "STREAM_MIN_BYTES", 1 << 62):
-                cached, _ = serde.decode(values, DeviceRule(0, 1))
-            np.testing.assert_array_equal(_bits(streamed.x), _bits(cached.x))
-            np.testing.assert_array_equal(_bits(streamed.x), _bits(decode_normalized(values, aff)[0]))
+            for device in (None, "cpu") if aff is None else (None,):
+                with mock.patch.object(validate, "STREAM_MIN_BYTES", 0):
+                    streamed, _ = serde.decode(values, DeviceRule(0, 1), device=device)
+                with mock.patch.object(validate, "STREAM_MIN_BYTES", 1 << 62):
+                    cached, _ = serde.decode(values, DeviceRule(0, 1), device=device)
+                want = decode_normalized(values, aff)[0] if aff is not None else xs
+                np.testing.assert_array_equal(_bits(streamed.x), _bits(cached.x))
+                np.testing.assert_array_equal(_bits(streamed.x), _bits(want))
 
 
 class _Spy(TorchFunctionMode):
