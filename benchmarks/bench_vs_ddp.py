@@ -567,14 +567,14 @@ def profiled_trainer(out: str, argv: list[str]) -> None:
     from edgestream.runner.session import WorkerSession
     from edgestream.trainer.performer import TrainerPerformer
 
-    run_blocking, compute = WorkerSession.run_blocking, TrainerPerformer._compute
+    run_blocking, compute = WorkerSession.run_blocking, TrainerPerformer.do_compute
     timings: list[tuple[float, float]] = []
     prof = cProfile.Profile(time.thread_time)  # CPU time of the main thread: what load on the machine does not change
 
-    def timed_compute(self: TrainerPerformer, req: object) -> object:
+    def timed_compute(self: TrainerPerformer, rank: int, req: object) -> object:
         t0, c0 = time.perf_counter(), time.thread_time()
         try:
-            return compute(self, req)
+            return compute(self, rank, req)
         finally:
             timings.append((time.perf_counter() - t0, time.thread_time() - c0))
             if len(timings) % 10 == 0:  # the bench kills the trainers: write as we go
@@ -590,7 +590,7 @@ def profiled_trainer(out: str, argv: list[str]) -> None:
             prof.disable()
 
     WorkerSession.run_blocking = profiled  # type: ignore[method-assign]
-    TrainerPerformer._compute = timed_compute  # type: ignore[method-assign]
+    TrainerPerformer.do_compute = timed_compute  # type: ignore[method-assign]
     cli_main(argv)
 
 
