@@ -40,11 +40,12 @@ from edgestream.data.wire import HEADER_DTYPE, HEADER_SIZE, MAGIC, VERSION, Affi
 SPEC_REASONS = ("dtype_mismatch", "shape_mismatch", "target_mismatch", "bad_label", "bad_target", "device_mismatch",
                 "decode_error")
 
-#: float32 batches from this size on are written with non-temporal stores by the C pass (x86): a batch
-#: that does not fit a core's L2 is mostly evicted before the model reads it anyway, and skipping the
-#: cache halves the conversion's memory traffic (the values are the same). Measured on a 2-core VM
-#: (512 KiB L2 a core), 3x32x32 batches, side by side: 64 samples (768 KiB) 0.47 -> 0.53 of a raw
-#: poll, 256 samples 0.53 -> 0.65 (benchmarks/bench_consumer_decode.py)
+#: batches from this size on (float32, or raw: a block bound for a GPU copy) are written with non-temporal
+#: stores by the C pass (x86): a batch that does not fit a core's L2 is mostly evicted before the model (or
+#: the DMA engine) reads it anyway, and skipping the cache halves the write's memory traffic (the values are
+#: the same). Measured on a 2-core VM (512 KiB L2 a core), 3x32x32 batches, side by side: float32, 64
+#: samples (768 KiB) 0.47 -> 0.53 of a raw poll, 256 samples 0.53 -> 0.65 (benchmarks/bench_consumer_decode.py);
+#: raw uint8 blocks of 1,344 samples: 41 -> 20-25 us a 64-sample batch
 STREAM_MIN_BYTES = 256 << 10
 
 #: one decoded batch: (x, targets: int64 [B] class indices or float32 [B, *target_shape], source devices
