@@ -19,7 +19,8 @@
 #
 # Cached: an image is skipped when its tag exists with the same recipe hash (label edgestream.recipe: this
 # script, the suite, the mirror, the architecture, the torch pins, the host CAs). Installs debootstrap,
-# qemu-user-static, binfmt-support from apt when missing (root). Needs a Docker daemon that answers.
+# qemu-user from apt when missing or older than QEMU_MIN (bookworm's 7.2 cannot run torch aarch64: from
+# bookworm-backports there; root). Needs a Docker daemon that answers.
 #   scripts/testbed/bases.sh [python|cuda|jetson|all]...   (default: all); prints `NAME=TAG` per image on stdout
 #   BASES_FORCE=1 rebuilds even when the hash matches.
 set -euo pipefail
@@ -50,11 +51,53 @@ need() {  # need CMD PACKAGE...: install PACKAGE from apt when CMD is missing
     DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "$@" >/dev/null 2>&1 \
         || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "$@" >/dev/null; }
 }
-arm64_binfmt() {  # qemu-user binfmt for aarch64, with the F flag (the interpreter works inside chroots and containers)
-    need qemu-aarch64-static qemu-user-static binfmt-support
+#: the oldest qemu-user that runs torch aarch64: 7.2 (bookworm's) crashes in `import torch` (oneDNN's xbyak_aarch64
+#: probing the CPU: `qemu: uncaught target signal 11`); 10.0 (bookworm-backports, trixie) imports it and trains
+QEMU_MIN=${BASES_QEMU_MIN:-10}
+qemu_bin() { command -v qemu-aarch64 || command -v qemu-aarch64-static || true; }
+qemu_major() {  # the major version of a qemu-aarch64 binary ($1, default the one on PATH); 0 when none
+    local q=${1:-$(qemu_bin)}
+    [ -n "$q" ] && [ -x "$q" ] || { echo 0; return; }
+    "$q" --version 2>/dev/null | sed -n 's/.*version \([0-9][0-9]*\)\..*/\1/p' | head -1 | grep . || echo 0
+}
+candidate_major() {  # the major version apt would install of package $1 (0: none)
+    apt-cache policy "$1" 2>/dev/null | sed -n 's/^ *Candidate: \([0-9]*:\)\{0,1\}\([0-9][0-9]*\)\..*/\2/p' | grep . || echo 0
+}
+new_qemu() {  # qemu-user >= QEMU_MIN from apt: the suite's own, else its backports (bookworm: bookworm-backports)
+    local codename target=() list=/etc/apt/sources.list.d/edgestream-backports.list
+    [ "$(id -u)" = 0 ] || { say "qemu-user >= $QEMU_MIN is needed (found $(qemu_major)); installing it needs root"; exit 1; }
+    codename=$(. /etc/os-release 2>/dev/null && echo "${VERSION_CODENAME:-}")
+    say "qemu-user $(qemu_major | sed "s/^0$/(none)/") cannot run torch aarch64: installing qemu-user >= $QEMU_MIN from apt"
+    apt-get update -qq || true
+    if [ "$(candidate_major qemu-user)" -lt "$QEMU_MIN" ] && [ -n "$codename" ]; then
+        say "adding ${codename}-backports ($MIRROR) in $list"
+        echo "deb $MIRROR ${codename}-backports main" > "$list"
+        apt-get update -qq
+        target=(-t "${codename}-backports")
+    fi
+    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${target[@]}" qemu-user qemu-user-binfmt \
+        >/dev/null || { say "apt could not install qemu-user ${target[*]}"; exit 1; }
+    [ "$(qemu_major)" -ge "$QEMU_MIN" ] || { say "apt gave qemu-user $(qemu_major); torch aarch64 needs >= $QEMU_MIN"; exit 1; }
+}
+arm64_binfmt() {  # qemu-user (>= QEMU_MIN) binfmt for aarch64, with the F flag (it works inside chroots and containers)
+    local entry=/proc/sys/fs/binfmt_misc/qemu-aarch64 conf interp
+    [ "$(qemu_major)" -ge "$QEMU_MIN" ] || new_qemu
     [ -e /proc/sys/fs/binfmt_misc/status ] || mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc
-    [ -e /proc/sys/fs/binfmt_misc/qemu-aarch64 ] || update-binfmts --enable qemu-aarch64
-    grep -q '^enabled' /proc/sys/fs/binfmt_misc/qemu-aarch64 || { say "qemu-aarch64 binfmt is not enabled"; exit 1; }
+    conf=$(ls /usr/lib/binfmt.d/qemu-aarch64.conf /usr/share/qemu/binfmt.d/qemu-aarch64.conf 2>/dev/null | head -1 || true)
+    if [ -n "$conf" ]; then  # qemu-user >= 9 ships systemd-binfmt's line (flags OPF): written to the kernel here
+        interp=$(cut -d: -f7 "$conf")
+        # another interpreter's entry (an older qemu's: with F its binary stays open even after an upgrade) goes
+        if [ -e "$entry" ] && ! grep -qx "interpreter $interp" "$entry"; then echo -1 > "$entry"; fi
+        [ -e "$entry" ] || cat "$conf" > /proc/sys/fs/binfmt_misc/register
+    else  # qemu-user-static < 9: binfmt-support's registration
+        need update-binfmts binfmt-support
+        [ -e "$entry" ] || update-binfmts --enable qemu-aarch64
+    fi
+    grep -q '^enabled' "$entry" || { say "qemu-aarch64 binfmt is not enabled"; exit 1; }
+    grep -q '^flags:.*F' "$entry" || { say "the qemu-aarch64 binfmt lacks the F flag (containers need it): $(grep flags "$entry")"; exit 1; }
+    interp=$(sed -n 's/^interpreter //p' "$entry")
+    [ "$(qemu_major "$(readlink -f "$interp")")" -ge "$QEMU_MIN" ] \
+        || { say "the qemu-aarch64 binfmt runs $interp, qemu $(qemu_major "$(readlink -f "$interp")") < $QEMU_MIN"; exit 1; }
 }
 torch_pins() {  # the lock's lines for torch and what it pulls in (the rest of the lock does not touch a base)
     [ -f "$LOCK" ] || return 0
