@@ -80,6 +80,15 @@ class WorkerSession:
                 for hook in hooks:
                     hook(self)
 
+        stop = self.stop
+        if (self.plan.algorithm.family == "collective" and stop.max_steps is not None
+                and self.ctx.step >= stop.max_steps):
+            # resumed from the run's last checkpoint (killed after its final step, before its end): nothing is
+            # left to train. Every rank of a collective run resumes from one step, so all end here alike; a PS
+            # worker still runs, since its coordinator waits for the worker's stop
+            stop.should_stop(self.ctx.step, self.performer.now(self.rank))
+            self.finished = True
+            return None
         program = self.plan.algorithm.worker(self.ctx)
         out = yield from drive(self.rank, program, self.performer, self.sink, self.meters,
                                on_request=before if (hooks or on_request is not None) else None, profile=profile)

@@ -98,3 +98,40 @@ def test_stop_rule_and_evaluation_schedule():
     assert [(r["time"], r["step"]) for r in log.records] == [(0.0, 7), (2.0, 7), (4.0, 7), (5.0, 8)]
     with pytest.raises(ValueError):
         Evaluation(lambda: (0.0, 0.0), log, target, every_s=0)
+
+
+class _Refuses:
+    """A performer that records the requests it is asked for and performs none (the test's stand-in engine)."""
+
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+
+    def now(self, rank: int) -> float:
+        return 0.0
+
+    def perform(self, rank: int, request: object) -> object:
+        self.asked.append(type(request).__name__)
+        raise LookupError("performed")
+
+
+@pytest.mark.parametrize(("name", "params"), [("ddl", {}), ("scadles", {}), ("local-sgd", {"tau": 2})])
+def test_a_run_resumed_at_its_last_step_trains_nothing(name: str, params: dict) -> None:
+    """A real run killed after its final checkpoint (step = max_steps) and resumed ends at once with reason
+    max_steps (it trained one step past the budget before); one checkpoint earlier, it takes a batch."""
+    from edgestream.runner.plan import RunPlan
+    from edgestream.runner.session import WorkerSession
+
+    plan = RunPlan.resolve(validate_dict({"devices": {"count": 2}, "algorithm": {"name": name, "params": params},
+                                          "stop": {"max_steps": MAX_STEPS}}))
+    for at, asked in ((MAX_STEPS, []), (MAX_STEPS + 3, []), (MAX_STEPS - 1, ["TakeBatch"])):
+        performer = _Refuses()
+        session = WorkerSession(plan, 1, performer, stop=plan.stop_rule(), events=None)
+        session.resume(at, {})
+        if asked:
+            with pytest.raises(LookupError):
+                session.run_blocking()
+            assert session.stop.reason is None and not session.finished
+        else:
+            assert session.run_blocking() is None
+            assert session.stop.reason == "max_steps" and session.finished and session.ctx.step == at
+        assert performer.asked == asked, (at, performer.asked)
