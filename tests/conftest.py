@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import functools
 import inspect
+import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -81,8 +83,43 @@ def pytest_configure(config):
 def pytest_unconfigure(config):
     broker = getattr(config, "_edgestream_shared_broker", None)
     if broker is not None:
+        proc = getattr(broker, "_proc", None)
+        if os.environ.get(TEST_CPU) and proc is not None:  # the shared broker's CPU: no test's own
+            _cpu_line({"test": "(the shared broker)", "cpu_s": _proc_cpu_s(proc.pid), "wall_s": None})
         broker.stop()
         os.environ.pop(SHARED_BOOTSTRAP, None)
+
+
+# EDGESTREAM_TEST_CPU=FILE: one JSON line per test appended to FILE -- the CPU seconds of its process tree (this
+# worker's and the children it reaped during the test: trainers, CLI runs, brokers of its own), its wall seconds,
+# the worker -- and one for the shared broker at the end: where the suite's CPU goes (issue 34, item 4), e.g.
+#   EDGESTREAM_TEST_CPU=/tmp/cpu.jsonl make test; python scripts/test_cpu.py /tmp/cpu.jsonl
+TEST_CPU = "EDGESTREAM_TEST_CPU"
+
+
+def _cpu_line(entry: dict) -> None:
+    with open(os.environ[TEST_CPU], "a") as f:  # one short write per line: workers append to one file
+        f.write(json.dumps({**entry, "worker": os.environ.get("PYTEST_XDIST_WORKER", "")}) + "\n")
+
+
+def _proc_cpu_s(pid: int) -> float | None:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return round((int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"), 2)  # utime + stime
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    if not os.environ.get(TEST_CPU):
+        yield
+        return
+    t0, w0 = os.times(), time.monotonic()
+    yield
+    t1 = os.times()
+    cpu = sum(getattr(t1, k) - getattr(t0, k) for k in ("user", "system", "children_user", "children_system"))
+    _cpu_line({"test": item.nodeid, "cpu_s": round(cpu, 3), "wall_s": round(time.monotonic() - w0, 3)})
 
 
 # Tests that must not run beside each other on different workers share an xdist group (`--dist loadgroup`
