@@ -9,6 +9,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -133,14 +134,28 @@ def test_topics_list_and_delete_three_runs(bootstrap, run_prefix, tmp_path):
     def mine(names) -> set[str]:
         return {n for n in names if n.startswith(run_prefix) or n in others}
 
-    before_topics, before_groups = mine(list_topics(bootstrap)), mine(groups_on(bootstrap))
+    def now_on_broker() -> tuple[set[str], set[str]]:
+        return mine(list_topics(bootstrap)), mine(groups_on(bootstrap))
+
+    # settled first: A's stopped trainers may still be leaving (or committing) as the broker is read, under load
+    before_topics, before_groups = now_on_broker()
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        time.sleep(1.0)
+        again = now_on_broker()
+        if again == (before_topics, before_groups):
+            break
+        before_topics, before_groups = again
     ours = {r: left(bootstrap, r) for r in (ra, rb, rc)}
     dry = topics(bootstrap, "delete", "--run", ra, "--run", ids[b], "--run", rc)  # a run id names its run too
     assert dry.returncode == 0, dry.stderr
     assert [line.split()[3].rstrip(":") for line in dry.stdout.splitlines() if line.startswith("would delete")] == \
         [ra, rb, rc]
     assert "dry run: nothing deleted" in dry.stdout
-    assert (mine(list_topics(bootstrap)), mine(groups_on(bootstrap))) == (before_topics, before_groups)
+    after_topics, after_groups = now_on_broker()
+    assert (after_topics, after_groups) == (before_topics, before_groups), \
+        ("topics gone, new:", before_topics - after_topics, after_topics - before_topics,
+         "groups gone, new:", before_groups - after_groups, after_groups - before_groups)
 
     done = topics(bootstrap, "delete", "--run", ra, "--run", rb, "--run", rc, "--yes")
     assert done.returncode == 0, done.stdout + done.stderr
