@@ -99,7 +99,7 @@ test-py312: jars $(STAMP312)
 # where no registry answers: scripts/testbed/bases.sh, kafka-image.sh; Docker's layer cache keeps them for the next
 # run) and bring the testbed up through testcontainers. At the end, also on failure, the daemon engine.sh started is
 # stopped (TESTBED_KEEP_ENGINE=1 keeps it). CI runs it. `make test-images`: the CPU, CUDA and Jetson images built
-# and run (the CUDA and Jetson stand-in bases alone take 10-25 minutes from nothing; not in CI).
+# and run (about 25 minutes from nothing on 2 cores, the Jetson image through qemu-user >= 10; not in CI).
 # TESTBED_ARGS: more pytest arguments (e.g. -k cpu_profile).
 TESTBED_ARGS ?=
 TESTBED_KEEP_ENGINE ?=
