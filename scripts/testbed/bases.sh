@@ -53,7 +53,7 @@ need() {  # need CMD PACKAGE...: install PACKAGE from apt when CMD is missing
 }
 #: the oldest qemu-user that runs torch aarch64: 7.2 (bookworm's) crashes in `import torch` (oneDNN's xbyak_aarch64
 #: probing the CPU: `qemu: uncaught target signal 11`); 10.0 (bookworm-backports, trixie) imports it and trains
-QEMU_MIN=${BASES_QEMU_MIN:-10}
+QEMU_MIN=10
 qemu_bin() { command -v qemu-aarch64 || command -v qemu-aarch64-static || true; }
 qemu_major() {  # the major version of a qemu-aarch64 binary ($1, default the one on PATH); 0 when none
     local q=${1:-$(qemu_bin)}
@@ -83,21 +83,18 @@ arm64_binfmt() {  # qemu-user (>= QEMU_MIN) binfmt for aarch64, with the F flag 
     local entry=/proc/sys/fs/binfmt_misc/qemu-aarch64 conf interp
     [ "$(qemu_major)" -ge "$QEMU_MIN" ] || new_qemu
     [ -e /proc/sys/fs/binfmt_misc/status ] || mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc
+    # qemu-user >= 9 ships systemd-binfmt's line (flags OPF); no systemd here, so it is written to the kernel
     conf=$(ls /usr/lib/binfmt.d/qemu-aarch64.conf /usr/share/qemu/binfmt.d/qemu-aarch64.conf 2>/dev/null | head -1 || true)
-    if [ -n "$conf" ]; then  # qemu-user >= 9 ships systemd-binfmt's line (flags OPF): written to the kernel here
-        interp=$(cut -d: -f7 "$conf")
-        # another interpreter's entry (an older qemu's: with F its binary stays open even after an upgrade) goes
-        if [ -e "$entry" ] && ! grep -qx "interpreter $interp" "$entry"; then echo -1 > "$entry"; fi
-        [ -e "$entry" ] || cat "$conf" > /proc/sys/fs/binfmt_misc/register
-    else  # qemu-user-static < 9: binfmt-support's registration
-        need update-binfmts binfmt-support
-        [ -e "$entry" ] || update-binfmts --enable qemu-aarch64
-    fi
+    [ -n "$conf" ] || { say "qemu-user $(qemu_major) has no qemu-aarch64 binfmt line (install qemu-user-binfmt)"; exit 1; }
+    interp=$(cut -d: -f7 "$conf")
+    # another interpreter's entry (an older qemu's: with F its binary stays open even after an upgrade) goes
+    if [ -e "$entry" ] && ! grep -qx "interpreter $interp" "$entry"; then echo -1 > "$entry"; fi
+    [ -e "$entry" ] || cat "$conf" > /proc/sys/fs/binfmt_misc/register
     grep -q '^enabled' "$entry" || { say "qemu-aarch64 binfmt is not enabled"; exit 1; }
     grep -q '^flags:.*F' "$entry" || { say "the qemu-aarch64 binfmt lacks the F flag (containers need it): $(grep flags "$entry")"; exit 1; }
-    interp=$(sed -n 's/^interpreter //p' "$entry")
-    [ "$(qemu_major "$(readlink -f "$interp")")" -ge "$QEMU_MIN" ] \
-        || { say "the qemu-aarch64 binfmt runs $interp, qemu $(qemu_major "$(readlink -f "$interp")") < $QEMU_MIN"; exit 1; }
+    interp=$(readlink -f "$(sed -n 's/^interpreter //p' "$entry")")
+    [ "$(qemu_major "$interp")" -ge "$QEMU_MIN" ] \
+        || { say "the qemu-aarch64 binfmt runs $interp, qemu $(qemu_major "$interp") < $QEMU_MIN"; exit 1; }
 }
 torch_pins() {  # the lock's lines for torch and what it pulls in (the rest of the lock does not touch a base)
     [ -f "$LOCK" ] || return 0
