@@ -36,10 +36,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 #: imported once by the server, shared copy-on-write by every child (CPU, no CUDA initialised); of edgestream
-#: only the CLI and the config schema (edgestream.config.load: the sections and their loading), none of whose
-#: modules reads a setting at import (tests/unit/test_forkserver.py)
-PRELOAD = ("numpy", "torch", "torch.distributed", "torch.optim", "torch._dynamo", "confluent_kafka", "pydantic",
-           "typer", "yaml", "rich", "edgestream.cli", "edgestream.config.load")
+#: only the CLI, the config schema (edgestream.config.load: the sections and their loading) and the optimizer
+#: (edgestream.models.sgd: torch.optim.SGD less torch._dynamo, which no child imports unless it compiles), none
+#: of whose modules reads a setting at import (tests/unit/test_forkserver.py)
+PRELOAD = ("numpy", "torch", "torch.distributed", "torch.optim", "confluent_kafka", "pydantic", "typer", "yaml",
+           "rich", "edgestream.cli", "edgestream.config.load", "edgestream.models.sgd")
 _MAX_MSG = 1 << 20
 _PR_SET_NAME = 15
 _PR_SET_PDEATHSIG = 1

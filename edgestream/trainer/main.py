@@ -128,7 +128,7 @@ def _train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: bo
         model = plan.build_model().to(device).train()
     except EngineError as exc:
         raise TrainerError(f"device {env.rank}: " + "; ".join(exc.problems)) from None
-    write_phase(ranks, env.rank, "building the optimizer")  # torch's first optimizer imports its compiler: ~2 s
+    write_phase(ranks, env.rank, "building the optimizer")
     optimizer = plan.build_optimizer(model)
     ckpt_file = checkpoint_path(run_dir, env.rank)
     ckpt_ident = identity(run, env.rank, config_pin(cfg))  # checked on load, written into every checkpoint
