@@ -270,10 +270,10 @@ def _checked(values: list, spec: SampleSpec, devices: DeviceRule, affine: Affine
     labels, devs = h["label"].astype(np.int64), h["device"].astype(np.int64)
     lo, hi = spec.label_bounds
     bad = (labels < lo) | (labels >= hi) | devices.bad_mask(devs)
+    targets, bad_target = _targets(spec, raw, labels)
+    if bad_target is not None:  # every bad value marked, not only the first kind found: the unmarked are kept
+        bad |= bad_target
     if bad.any():
-        return None, bad
-    targets, bad = _targets(spec, raw, labels)
-    if bad is not None:
         return None, bad
     return (x, targets, devs, h["seq"].astype(np.uint64), h["produce_time"].astype(np.float64)), None
 

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import torch
 from confluent_kafka import Producer
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from torch.overrides import TorchFunctionMode
 
@@ -90,6 +90,10 @@ def _bits(x) -> np.ndarray:
 
 
 @settings(max_examples=150, deadline=None)
+# found by hypothesis in a suite run: numpy's check marked the other device's sample and kept the NaN target,
+# which then failed to decode with the good ones (decode_error instead of bad_target)
+@example(dtype=np.uint8, shape=(1, 6, 6), classes=1, target=((), np.float32), n=2, device=0, injected=False,
+         affine="none", bad=[(0, "label"), (1, "device")], path="numpy", messages=False, seed=0)
 @given(dtype=st.sampled_from(DTYPES), shape=st.sampled_from(SHAPES), classes=st.sampled_from([1, 2, 10, 15, 100]),
        target=st.sampled_from(TARGETS),
        n=st.integers(1, 40), device=st.integers(0, 6), injected=st.booleans(),
