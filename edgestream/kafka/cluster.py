@@ -24,11 +24,12 @@ import shutil
 import signal
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from edgestream.kafka.admin import admin_client
 from edgestream.kafka.broker import LocalBroker, StateFile, free_port, new_cluster_id, port_in_use
-from edgestream.kafka.jars import DEFAULT_KAFKA_VERSION, BrokerError
+from edgestream.kafka.jars import DEFAULT_KAFKA_VERSION, BrokerError, resolve_jars
 
 STATE_FILE = "cluster.json"
 
@@ -278,9 +279,11 @@ class LocalCluster(StateFile):
                           controller_ports=[n.controller_port for n in self.nodes],
                           bootstrap=self.bootstrap, started_at=time.time())
         deadline = time.monotonic() + timeout
-        try:
-            for n in self.nodes:
-                n.launch()
+        try:  # each node formats its storage (a JVM of its own, ~1-2 s) and starts: all at once
+            resolve_jars(self.kafka_version, log=self._log)  # once, before the nodes look for them together
+            with ThreadPoolExecutor(max_workers=len(self.nodes)) as pool:
+                for launched in [pool.submit(n.launch) for n in self.nodes]:
+                    launched.result()
             for n in self.nodes:
                 n.wait_ready(max(1.0, deadline - time.monotonic()))
             self.wait_brokers(timeout=max(1.0, deadline - time.monotonic()))
