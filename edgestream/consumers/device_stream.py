@@ -94,8 +94,9 @@ class PartitionReader:
                                   partition, security)
         conf = consumer_config(bootstrap, group, security, **{**STREAM_PREFETCH, **(overrides or {})})
         conf.setdefault("error_cb", self._on_error)
-        self._conf = conf
+        self._conf, self._group = conf, group
         self.consumer = Consumer(conf)
+        self._lookup: Consumer | None = None  # lookups by time (`_lookups`)
         self.reopened = 0                   # times a wedged consumer was replaced (_refresh)
         self._lock = threading.Lock()       # the commit state, shared with the async-commit timer
         self._timer: threading.Timer | None = None
@@ -149,6 +150,7 @@ class PartitionReader:
             self.consumer.assign([TopicPartition(self.topic, self.partition, self._tail)])
             self._sent = min(self._sent, self.committed - 1)  # an async commit of the old one may be lost: resend
         self.reopened += 1
+        self._drop_lookups()  # as wedged as the consumer, likely: made again on its next use
         with contextlib.suppress(KafkaException, RuntimeError):
             old.close()
         return self.consumer.list_topics(self.topic, timeout=timeout)
@@ -273,11 +275,25 @@ class PartitionReader:
     def lag(self) -> int:
         return self.available(self.high_watermark())
 
+    def _lookups(self) -> Consumer:
+        """A client of its own for lookups by time (made on first use). On the reader's connection a lookup
+        waits behind the fetch the broker holds open while the stream is caught up (fetch.wait.max.ms: the
+        broker answers a connection's requests in order): a rate batch's window lookup took ~480 ms a batch."""
+        if self._lookup is None:
+            self._lookup = Consumer(consumer_config(self.bootstrap, self._group, self._security))
+        return self._lookup
+
+    def _drop_lookups(self) -> None:
+        old, self._lookup = self._lookup, None
+        if old is not None:
+            with contextlib.suppress(KafkaException, RuntimeError):
+                old.close()
+
     def offset_for_time(self, ts_ms: int) -> int:
         """The first offset whose timestamp is >= ts_ms (the high watermark when none is)."""
         def ask(timeout: float) -> TopicPartition:
             tp = TopicPartition(self.topic, self.partition, ts_ms)
-            res = self.consumer.offsets_for_times([tp], timeout=timeout)[0]
+            res = self._lookups().offsets_for_times([tp], timeout=timeout)[0]
             if res.error is not None:
                 raise KafkaException(res.error)
             return res
@@ -445,4 +461,5 @@ class PartitionReader:
                 self.calls(lambda t: self.consumer.commit(offsets=tp, asynchronous=False),
                            f"committing offset {self.committed} on {self.topic}")
         finally:
+            self._drop_lookups()
             self.consumer.close()

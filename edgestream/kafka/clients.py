@@ -62,7 +62,11 @@ CLIENT_LOGGER.addFilter(_Repeats())
 def client_config(bootstrap: str, security: Mapping[str, str] | None = None, **overrides) -> dict:
     """Base settings every client shares: bootstrap servers, pass-through security settings, and
     librdkafka's logs routed to CLIENT_LOGGER (never printed raw to stderr)."""
-    conf = {"bootstrap.servers": bootstrap, "logger": CLIENT_LOGGER}
+    conf = {"bootstrap.servers": bootstrap, "logger": CLIENT_LOGGER,
+            # the longest wait between two connection attempts to a broker that is down (librdkafka doubles it
+            # from reconnect.backoff.ms up to this; its default of 10 s left a client idle for up to 10 s after
+            # its broker was back, in every outage, bounce and restarted node)
+            "reconnect.backoff.max.ms": 1000}
     conf.update(dict(security or {}))
     conf.update({k.replace("_", "."): v for k, v in overrides.items()})
     return conf

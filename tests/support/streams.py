@@ -3,8 +3,9 @@ write with a plain producer and check in the topics and the DLQ.
 
 * `_digit(label, device, seq, shape, dtype)`: a valid wire message of a digits-like sample (all values 7);
   `_with_header(value, **fields)`: the message with header fields replaced (wire.HEADER's names);
-* `_read_all(bootstrap, topic, want, group, limit_s)`: up to `want` messages of partition 0 (and a moment more);
-* `drain(ds, size, limit_s)`: every batch a dataset hands out until its stream has no more, each acknowledged;
+* `_read_all(bootstrap, topic, want, group, limit_s)`: `want` messages of partition 0, more when it holds more;
+* `drain(ds, size, limit_s, count)`: every batch a dataset hands out until its stream has no more (or `count`
+  batches), each acknowledged;
 * `dlq_reasons(bootstrap, run, want)`: the DLQ's messages counted by reason.
 """
 
@@ -23,13 +24,19 @@ from edgestream.kafka import consumer_config, dlq_topic
 
 
 def _read_all(bootstrap: str, topic: str, want: int, group: str, limit_s: float = 30.0) -> list:
+    """At least `want` messages of partition 0 when it has them, and every one it holds (its end offset, read once
+    `want` are in: a partition holding more than `want` hands them all over)."""
     c = Consumer(consumer_config(bootstrap, group))
-    c.assign([TopicPartition(topic, 0, 0)])
+    tp = TopicPartition(topic, 0, 0)
+    c.assign([tp])
     msgs, deadline = [], time.monotonic() + limit_s
-    while len(msgs) < want and time.monotonic() < deadline:
-        msgs += [m for m in c.consume(500, timeout=0.3) if m.error() is None]
-    # and a moment more: nothing beyond `want` may be there
-    msgs += [m for m in c.consume(500, timeout=0.5) if m.error() is None]
+    end = want
+    while time.monotonic() < deadline:
+        while len(msgs) < end and time.monotonic() < deadline:
+            msgs += [m for m in c.consume(500, timeout=0.3) if m.error() is None]
+        end = max(end, c.get_watermark_offsets(tp, timeout=10)[1])
+        if len(msgs) >= end:
+            break
     c.close()
     return msgs
 
@@ -46,15 +53,18 @@ def _with_header(value: bytes, **fields) -> bytes:
     return HEADER.pack(*(parts[n] for n in names)) + value[HEADER.size:]
 
 
-def drain(ds, size: int | None = None, limit_s: float = 120.0) -> list:
-    """Every batch until the stream holds no more for a batch (next_batch times out)."""
+def drain(ds, size: int | None = None, limit_s: float = 120.0, count: int | None = None) -> list:
+    """Every batch until the stream holds no more for a batch (next_batch times out); with `count`, that many
+    batches and no wait for the end (a test that wrote the stream checks where the last batch ends instead)."""
     batches, deadline = [], time.monotonic() + limit_s
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and (count is None or len(batches) < count):
         b = ds.next_batch(size=size)
         if b is None:
             return batches
         batches.append(b)
         ds.ack(b)
+    if count is not None and len(batches) == count:
+        return batches
     pytest.fail("the stream did not end")
 
 

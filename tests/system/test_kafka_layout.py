@@ -15,6 +15,7 @@ import signal
 import time
 import uuid
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -111,14 +112,17 @@ def test_a_run_s_topics_are_created_in_requests_kraft_accepts():
 
 # ---------------------------------------------------------------- the dataset on shared partitions
 def _drain_all(bootstrap: str, run: str, cfg, devices: int) -> dict[int, list]:
-    out = {}
-    for d in range(devices):
+    """Every device's batches, the devices read side by side as a run's trainers do (each waits out the end of
+    its stream at the same time)."""
+    def one(d: int) -> list:
         ds = kafka_dataset(RunPlan.resolve(cfg), bootstrap, run, d, timeout=1.5)
         try:
-            out[d] = drain(ds)
+            return drain(ds)
         finally:
             ds.close()
-    return out
+
+    with ThreadPoolExecutor(devices) as pool:
+        return dict(enumerate(pool.map(one, range(devices))))
 
 
 @settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -102,12 +102,12 @@ def test_status_shows_the_lag_in_seconds_of_data(bootstrap, run_prefix):
 
 
 # ---------------------------------------------------------------- real runs where the stream outruns training
-def overload_cfg(tmp_path, name: str, lag_warning_s: float = 3, **algorithm) -> object:
+def overload_cfg(tmp_path, name: str, lag_warning_s: float = 3, max_time_s: float = 14, **algorithm) -> object:
     path = write_cfg(tmp_path / f"{name}.yaml", name, devices=2, max_steps=None)
     cfg = yaml.safe_load(path.read_text())
     cfg["devices"]["rates"] = {"distribution": "constant", "rate": 4000}
     cfg["algorithm"].update({"batch": {"policy": "fixed", "size": 1}, **algorithm})
-    cfg["stop"] = {"target_accuracy": None, "max_time_s": 14, "max_steps": None}
+    cfg["stop"] = {"target_accuracy": None, "max_time_s": max_time_s, "max_steps": None}
     cfg["runtime"] = {"lag_warning_s": lag_warning_s}
     path.write_text(yaml.safe_dump(cfg))
     return path
@@ -115,7 +115,7 @@ def overload_cfg(tmp_path, name: str, lag_warning_s: float = 3, **algorithm) -> 
 
 @pytest.mark.timeout(600)
 def test_a_stream_that_outruns_training_is_visible_and_warned_about_once(bootstrap, run_prefix, tmp_path):
-    cfg = overload_cfg(tmp_path, run_prefix)
+    cfg = overload_cfg(tmp_path, run_prefix, max_time_s=9)  # the warning is due after 3 s of growing lag
     out = tmp_path / "runs"
     code, _, err = run(cfg, bootstrap, out=out)
     assert code == 0, err
@@ -139,7 +139,7 @@ def test_a_stream_that_outruns_training_is_visible_and_warned_about_once(bootstr
 
 @pytest.mark.timeout(600)
 def test_max_lag_s_bounds_a_real_run_and_counts_what_it_skipped(bootstrap, run_prefix, tmp_path):
-    cfg = overload_cfg(tmp_path, run_prefix, lag_warning_s=6, max_lag_s=2.0)
+    cfg = overload_cfg(tmp_path, run_prefix, lag_warning_s=6, max_lag_s=2.0)  # 14 s: no warning after 6 s says more
     out = tmp_path / "runs"
     code, _, err = run(cfg, bootstrap, out=out)
     assert code == 0, err
