@@ -283,6 +283,11 @@ class PartitionReader:
             self._lookup = Consumer(consumer_config(self.bootstrap, self._group, self._security))
         return self._lookup
 
+    def warm_lookups(self, timeout: float = 5.0) -> None:
+        """Make the lookup client and let it learn the partition's leader (best effort: a lookup asks again)."""
+        with contextlib.suppress(KafkaException, RuntimeError):
+            self._lookups().list_topics(self.topic, timeout=timeout)
+
     def _drop_lookups(self) -> None:
         old, self._lookup = self._lookup, None
         if old is not None:

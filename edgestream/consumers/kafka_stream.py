@@ -83,6 +83,8 @@ class KafkaDeviceStream:
         self.reader = PartitionReader(bootstrap, topic, group or trainer_group(run, device), security,
                                       broker_timeout_s=broker_timeout_s, outage=outage, partition=partition,
                                       keep=layout.keep(device), share=layout.share(device), start=start)
+        if self.rule.measures_window or max_lag_s is not None:  # lookups by time to come: their client made now,
+            self.reader.warm_lookups()                         # not in the middle of the first take
         self.dropped_total = 0
         self._avg_msg_bytes = 0.0
         self._high: int | None = None

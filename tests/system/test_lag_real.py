@@ -152,8 +152,10 @@ def test_max_lag_s_bounds_a_real_run_and_counts_what_it_skipped(bootstrap, run_p
     for d in (0, 1):
         mine = sorted((s for s in steps if s["device"] == d), key=lambda s: s["step"])
         assert all(s["batch"] == 1 for s in mine)
-        # the bound holds (within the time a step's take itself takes) ...
-        assert max(s["lag_s"] for s in mine) <= 2.0 + 0.5, max(s["lag_s"] for s in mine)
+        # the bound holds, within the time a take itself takes: the backlog is cut where the take starts and the
+        # lag read where it ends, in the trainer's prefetch thread (so not the step's wait_s); on 2 loaded cores a
+        # take was seen to take 0.53 s. Unbounded, this stream's lag passes 3 s within seconds (the test above).
+        assert max(s["lag_s"] for s in mine) <= 2.0 + 1.0, max(s["lag_s"] for s in mine)
         assert max(s["buffer_samples"] for s in mine) <= 4000 * 2.5
         # ... and every sample is trained once or skipped and counted: the gaps are the dropped counts
         nxt = 0
