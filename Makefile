@@ -65,7 +65,7 @@ demo: jars
 # 3-node cluster's metadata, a stalled PS reader reopened once more -- now wait for the metadata and count reopenings
 # as at least one per stall). 4 workers take 12-13 min (docs/BENCHMARKS.md, issue 34 item 4) but overload the 2
 # cores: two CI runs in a row failed the lag-bound test's limits (a take in the prefetch thread, a starved producer
-# catching up in bursts); the default stays 3 (14 min). TEST_WORKERS=0 runs it in this process, in file order.
+# catching up in bursts); the default stays 3 (12 min 56 s in CI). TEST_WORKERS=0 runs it in this process, in file order.
 TEST_WORKERS ?= 3
 test: jars
 	$(VENV)/bin/pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
