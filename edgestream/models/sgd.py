@@ -61,17 +61,14 @@ def _until_dynamo(fn: Callable[..., Any], recursive: bool) -> Callable[..., Any]
     return call
 
 
-def defer() -> int:
-    """Defer torch._dynamo's import in Optimizer's wrapped methods; how many were deferred by this call."""
-    if _dynamo_loaded():  # already imported: torch's wrappers cost nothing more
-        return 0
-    n = 0
+def defer() -> None:
+    """Defer torch._dynamo's import in Optimizer's wrapped methods (nothing to do once it is imported)."""
+    if _dynamo_loaded():
+        return
     for name in METHODS:
         found = _wrapped(torch.optim.Optimizer.__dict__.get(name))
         if found is not None and getattr(found[0], _CACHE, None) is None:
             setattr(found[0], _CACHE, _until_dynamo(*found))
-            n += 1
-    return n
 
 
 def _unhooked(step: Callable[..., Any]) -> Callable[..., Any]:
