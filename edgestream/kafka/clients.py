@@ -59,6 +59,10 @@ CLIENT_LOGGER.addHandler(logging.NullHandler())
 CLIENT_LOGGER.addFilter(_Repeats())
 
 
+#: librdkafka's socket.timeout.ms for every client (client_config)
+SOCKET_TIMEOUT_MS = 30_000
+
+
 def client_config(bootstrap: str, security: Mapping[str, str] | None = None, **overrides) -> dict:
     """Base settings every client shares: bootstrap servers, pass-through security settings, and
     librdkafka's logs routed to CLIENT_LOGGER (never printed raw to stderr)."""
@@ -66,7 +70,15 @@ def client_config(bootstrap: str, security: Mapping[str, str] | None = None, **o
             # the longest wait between two connection attempts to a broker that is down (librdkafka doubles it
             # from reconnect.backoff.ms up to this; its default of 10 s left a client idle for up to 10 s after
             # its broker was back, in every outage, bounce and restarted node)
-            "reconnect.backoff.max.ms": 1000}
+            "reconnect.backoff.max.ms": 1000,
+            # how long a request may go unanswered before the connection is dropped and the request retried,
+            # on a partition's new leader if there is one (librdkafka: 60 s; the Java clients' request.timeout.ms:
+            # 30 s). A broker cut off without a reset (a link down, a silent network) answers nothing: a producer
+            # then keeps its messages for that partition queued and its broker thread busy-polls the writable
+            # socket at a full core until this expires (librdkafka 2.16, tests/system/test_kafka_cluster_netns.py),
+            # and a reader waits as long. 30 s halves both and still lets a 1 MB batch cross a slow edge link
+            # (a slower one: runtime.kafka_client's socket.timeout.ms, which overrides this).
+            "socket.timeout.ms": SOCKET_TIMEOUT_MS}
     conf.update(dict(security or {}))
     conf.update({k.replace("_", "."): v for k, v in overrides.items()})
     return conf

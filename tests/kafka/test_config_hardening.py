@@ -218,6 +218,24 @@ def test_kafka_client_settings_are_checked_by_librdkafka(tmp_path, client, words
     one_problem(cfg, field, *words)
 
 
+def test_every_client_gives_up_on_a_silent_broker_after_30_s_unless_the_config_says_otherwise():
+    """socket.timeout.ms (docs/streaming.md, "A silent broker given up after 30 s"): librdkafka's 60 s kept a
+    cut-off leader's partition waiting, and a producer's broker thread busy, twice as long; runtime.kafka_client
+    wins over it, and librdkafka takes both."""
+    from confluent_kafka import Consumer, Producer
+
+    from edgestream.kafka import consumer_config, producer_config
+    from edgestream.kafka.clients import client_config
+
+    for conf in (client_config("h:1"), producer_config("h:1", outage_s=90), consumer_config("h:1", "g")):
+        assert conf["socket.timeout.ms"] == 30_000
+    mine = {"socket.timeout.ms": 120_000}
+    for make, conf in ((Producer, producer_config("127.0.0.1:1", mine)), (Consumer, consumer_config("127.0.0.1:1", "g", mine))):
+        assert conf["socket.timeout.ms"] == 120_000
+        client = make(conf)  # librdkafka accepts the setting (it refuses a bad one: the test above)
+        assert client is not None
+
+
 def test_kafka_client_values_case_and_scalars(tmp_path):
     cfg = load_config(write(tmp_path / "c.yaml", {"name": "k", "runtime": {"kafka_client": {
         "security.protocol": "sasl_plaintext", "sasl.mechanisms": "PLAIN", "sasl.username": "u",
