@@ -1,6 +1,7 @@
 """Rate accuracy at scale: N concurrent device streams at R samples/s each, 3,072-byte samples, one
 producer process (`edgestream produce`), the local broker on the same machine, measured by an
-independent consumer: effective rate per stream as % of target (median, min) and p99 inter-arrival jitter.
+independent consumer: effective rate per stream as % of target (median, min), p99 inter-arrival jitter, and the
+producer process's own CPU (user + sys, as a share of one core over its run).
 
     python benchmarks/bench_rate_accuracy.py [--seconds 30] [--grid 16x100,16x600,32x100,32x600,64x100,64x600]
 """
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import subprocess
 import sys
 import tempfile
@@ -25,18 +27,21 @@ from common import bench_broker, record  # noqa: E402
 
 from edgestream.data import SampleSerde  # noqa: E402
 from edgestream.kafka import consumer_config, device_topic  # noqa: E402
+from edgestream.runid import run_name  # noqa: E402
 
 
 def measure(bootstrap: str, streams: int, rate: float, seconds: float) -> dict:
     name = f"rate{streams}x{int(rate)}"
     run_id = f"b{int(time.time())}"
-    run = f"{name}-{run_id}"
+    run = run_name(name, "ddl", run_id)  # the producer's topics: <name>-<algorithm>-<run id>.dev.<i>
     cfg = {"name": name, "seed": 0,
            "data": {"dataset": "synthetic", "shape": [3, 32, 32], "n_train": 2000, "n_test": 100},
-           "devices": {"count": streams, "rates": {"distribution": "constant", "rate": rate}}}
+           "algorithm": {"name": "ddl"}, "devices": {"count": streams, "rates": {"distribution": "constant", "rate": rate}}}
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
         yaml.safe_dump(cfg, f)
     warmup = 3.0
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)  # the producer is this process's only child
+    started = time.monotonic()
     proc = subprocess.Popen([sys.executable, "-m", "edgestream.cli", "produce", f.name, "--bootstrap", bootstrap,
                              "--run-id", run_id, "--duration", str(seconds + warmup), "--report-every", "10"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -67,6 +72,9 @@ def measure(bootstrap: str, streams: int, rate: float, seconds: float) -> dict:
     th = threading.Thread(target=consume, daemon=True)
     th.start()
     out, err = proc.communicate(timeout=seconds + 120)
+    ran_s = time.monotonic() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu_s = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     if proc.returncode != 0:
         done.set()
         raise RuntimeError(err[-2000:])
@@ -88,6 +96,7 @@ def measure(bootstrap: str, streams: int, rate: float, seconds: float) -> dict:
     return {"streams": streams, "rate": rate, "seconds": seconds,
             "effective_pct_median": round(float(np.median(pct)), 2), "effective_pct_min": round(float(min(pct)), 2),
             "jitter_p99_ms": round(float(np.percentile(jit, 99)) * 1000, 3),
+            "producer_cpu_s": round(cpu_s, 2), "producer_core_share": round(cpu_s / ran_s, 3),
             "producer_delivered": summary["delivered"], "consumer_received": int(sum(len(t) for t in times.values()))}
 
 
