@@ -114,6 +114,7 @@ def produced_times(bootstrap: str, run_prefix: str, device: int) -> list[float]:
     topic, = (t for t in topics if t.startswith(run_prefix) and t.endswith(f".dev.{device}"))
     return sorted(m.timestamp()[1] / 1000 for m in _read_all(bootstrap, topic, 1, f"{run_prefix}-look-{device}"))
 
+
 def overload_cfg(tmp_path, name: str, lag_warning_s: float = 3, max_time_s: float = 14, **algorithm) -> object:
     path = write_cfg(tmp_path / f"{name}.yaml", name, devices=2, max_steps=None)
     cfg = yaml.safe_load(path.read_text())
