@@ -234,6 +234,8 @@ def test_every_client_gives_up_on_a_silent_broker_after_30_s_unless_the_config_s
         assert conf["socket.timeout.ms"] == 120_000
         client = make(conf)  # librdkafka accepts the setting (it refuses a bad one: the test above)
         assert client is not None
+        if make is Consumer:
+            client.close()
 
 
 def test_kafka_client_values_case_and_scalars(tmp_path):

@@ -16,7 +16,7 @@ import time
 
 import pytest
 import yaml
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Producer
 from factories import stream_config as _cfg  # the stream tests' config
 from factories import write_cfg
 from support.runs import run, step_lines
@@ -26,7 +26,7 @@ from typer.testing import CliRunner
 from edgestream.cli import app
 from edgestream.consumers.device_stream import commit_offset, trainer_group
 from edgestream.consumers.from_plan import kafka_dataset
-from edgestream.kafka import consumer_config, device_topic, producer_config
+from edgestream.kafka import device_topic, producer_config
 from edgestream.kafka.topic_provision import ensure_run_topics
 from edgestream.runner.plan import RunPlan
 
@@ -106,13 +106,9 @@ def test_status_shows_the_lag_in_seconds_of_data(bootstrap, run_prefix):
 RATE = 1000  # samples/s a device: batches of 1 train ~250 a second here, so the stream outruns training 4x
 
 
-def produced_times(bootstrap: str, run_prefix: str, device: int) -> list[float]:
-    """The message timestamps (s) of every sample the run's producer wrote for `device`, in order."""
-    c = Consumer(consumer_config(bootstrap, f"{run_prefix}-look"))
-    topics = c.list_topics(timeout=10).topics
-    c.close()
-    topic, = (t for t in topics if t.startswith(run_prefix) and t.endswith(f".dev.{device}"))
-    return sorted(m.timestamp()[1] / 1000 for m in _read_all(bootstrap, topic, 1, f"{run_prefix}-look-{device}"))
+def produced_times(bootstrap: str, run: str, device: int) -> list[float]:
+    """The message timestamps (s) of every sample run `run`'s producer wrote for `device`, in order."""
+    return sorted(m.timestamp()[1] / 1000 for m in _read_all(bootstrap, device_topic(run, device), 1, f"{run}-look"))
 
 
 def overload_cfg(tmp_path, name: str, lag_warning_s: float = 3, max_time_s: float = 14, **algorithm) -> object:
@@ -172,7 +168,7 @@ def test_max_lag_s_bounds_a_real_run_and_counts_what_it_skipped(bootstrap, run_p
         # the buffer holds samples of at most 3 s (the bound and a take), so no more than the producer wrote in any
         # 3 s: counted from what it wrote, not from the rate -- a producer starved of the cores sends what it owes at
         # once when it runs again. Unbounded, the buffer would hold most of the run's ~14 s of samples.
-        sent = produced_times(bootstrap, run_prefix, d)
+        sent = produced_times(bootstrap, run_dir.name, d)
         most = max(bisect.bisect_right(sent, t + 3.0) - k for k, t in enumerate(sent))
         assert RATE * 10 < len(sent) and most < len(sent) / 3, (len(sent), most)
         assert max(s["buffer_samples"] for s in mine) <= most, most

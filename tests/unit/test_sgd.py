@@ -69,8 +69,13 @@ SAME = textwrap.dedent("""
 """)
 
 
-def _python(code: str) -> list[str]:
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+def _python(code: str, folder=None) -> list[str]:
+    """`code`'s output lines in a fresh Python; `folder` (a user's modules) on its import path and its working
+    directory."""
+    env = None if folder is None else \
+        dict(os.environ, PYTHONPATH=os.pathsep.join([str(folder), os.environ.get("PYTHONPATH", "")]))
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=folder,
+                          env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout.splitlines()
 
@@ -146,7 +151,4 @@ def test_a_trainer_process_step_loads_no_compiler(tmp_path, task, data, model):
         assert again.state_dict()["state"][0]["momentum_buffer"].equal(opt.state_dict()["state"][0]["momentum_buffer"])
         print(type(model).__name__, sorted(m for m in sys.modules if m.startswith("torch._dynamo"))[:3])
     """)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=tmp_path,
-                         env=dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])))
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert out.stdout.splitlines() == [("Net" if task == "regression" else "Sequential") + " []"]
+    assert _python(code, tmp_path) == [("Net" if task == "regression" else "Sequential") + " []"]
