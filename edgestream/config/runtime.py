@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
-from edgestream.config.base import SECRET_MASK, Float, Int, _Model, is_secret_key
+from edgestream.config.base import SECRET_MASK, Bool, Float, Int, _Model, is_secret_key
 from edgestream.engine_names import ENGINES
 
 #: Client settings a user may pass through to librdkafka (brokers on a WAN need them).
@@ -40,6 +40,9 @@ class RuntimeConfig(_Model):
     reduction: Literal["allreduce", "exact"] = "allreduce"
     #: the all-reduce bucket size in MiB (DDP's bucket_cap_mb); "allreduce" only
     bucket_mb: Float = Field(25.0, gt=0)
+    #: "allreduce" on gloo: ranks that share a host meet in shared memory instead of loopback TCP when every
+    #: rank can (edgestream.trainer.shm_reduce); false: always the backend
+    shared_memory: Bool = True
     #: real runs: how long trainers, the producer and the parameter server wait for an unreachable Kafka
     #: (a broker restart, a rolling upgrade, a network blip) before the run stops, resumable
     kafka_outage_s: Float = Field(300.0, gt=0)

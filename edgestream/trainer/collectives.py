@@ -19,6 +19,14 @@ AllReduce has two modes (config `runtime.reduction`, given to `DistCollectives`)
   bit-for-bit the same result as the simulator and the lockstep engine (tests that compare engines
   bitwise use it; mismatched shapes or ops are reported by name). Every rank receives M full copies.
 
+* ``runtime.shared_memory`` (default on, gloo groups only): when every rank of the group shares memory with
+  every other (ranks on one host: found out at the first all-reduce, `edgestream.trainer.shm_reduce`), an
+  "allreduce" of one floating dtype goes through shared memory instead of loopback TCP: each rank posts its
+  tensors in its own slot and sums everyone's in rank order -- one copy in, one sum, no network round trips.
+  The result is then bit for bit the rank-order sum of ``"exact"`` for op "sum". Anything else (ranks on
+  other hosts or in containers with their own /dev/shm, mixed dtypes, integer tensors, payloads over 256 MiB)
+  uses gloo as above, every rank alike.
+
 With one worker nothing travels: both modes return `reduce_all` of the one request. An empty tensor
 list reduces to an empty list, in both modes and without a transfer (all ranks have the same shapes).
 
@@ -33,6 +41,7 @@ mode, views into this call's own bucket buffers, which nothing else holds).
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -45,6 +54,8 @@ from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 from edgestream.compression import payload_nbytes
 from edgestream.sync.reduction import reduce_all
 from edgestream.sync.requests import AllGather, AllReduce
+
+log = logging.getLogger("edgestream.trainer")
 
 #: the AllReduce modes (config runtime.reduction)
 REDUCTIONS = ("allreduce", "exact")
@@ -93,7 +104,8 @@ class DistCollectives:
     """Performs AllReduce / AllGather (blocking or started) for this process's rank."""
 
     def __init__(self, rank: int, world: int, group: Any = None, *, reduction: Reduction = "allreduce",
-                 bucket_mb: float = DEFAULT_BUCKET_MB, host_staging: bool = False) -> None:
+                 bucket_mb: float = DEFAULT_BUCKET_MB, host_staging: bool = False, shared_memory: bool = False,
+                 timeout_s: float = 1800.0) -> None:
         if reduction not in REDUCTIONS:
             raise ValueError(f"reduction must be one of {', '.join(REDUCTIONS)}, got {reduction!r}")
         if not (isinstance(bucket_mb, (int, float)) and math.isfinite(bucket_mb) and bucket_mb > 0):
@@ -104,6 +116,20 @@ class DistCollectives:
         # gloo reduces CUDA tensors but cannot all-gather them: a GPU rank in a gloo group (a mixed
         # cluster, edgestream.trainer.backend) stages its all-gathers through host memory
         self.host_staging = bool(host_staging)
+        # co-located ranks' all-reduce through shared memory (module doc): joined at the first all-reduce
+        self.shared_memory, self.timeout_s = bool(shared_memory), float(timeout_s)
+        self._shm: Any = None
+        self._shm_joined = False
+
+    def transport(self) -> str:
+        """What this rank's all-reduces travel through: "shared memory" once the group joined it, else "backend"."""
+        return "shared memory" if self._shm is not None else "backend"
+
+    def close(self) -> None:
+        """Remove this rank's shared-memory files, if any (before the process group is destroyed)."""
+        if self._shm is not None:
+            self._shm.close()
+            self._shm = None
 
     # ------------------------------------------------------------------ all-reduce
     def start_all_reduce(self, req: AllReduce) -> Pending:
@@ -116,11 +142,15 @@ class DistCollectives:
         return self._start_bucketed(req)
 
     def _start_bucketed(self, req: AllReduce) -> Pending:
-        """torch.distributed.all_reduce per bucket (see the module doc)."""
+        """torch.distributed.all_reduce per bucket, or through shared memory (see the module doc)."""
         tensors = [t.detach() for t in req.tensors]
         nbytes = payload_nbytes(tensors)
         weighted = req.op == "weighted_mean"
         w = float(req.weight)
+        if self.shared_memory:
+            pending = self._start_shared(tensors, nbytes, w if weighted else None)
+            if pending is not None:
+                return pending
         works: list[Any] = []
         wbuf = None
         if weighted:  # the weights first (tiny), float64 whatever the data dtypes
@@ -156,6 +186,33 @@ class DistCollectives:
             return out  # type: ignore[return-value]
 
         return Pending(works, finish, nbytes=nbytes)
+
+    def _start_shared(self, tensors: list[Tensor], nbytes: int, weight: float | None) -> Pending | None:
+        """The all-reduce through shared memory, or None where the group does not share memory or the request
+        does not fit it (decided alike on every rank: the request's dtypes and sizes are the same on all)."""
+        if not self._shm_joined:  # the first all-reduce of every rank: a collective
+            from edgestream.trainer.shm_reduce import ShmReducer
+
+            self._shm_joined = True
+            self._shm = ShmReducer.join(self.rank, self.world, self.group, self.timeout_s)
+            log.info("rank %d: all-reduces %s", self.rank,
+                     "through shared memory (every rank of the group is on this host)" if self._shm is not None
+                     else "through the backend (not every rank of the group shares this host's memory)")
+        shm = self._shm
+        dtype = tensors[0].dtype
+        if shm is None or not dtype.is_floating_point or any(t.dtype != dtype for t in tensors):
+            return None
+        cap = shm.ready_for(nbytes, self.group)
+        if cap is None:
+            return None
+        work = shm.start(tensors, cap, weight)
+        home = tensors[0].device
+
+        def finish() -> list[Tensor]:
+            flat = work.result if home.type == "cpu" else work.result.to(home)
+            return _unflatten_dense_tensors(flat, tensors)
+
+        return Pending([work], finish, nbytes=nbytes)
 
     def _start_exact(self, req: AllReduce) -> Pending:
         """All-gather + `reduce_all` in rank order (see the module doc)."""

@@ -211,7 +211,11 @@ def _train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: bo
                                  None if ps_run else DistCollectives(env.rank, env.world,
                                                                      reduction=cfg.runtime.reduction,
                                                                      bucket_mb=cfg.runtime.bucket_mb,
-                                                                     host_staging=backend == "gloo" and cuda),
+                                                                     host_staging=backend == "gloo" and cuda,
+                                                                     shared_memory=cfg.runtime.shared_memory
+                                                                     and backend == "gloo",
+                                                                     timeout_s=collective_timeout_s(
+                                                                         cfg.runtime.kafka_outage_s, timeout_s)),
                                  meters,
                                  device=device, static=compute.factor(env.rank), dynamic=compute.dynamic,
                                  curve=compute.curve,
@@ -359,6 +363,8 @@ def _train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: bo
         dataset.close(wait=status == "finished")
         if ps_client is not None:
             ps_client.close()
+        if performer.collectives is not None:
+            performer.collectives.close()  # its shared-memory files, if any
         if dist.is_initialized():
             dist.destroy_process_group()
         log.info("rank %d: status %s at step %d", env.rank, status, session.ctx.step)

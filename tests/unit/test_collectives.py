@@ -40,7 +40,8 @@ NPROCS = max(WORLDS)
 WEIGHTS = (0.1, 1 / 3, 2.5, 1.7)  # per rank, for weighted_mean (0.1 and 1/3 are not exact in binary)
 ZERO_FIRST = (0.0, 0.7, 1 / 3, 2.0)  # rank 0 contributes nothing (an empty batch)
 TINY_BUCKET_MB = 64 / 2**20  # 64 bytes: 16 float32, 8 float64, 32 float16 per bucket
-REDUCERS = {"exact": {"reduction": "exact"}, "allreduce": {}, "allreduce-tiny": {"bucket_mb": TINY_BUCKET_MB}}
+REDUCERS = {"exact": {"reduction": "exact"}, "allreduce": {}, "allreduce-tiny": {"bucket_mb": TINY_BUCKET_MB},
+            "shared-memory": {"shared_memory": True}}
 
 f32, f64, f16, bf16, i64 = torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64
 SHAPES = {  # with each list's total element count (odd counts break a float64 view of a 2- or 4-byte buffer tail)
@@ -194,6 +195,8 @@ def _run_world(rank: int, world: int, group, results: dict[str, object]) -> None
         many = [coll.start(_reduce_request(i, rank)) for i in (0, 2, 4)]
         for i, pending in reversed(list(zip((0, 2, 4), many, strict=True))):
             record(f"{red}/overlap/reduce{i}", pending.get)
+    results["shared-memory/transport"] = colls["shared-memory"].transport()
+    colls["shared-memory"].close()
 
 
 def _rank_main(rank: int, store: str, out: str) -> None:
@@ -324,7 +327,7 @@ def test_exact_all_reduce_equals_reduce_all_on_every_rank(groups, world: int) ->
     assert not bad, f"{len(bad)} of {len(cases)} exact all-reduce cases failed (world {world}):\n" + "\n".join(bad)
 
 
-@pytest.mark.parametrize("reducer", ["allreduce", "allreduce-tiny"])
+@pytest.mark.parametrize("reducer", ["allreduce", "allreduce-tiny", "shared-memory"])
 @pytest.mark.parametrize("world", WORLDS)
 def test_all_reduce_is_bitwise_identical_on_every_rank_and_close_to_exact(groups, world: int,
                                                                           reducer: str) -> None:
@@ -346,6 +349,32 @@ def test_all_reduce_is_bitwise_identical_on_every_rank_and_close_to_exact(groups
         elif (why := _close(got[0], want, reqs)) is not None:
             bad.append(f"{name}: {why}")
     assert not bad, f"{len(bad)} of {len(cases)} {reducer} cases failed (world {world}):\n" + "\n".join(bad)
+
+
+def _one_float_dtype(i: int) -> bool:
+    """Whether case i's tensors are of one floating dtype (what the shared-memory all-reduce takes)."""
+    ts = _reduce_request(i, 0).tensors
+    return bool(ts) and ts[0].dtype.is_floating_point and all(t.dtype == ts[0].dtype for t in ts)
+
+
+@pytest.mark.parametrize("world", WORLDS[1:])
+def test_shared_memory_all_reduce_is_the_rank_order_sum_bit_for_bit(groups, world: int) -> None:
+    """Ranks of one host meet in shared memory (`runtime.shared_memory`), and every request of one floating
+    dtype gets bit for bit what `reduce_all` computes in rank order -- the exact mode's result, without its
+    all-gather; the other requests (mixed dtypes, integers) went through gloo (the test above)."""
+    results = _results(groups, world)
+    assert [res["shared-memory/transport"] for res in results] == ["shared memory"] * world
+    cases = [(name, i) for name, i in _reduce_names("shared-memory") if _one_float_dtype(i)]
+    assert len(cases) > 100
+    bad: list[str] = []
+    for name, i in cases:
+        got = [res[f"shared-memory/{name}"] for res in results]
+        if _check_errors(name, got, _wants_error(i, world), bad):
+            continue
+        want = _want([_reduce_request(i, r) for r in range(world)])
+        if not all(_same(g, want) for g in got):
+            bad.append(f"{name}: differs from reduce_all")
+    assert not bad, f"{len(bad)} of {len(cases)} shared-memory cases failed (world {world}):\n" + "\n".join(bad)
 
 
 @pytest.mark.parametrize("world", WORLDS)
@@ -408,9 +437,11 @@ def test_reduction_is_checked_where_the_collectives_are_made() -> None:
 def test_runtime_reduction_and_bucket_mb_in_the_config() -> None:
     runtime = validate_dict({}).runtime
     assert (runtime.reduction, runtime.bucket_mb) == ("allreduce", 25.0)
-    runtime = validate_dict({"runtime": {"reduction": "exact", "bucket_mb": 0.5}}).runtime
-    assert (runtime.reduction, runtime.bucket_mb) == ("exact", 0.5)
+    assert runtime.shared_memory is True
+    runtime = validate_dict({"runtime": {"reduction": "exact", "bucket_mb": 0.5, "shared_memory": False}}).runtime
+    assert (runtime.reduction, runtime.bucket_mb, runtime.shared_memory) == ("exact", 0.5, False)
     for raw, line in [
+        ({"shared_memory": "yes"}, "runtime.shared_memory: 'yes' is not allowed; input should be a valid boolean"),
         ({"reduction": "ring"}, "runtime.reduction: ring is not allowed; must be one of 'allreduce' or 'exact'"),
         ({"bucket_mb": 0}, "runtime.bucket_mb: 0 is not allowed; must be > 0"),
         ({"bucket_mb": -2.5}, "runtime.bucket_mb: -2.5 is not allowed; must be > 0"),

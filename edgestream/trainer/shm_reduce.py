@@ -1,0 +1,385 @@
+"""All-reduce through shared memory for trainer ranks on one host (`runtime.shared_memory`).
+
+Over gloo, a 100 KB all-reduce between two processes on one host takes ~0.5-1 ms: its ring sends the bytes
+through loopback TCP in several rounds, and every round wakes a network thread and a worker thread on both
+sides. For the small models of edge training that latency, not the bytes, is the all-reduce. Ranks that share
+a host (the local engine's processes; a workstation with several edge trainers) can instead meet in memory:
+
+* every rank owns a file in ``/dev/shm/edgestream-<token>/``: a header (its collective sequence number and
+  its weights) and two data slots (collective c uses slot c % 2), and a FIFO it is woken through;
+* collective c: a rank copies its tensors into its slot c % 2 and its weight into its header, writes c as its
+  sequence number, and writes one byte into every peer's FIFO; it then sleeps on its own FIFO until
+  every peer's sequence number is >= c, and sums the slots **in rank order** with `sync/reduction.reduce_all`'s
+  arithmetic (t_0 + t_1 + ...; a weighted mean w_0 t_0 + w_1 t_1 + ... divided by the weights' sum), so every
+  rank computes the same bits, and they are the exact mode's (tests/unit/test_collectives.py);
+* a slot is written again two collectives later, which no rank can start before every rank has read it (a
+  rank starts c + 1 only once it finished c; a peer writes slot c % 2 again at c + 2, after all posted c + 1);
+  a rank therefore reads a started collective before it starts the next one.
+
+Whether the ranks share memory is found out, not assumed: rank 0's random token reaches every rank over the
+process group, each rank creates its files and holds a lock on its own lock file for its life, and only when
+every rank sees every other rank's files and finds their locks held (two all-reduces of an ok flag, so every
+rank decides alike) is memory used. Trainer containers with their own /dev/shm, ranks on other hosts, a full
+/dev/shm (space is reserved with posix_fallocate, never found missing by a SIGBUS) or no /dev/shm: the group
+keeps gloo, every rank alike. A peer that dies while a rank waits for it releases its lock: the waiting rank
+sees that within `CHECK_S` and raises a `RuntimeError` naming the peer (as gloo's closed connection does);
+a peer that neither dies nor posts within the collectives' timeout is a `RuntimeError` too. Files are removed
+by `close()` (and at exit); the files of a killed group, whose locks nobody holds, are removed by the next
+group that starts on the host.
+"""
+
+from __future__ import annotations
+
+import atexit
+import errno
+import fcntl
+import mmap
+import os
+import secrets
+import select
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+#: where the groups' files live (a tmpfs on Linux); no such folder: gloo
+ROOT = Path("/dev/shm")
+PREFIX = "edgestream-"
+#: header bytes before a segment's two slots: sequence number (int64), the two slots' weights (float64), a magic
+HEADER = 64
+MAGIC = 0x65_64_67_65_73_74_72_6D  # "edgestrm"
+#: a waiting rank checks its peers' locks at least this often (seconds)
+CHECK_S = 0.05
+#: the largest all-reduce (bytes of one rank's tensors) that goes through memory; larger ones stay on gloo
+MAX_BYTES = 256 * 2**20
+#: a group's files older than this whose locks nobody holds are a killed group's: removed (seconds)
+STALE_S = 60.0
+
+
+def _capacity(nbytes: int) -> int:
+    """The slot size for a payload of `nbytes`: the next power of two of at least 64 KiB (few sizes, so few
+    files however the payload varies)."""
+    cap = 1 << 16
+    while cap < nbytes:
+        cap <<= 1
+    return cap
+
+
+def _held(path: Path) -> bool:
+    """Whether some process holds the lock of the lock file `path` (a live rank); False when it is gone."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+def sweep(root: Path = ROOT, stale_s: float = STALE_S) -> list[Path]:
+    """Remove the folders of groups whose ranks are all gone (no lock held) and that are older than
+    `stale_s`; returns what was removed."""
+    removed = []
+    try:
+        folders = [p for p in root.iterdir() if p.name.startswith(PREFIX) and p.is_dir()]
+    except OSError:
+        return removed
+    now = time.time()
+    for folder in folders:
+        try:
+            if now - folder.stat().st_mtime < stale_s:
+                continue
+            if any(_held(lock) for lock in folder.glob("*.lock")):
+                continue
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+        except OSError:
+            continue
+    return removed
+
+
+class _Segment:
+    """One rank's file of slots of `cap` bytes, mapped."""
+
+    def __init__(self, path: Path, cap: int, create: bool) -> None:
+        self.path, self.cap = path, cap
+        size = HEADER + 2 * cap
+        fd = os.open(path, (os.O_RDWR | os.O_CREAT | os.O_EXCL) if create else os.O_RDWR, 0o600)
+        try:
+            if create:
+                os.posix_fallocate(fd, 0, size)  # the pages exist now: never a SIGBUS on a full tmpfs later
+            elif os.fstat(fd).st_size < size:
+                raise OSError(errno.EAGAIN, f"{path} is not fully created yet")
+            self.mm = mmap.mmap(fd, size)  # a peer's too (read-write, though only its owner writes: torch views)
+        finally:
+            os.close(fd)
+        self.words = np.frombuffer(self.mm, dtype=np.int64, count=HEADER // 8)  # header as int64 words
+        self.floats = np.frombuffer(self.mm, dtype=np.float64, count=HEADER // 8)
+        if create:
+            self.words[3] = MAGIC
+        elif int(self.words[3]) != MAGIC:
+            raise OSError(errno.EAGAIN, f"{path} has no header yet")
+        data = torch.frombuffer(self.mm, dtype=torch.uint8, offset=HEADER, count=2 * cap)
+        self.slots = (data[:cap], data[cap:])
+
+    def view(self, slot: int, dtype: torch.dtype, numel: int) -> Tensor:
+        return self.slots[slot][:numel * dtype.itemsize].view(dtype)
+
+    def close(self) -> None:
+        self.words = self.floats = None  # type: ignore[assignment]
+        self.slots = ()  # type: ignore[assignment]
+        try:
+            self.mm.close()
+        except BufferError:  # a result still views it: the mapping goes with the last view
+            pass
+
+
+class ShmWork:
+    """Collective `seq` of a `ShmReducer`, started: `is_completed()` without waiting, `wait()` waits for every
+    peer's post and computes the result (rank-order sum, divided for a weighted mean) into `result`."""
+
+    def __init__(self, reducer: ShmReducer, seq: int, cap: int, dtype: torch.dtype, numel: int,
+                 sizes: list[int] | None) -> None:
+        # sizes: the element counts of a weighted mean's tensors (None: a sum)
+        self.reducer, self.seq, self.cap, self.dtype, self.numel, self.sizes = reducer, seq, cap, dtype, numel, sizes
+        self.result: Tensor | None = None
+        self.error: Exception | None = None
+
+    def is_completed(self) -> bool:
+        return self.result is not None or self.error is not None or self.reducer._posted(self.seq, self.cap)
+
+    def wait(self) -> bool:
+        if self.error is not None:
+            raise self.error
+        if self.result is None:
+            try:
+                self.reducer._wait(self.seq, self.cap)
+                self.result = self.reducer._sum(self.seq, self.cap, self.dtype, self.numel, self.sizes)
+            except RuntimeError as exc:  # raised to whoever waits for this collective, each time
+                self.error = exc
+                raise
+        return True
+
+
+class ShmReducer:
+    """This rank's side of a group's shared-memory all-reduce (module doc); made by `ShmReducer.join`."""
+
+    def __init__(self, rank: int, world: int, folder: Path, timeout_s: float) -> None:
+        self.rank, self.world, self.folder, self.timeout_s = rank, world, folder, float(timeout_s)
+        self.peers = [r for r in range(world) if r != rank]
+        self._lock_fd: int | None = None
+        self._fifo: int | None = None
+        self._wake: dict[int, int] = {}
+        self._own: dict[int, _Segment] = {}
+        self._theirs: dict[int, list[_Segment | None]] = {}
+        self._refused: set[int] = set()
+        self.seq = 0
+        self._inflight: ShmWork | None = None
+        self._closed = False
+
+    # ------------------------------------------------------------------ joining
+    @classmethod
+    def join(cls, rank: int, world: int, group: Any = None, timeout_s: float = 1800.0,
+             root: Path = ROOT) -> ShmReducer | None:
+        """Collective over `group` (every rank calls it at the same point): the reducer when every rank
+        shares memory with every other, else None on every rank (the group keeps its backend)."""
+        token = torch.zeros(1, dtype=torch.int64)
+        if rank == 0:
+            sweep(root)
+            token[0] = secrets.randbits(62)
+        dist.broadcast(token, 0 if group is None else dist.get_global_rank(group, 0), group=group)
+        folder = root / f"{PREFIX}{int(token[0]):x}"
+        me = cls(rank, world, folder, timeout_s)
+        ok = me._create()
+        if _agree(ok, group) and _agree(me._connect(), group):
+            atexit.register(me.close)
+            return me
+        me.close()
+        return None
+
+    def _create(self) -> bool:
+        try:
+            self.folder.mkdir(mode=0o700, exist_ok=True)
+            lock = self.folder / f"r{self.rank}.lock"
+            self._lock_fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fifo = self.folder / f"r{self.rank}.fifo"
+            os.mkfifo(fifo, 0o600)
+            # read-write: the open never blocks, and the FIFO always has a reader (writes never fail with EPIPE)
+            self._fifo = os.open(fifo, os.O_RDWR | os.O_NONBLOCK)
+            return True
+        except OSError:
+            return False
+
+    def _connect(self) -> bool:
+        try:
+            for r in self.peers:
+                if not _held(self.folder / f"r{r}.lock"):
+                    return False
+                self._wake[r] = os.open(self.folder / f"r{r}.fifo", os.O_RDWR | os.O_NONBLOCK)
+            return True
+        except OSError:
+            return False
+
+    # ------------------------------------------------------------------ slots
+    def ready_for(self, nbytes: int, group: Any = None) -> int | None:
+        """The slot capacity for a payload of `nbytes` once every rank has its files of that size (a
+        collective the first time a capacity is needed: every rank asks at the same all-reduce, since the
+        payloads are the same size on every rank), or None: this size stays on the backend, on every rank."""
+        if nbytes > MAX_BYTES:
+            return None
+        cap = _capacity(nbytes)
+        if cap in self._theirs:
+            return cap
+        if cap in self._refused:
+            return None
+        try:
+            self._own[cap] = _Segment(self.folder / f"r{self.rank}-{cap}.seg", cap, create=True)
+            ok = True
+        except OSError:
+            ok = False
+        if _agree(ok, group):
+            theirs: list[_Segment | None] = [None] * self.world
+            try:
+                for r in self.peers:
+                    theirs[r] = _Segment(self.folder / f"r{r}-{cap}.seg", cap, create=False)
+                ok = True
+            except OSError:
+                ok = False
+            if _agree(ok, group):
+                theirs[self.rank] = self._own[cap]
+                self._theirs[cap] = theirs
+                return cap
+            for seg in theirs:
+                if seg is not None and seg is not self._own.get(cap):
+                    seg.close()
+        own = self._own.pop(cap, None)
+        if own is not None:
+            own.close()
+            own.path.unlink(missing_ok=True)
+        self._refused.add(cap)
+        return None
+
+    # ------------------------------------------------------------------ a collective
+    def start(self, tensors: list[Tensor], cap: int, weight: float | None = None) -> ShmWork:
+        """Post this rank's `tensors` (one floating dtype, `cap` from `ready_for`) for the next collective;
+        weight: a weighted mean (each rank's tensors times its weight, divided by the weights' sum), None: a sum."""
+        if self._inflight is not None:  # read before the next post lets a peer reuse its slot
+            try:
+                self._inflight.wait()
+            except RuntimeError:  # its own error, raised when it is waited for (a total weight <= 0, a lost peer)
+                pass
+        self.seq += 1
+        seq, slot = self.seq, self.seq & 1
+        own = self._own[cap]
+        dtype = tensors[0].dtype
+        numel = sum(t.numel() for t in tensors)
+        flat = own.view(slot, dtype, numel)
+        if numel and len(tensors) > 1 and all(t.device.type == "cpu" for t in tensors):
+            torch.cat([t.detach().reshape(-1) for t in tensors], out=flat)
+        elif numel:  # one tensor, or some on a GPU (gloo groups of ranks sharing one): copied one by one
+            pos = 0
+            for t in tensors:
+                n = t.numel()
+                flat[pos:pos + n].copy_(t.detach().reshape(-1))
+                pos += n
+        own.floats[1 + slot] = 1.0 if weight is None else float(weight)
+        own.words[0] = seq  # after the data: a peer that sees seq reads a whole slot
+        for r, fd in self._wake.items():
+            try:
+                os.write(fd, b"\0")
+            except BlockingIOError:  # its FIFO is full: it has wake-ups to read already
+                pass
+        work = ShmWork(self, seq, cap, dtype, numel, None if weight is None else [t.numel() for t in tensors])
+        self._inflight = work
+        return work
+
+    def _posted(self, seq: int, cap: int) -> bool:
+        theirs = self._theirs[cap]
+        return all(int(theirs[r].words[0]) >= seq for r in self.peers)  # type: ignore[union-attr]
+
+    def _wait(self, seq: int, cap: int) -> None:
+        deadline = time.monotonic() + self.timeout_s
+        fifo = self._fifo
+        while not self._posted(seq, cap):
+            ready, _, _ = select.select([fifo], [], [], CHECK_S)
+            if ready:
+                try:
+                    os.read(fifo, 4096)  # wake-ups (any peer's post): drained, the sequence numbers decide
+                except BlockingIOError:
+                    pass
+                continue
+            late = [r for r in self.peers if int(self._theirs[cap][r].words[0]) < seq]  # type: ignore[union-attr]
+            gone = [r for r in late if not _held(self.folder / f"r{r}.lock")]
+            if gone:
+                raise RuntimeError(f"shared-memory all-reduce: rank {gone[0]} ended while rank {self.rank} waited "
+                                   f"for it (collective {seq})")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"shared-memory all-reduce: rank {late[0]} did not post collective {seq} within "
+                                   f"{self.timeout_s:g} s")
+
+    def _sum(self, seq: int, cap: int, dtype: torch.dtype, numel: int, sizes: list[int] | None) -> Tensor:
+        slot = seq & 1
+        views = [seg.view(slot, dtype, numel) for seg in self._theirs[cap]]  # type: ignore[union-attr]
+        if sizes is None:  # a sum: ((t_0 + t_1) + t_2) + ...
+            out = views[0].clone()
+            for view in views[1:]:
+                out += view
+            return out
+        # reduce_all's arithmetic, tensor by tensor (16-bit floats round a kernel's vector tail differently, so
+        # one flat op would not give its bits): w_0 t_0, then + w_i t_i (one fused add each), then / sum_i w_i
+        weights = [float(seg.floats[1 + slot]) for seg in self._theirs[cap]]  # type: ignore[union-attr]
+        total = float(sum(weights))
+        if total <= 0:
+            raise RuntimeError("weighted_mean all-reduce with total weight <= 0")
+        parts = [list(torch.split(view, sizes)) for view in views]
+        acc = torch._foreach_mul(parts[0], weights[0])
+        for part, w in zip(parts[1:], weights[1:], strict=True):
+            torch._foreach_add_(acc, part, alpha=w)
+        torch._foreach_div_(acc, total)
+        return torch.cat(acc) if acc else views[0].clone()
+
+    # ------------------------------------------------------------------ the end
+    def close(self) -> None:
+        """Unmap and remove this rank's files (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        for segs in self._theirs.values():
+            for r, seg in enumerate(segs):
+                if seg is not None and r != self.rank:
+                    seg.close()
+        for cap, seg in self._own.items():
+            seg.close()
+            seg.path.unlink(missing_ok=True)
+        self._own.clear()
+        self._theirs.clear()
+        for fd in list(self._wake.values()) + [self._fifo]:
+            if fd is not None:
+                os.close(fd)
+        self._wake.clear()
+        (self.folder / f"r{self.rank}.fifo").unlink(missing_ok=True)
+        if self._lock_fd is not None:
+            (self.folder / f"r{self.rank}.lock").unlink(missing_ok=True)
+            os.close(self._lock_fd)
+            self._lock_fd = None
+        try:
+            self.folder.rmdir()  # the last rank out removes the folder
+        except OSError:
+            pass
+
+
+def _agree(ok: bool, group: Any) -> bool:
+    """Whether every rank of `group` says ok (an all-reduce of the flags: every rank gets the same answer)."""
+    flag = torch.tensor([1 if ok else 0], dtype=torch.int64)
+    dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=group)
+    return bool(flag[0])
