@@ -294,7 +294,7 @@ class ShmReducer:
                 pos += n
         own.floats[1 + slot] = 1.0 if weight is None else float(weight)
         own.words[0] = seq  # after the data: a peer that sees seq reads a whole slot
-        for r, fd in self._wake.items():
+        for fd in self._wake.values():
             try:
                 os.write(fd, b"\0")
             except BlockingIOError:  # its FIFO is full: it has wake-ups to read already
@@ -321,11 +321,11 @@ class ShmReducer:
             late = [r for r in self.peers if int(self._theirs[cap][r].words[0]) < seq]  # type: ignore[union-attr]
             gone = [r for r in late if not _held(self.folder / f"r{r}.lock")]
             if gone:
-                raise RuntimeError(f"shared-memory all-reduce: rank {gone[0]} ended while rank {self.rank} waited "
+                raise RuntimeError(f"shared-memory all-reduce: peer rank {gone[0]} ended while rank {self.rank} waited "
                                    f"for it (collective {seq})")
             if time.monotonic() > deadline:
-                raise RuntimeError(f"shared-memory all-reduce: rank {late[0]} did not post collective {seq} within "
-                                   f"{self.timeout_s:g} s")
+                raise RuntimeError(f"shared-memory all-reduce: peer rank {late[0]} did not post collective {seq} "
+                                   f"within {self.timeout_s:g} s")
 
     def _sum(self, seq: int, cap: int, dtype: torch.dtype, numel: int, sizes: list[int] | None) -> Tensor:
         slot = seq & 1
@@ -358,7 +358,7 @@ class ShmReducer:
             for r, seg in enumerate(segs):
                 if seg is not None and r != self.rank:
                     seg.close()
-        for cap, seg in self._own.items():
+        for seg in self._own.values():
             seg.close()
             seg.path.unlink(missing_ok=True)
         self._own.clear()

@@ -44,7 +44,9 @@ def _rank(rank: int, store: str, root: str, out: str) -> None:
             work = red.start([_payload(n, rank, k)], cap)
             work.wait()
             res[f"sum{k}"] = work.result.clone()
+        dist.barrier()  # both ranks done with the sizes, neither at the next one yet
         res["files"] = sorted(p.name for p in folder.iterdir())
+        dist.barrier()
         # a size this rank cannot hold (its file is already there): the backend for that size, on both ranks
         cap = shm_reduce._capacity(8 * 2**20)
         if rank == 1:
@@ -139,11 +141,11 @@ def test_close_removes_the_files_and_ranks_apart_keep_the_backend(ranks) -> None
 
 
 def test_a_silent_peer_is_named_after_the_timeout(ranks) -> None:
-    assert "rank 1 did not post collective 1 within 1 s" in ranks[0]["silent"]
+    assert "peer rank 1 did not post collective 1 within 1 s" in ranks[0]["silent"]
 
 
 def test_a_dead_peer_is_named_without_waiting_for_the_timeout(ranks) -> None:
-    assert "rank 1 ended while rank 0 waited for it" in ranks[0]["dead"], ranks[0]
+    assert "peer rank 1 ended while rank 0 waited for it" in ranks[0]["dead"], ranks[0]
     assert ranks[0]["dead_s"] < 600  # it did not run into the 600 s timeout (which names no death)
     assert ranks[0]["swept"] == [Path(ranks[0]["folder"]).name]
 
