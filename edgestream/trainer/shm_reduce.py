@@ -6,7 +6,8 @@ sides. For the small models of edge training that latency, not the bytes, is the
 a host (the local engine's processes; a workstation with several edge trainers) can instead meet in memory:
 
 * every rank owns a file in ``/dev/shm/edgestream-<token>/``: a header (its collective sequence number and
-  its weights) and two data slots (collective c uses slot c % 2), and a FIFO it is woken through;
+  its weights) and two data slots (collective c uses slot c % 2), and a FIFO it is woken through; once every
+  rank has every file it needs open (mapped), the names are removed, so nothing is left even by a killed rank;
 * collective c: a rank copies its tensors into its slot c % 2 and its weight into its header, writes c as its
   sequence number, and writes one byte into every peer's FIFO; it then sleeps on its own FIFO until
   every peer's sequence number is >= c, and sums the slots **in rank order** with `sync/reduction.reduce_all`'s
@@ -23,9 +24,9 @@ rank decides alike) is memory used. Trainer containers with their own /dev/shm, 
 /dev/shm (space is reserved with posix_fallocate, never found missing by a SIGBUS) or no /dev/shm: the group
 keeps gloo, every rank alike. A peer that dies while a rank waits for it releases its lock: the waiting rank
 sees that within `CHECK_S` and raises a `RuntimeError` naming the peer (as gloo's closed connection does);
-a peer that neither dies nor posts within the collectives' timeout is a `RuntimeError` too. Files are removed
-by `close()` (and at exit); the files of a killed group, whose locks nobody holds, are removed by the next
-group that starts on the host.
+a peer that neither dies nor posts within the collectives' timeout is a `RuntimeError` too. The names go once
+every rank has opened them, the memory with the last process that maps it; a folder left by a group killed while
+it started (no lock held in it) is removed by the next group that starts on the host.
 """
 
 from __future__ import annotations
@@ -77,11 +78,18 @@ def _held(path: Path) -> bool:
     except FileNotFoundError:
         return False
     try:
+        return _held_fd(fd)
+    finally:
+        os.close(fd)
+
+
+def _held_fd(fd: int) -> bool:
+    """Whether the lock of the lock file open as `fd` (this process's own open of it) is held by its owner."""
+    try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except BlockingIOError:
         return True
-    finally:
-        os.close(fd)
+    fcntl.flock(fd, fcntl.LOCK_UN)
     return False
 
 
@@ -179,6 +187,7 @@ class ShmReducer:
         self._lock_fd: int | None = None
         self._fifo: int | None = None
         self._wake: dict[int, int] = {}
+        self._locks: dict[int, int] = {}  # the peers' lock files, open: whether each peer still lives
         self._own: dict[int, _Segment] = {}
         self._theirs: dict[int, list[_Segment | None]] = {}
         self._refused: set[int] = set()
@@ -201,6 +210,9 @@ class ShmReducer:
         me = cls(rank, world, folder, timeout_s)
         ok = me._create()
         if _agree(ok, group) and _agree(me._connect(), group):
+            # every rank holds every file it needs open: the names can go (a killed rank leaves nothing)
+            for kind in ("fifo", "lock"):
+                (folder / f"r{rank}.{kind}").unlink(missing_ok=True)
             atexit.register(me.close)
             return me
         me.close()
@@ -223,7 +235,8 @@ class ShmReducer:
     def _connect(self) -> bool:
         try:
             for r in self.peers:
-                if not _held(self.folder / f"r{r}.lock"):
+                self._locks[r] = os.open(self.folder / f"r{r}.lock", os.O_RDONLY)
+                if not _held_fd(self._locks[r]):
                     return False
                 self._wake[r] = os.open(self.folder / f"r{r}.fifo", os.O_RDWR | os.O_NONBLOCK)
             return True
@@ -243,6 +256,7 @@ class ShmReducer:
         if cap in self._refused:
             return None
         try:
+            self.folder.mkdir(mode=0o700, exist_ok=True)
             self._own[cap] = _Segment(self.folder / f"r{self.rank}-{cap}.seg", cap, create=True)
             ok = True
         except OSError:
@@ -258,6 +272,7 @@ class ShmReducer:
             if _agree(ok, group):
                 theirs[self.rank] = self._own[cap]
                 self._theirs[cap] = theirs
+                self._own[cap].path.unlink(missing_ok=True)  # every rank has it mapped: the name can go
                 return cap
             for seg in theirs:
                 if seg is not None and seg is not self._own.get(cap):
@@ -319,7 +334,7 @@ class ShmReducer:
                     pass
                 continue
             late = [r for r in self.peers if int(self._theirs[cap][r].words[0]) < seq]  # type: ignore[union-attr]
-            gone = [r for r in late if not _held(self.folder / f"r{r}.lock")]
+            gone = [r for r in late if not _held_fd(self._locks[r])]
             if gone:
                 raise RuntimeError(f"shared-memory all-reduce: peer rank {gone[0]} ended while rank {self.rank} waited "
                                    f"for it (collective {seq})")
@@ -363,10 +378,11 @@ class ShmReducer:
             seg.path.unlink(missing_ok=True)
         self._own.clear()
         self._theirs.clear()
-        for fd in list(self._wake.values()) + [self._fifo]:
+        for fd in [*self._wake.values(), *self._locks.values(), self._fifo]:
             if fd is not None:
                 os.close(fd)
         self._wake.clear()
+        self._locks.clear()
         (self.folder / f"r{self.rank}.fifo").unlink(missing_ok=True)
         if self._lock_fd is not None:
             (self.folder / f"r{self.rank}.lock").unlink(missing_ok=True)
