@@ -25,8 +25,8 @@ rank decides alike) is memory used. Trainer containers with their own /dev/shm, 
 keeps gloo, every rank alike. A peer that dies while a rank waits for it releases its lock: the waiting rank
 sees that within `CHECK_S` and raises a `RuntimeError` naming the peer (as gloo's closed connection does);
 a peer that neither dies nor posts within the collectives' timeout is a `RuntimeError` too. The names go once
-every rank has opened them, the memory with the last process that maps it; a folder left by a group killed while
-it started (no lock held in it) is removed by the next group that starts on the host.
+every rank has opened them (and the folder with them), the memory with the last process that maps it; a folder
+left by a group killed while it started (no lock held in it) is removed by the next group that starts on the host.
 """
 
 from __future__ import annotations
@@ -213,6 +213,7 @@ class ShmReducer:
             # every rank holds every file it needs open: the names can go (a killed rank leaves nothing)
             for kind in ("fifo", "lock"):
                 (folder / f"r{rank}.{kind}").unlink(missing_ok=True)
+            me._remove_folder(group)
             atexit.register(me.close)
             return me
         me.close()
@@ -273,6 +274,7 @@ class ShmReducer:
                 theirs[self.rank] = self._own[cap]
                 self._theirs[cap] = theirs
                 self._own[cap].path.unlink(missing_ok=True)  # every rank has it mapped: the name can go
+                self._remove_folder(group)
                 return cap
             for seg in theirs:
                 if seg is not None and seg is not self._own.get(cap):
@@ -283,6 +285,17 @@ class ShmReducer:
             own.path.unlink(missing_ok=True)
         self._refused.add(cap)
         return None
+
+    def _remove_folder(self, group: Any) -> None:
+        """Once every rank removed its names: rank 0 removes the folder, the others wait for it (so no rank makes
+        a file in it meanwhile; the next capacity's files make it again)."""
+        _agree(True, group)
+        if self.rank == 0:
+            try:
+                self.folder.rmdir()
+            except OSError:
+                pass
+        _agree(True, group)
 
     # ------------------------------------------------------------------ a collective
     def start(self, tensors: list[Tensor], cap: int, weight: float | None = None) -> ShmWork:
