@@ -11,7 +11,7 @@ BENCHES = ["bench_consumer_decode.py", "bench_producer_ceiling.py", "bench_rate_
            "bench_sim_paper.py", "bench_sim_speed.py", "bench_runtime_cost.py", "bench_sim_fidelity.py",
            "bench_zipline.py", "bench_adsp.py", "bench_ps_hetero.py", "bench_elastic_bsp.py",
            "bench_ps_roundtrip.py", "bench_ps_real_vs_sim.py", "bench_vs_ddp.py", "bench_sim_scale.py",
-           "bench_many_streams.py", "bench_startup.py", "bench_record_decode.py"]
+           "bench_many_streams.py", "bench_startup.py", "bench_record_decode.py", "bench_allreduce.py"]
 
 if __name__ == "__main__":
     only = sys.argv[1:]
