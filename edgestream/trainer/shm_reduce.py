@@ -5,14 +5,15 @@ through loopback TCP in several rounds, and every round wakes a network thread a
 sides. For the small models of edge training that latency, not the bytes, is the all-reduce. Ranks that share
 a host (the local engine's processes; a workstation with several edge trainers) can instead meet in memory:
 
-* every rank owns a file in ``/dev/shm/edgestream-<token>/``: a header (its collective sequence number and
-  its weights) and two data slots (collective c uses slot c % 2), and a FIFO it is woken through; once every
-  rank has every file it needs open (mapped), the names are removed, so nothing is left even by a killed rank;
-* collective c: a rank copies its tensors into its slot c % 2 and its weight into its header, writes c as its
-  sequence number, and writes one byte into every peer's FIFO; it then sleeps on its own FIFO until
-  every peer's sequence number is >= c, and sums the slots **in rank order** with `sync/reduction.reduce_all`'s
-  arithmetic (t_0 + t_1 + ...; a weighted mean w_0 t_0 + w_1 t_1 + ... divided by the weights' sum), so every
-  rank computes the same bits, and they are the exact mode's (tests/unit/test_collectives.py);
+* every rank owns a file in ``/dev/shm/edgestream-<token>/`` -- a header (its weights) and two data slots
+  (collective c uses slot c % 2) -- and a FIFO it is woken through; once every rank has every file it needs
+  open (mapped), the names are removed, so nothing is left even by a killed rank;
+* collective c: a rank copies its tensors into its slot c % 2 and its weight into its header, then posts
+  (rank, c) into every peer's FIFO -- the pipe's lock orders the copy before a peer's reads on any CPU,
+  weakly ordered ones (ARM: Jetson) included; it then sleeps on its own FIFO until every peer has posted c,
+  and sums the slots **in rank order** with `sync/reduction.reduce_all`'s arithmetic (t_0 + t_1 + ...; a
+  weighted mean w_0 t_0 + w_1 t_1 + ... divided by the weights' sum), so every rank computes the same bits,
+  and they are the exact mode's (tests/unit/test_collectives.py);
 * a slot is written again two collectives later, which no rank can start before every rank has read it (a
   rank starts c + 1 only once it finished c; a peer writes slot c % 2 again at c + 2, after all posted c + 1);
   a rank therefore reads a started collective before it starts the next one.
@@ -39,6 +40,7 @@ import os
 import secrets
 import select
 import shutil
+import struct
 import time
 from pathlib import Path
 from typing import Any
@@ -51,9 +53,11 @@ from torch import Tensor
 #: where the groups' files live (a tmpfs on Linux); no such folder: gloo
 ROOT = Path("/dev/shm")
 PREFIX = "edgestream-"
-#: header bytes before a segment's two slots: sequence number (int64), the two slots' weights (float64), a magic
+#: header bytes before a segment's two slots: (unused), the two slots' weights (float64), a magic
 HEADER = 64
 MAGIC = 0x65_64_67_65_73_74_72_6D  # "edgestrm"
+#: a post in a peer's FIFO: (this rank, its collective's sequence number)
+_POST = struct.Struct("<qq")
 #: a waiting rank checks its peers' locks at least this often (seconds)
 CHECK_S = 0.05
 #: the largest all-reduce (bytes of one rank's tensors) that goes through memory; larger ones stay on gloo
@@ -192,6 +196,7 @@ class ShmReducer:
         self._theirs: dict[int, list[_Segment | None]] = {}
         self._refused: set[int] = set()
         self.seq = 0
+        self._seen = [0] * world  # each peer's newest post (its collective's sequence number), from the FIFO
         self._inflight: ShmWork | None = None
         self._closed = False
 
@@ -321,19 +326,38 @@ class ShmReducer:
                 flat[pos:pos + n].copy_(t.detach().reshape(-1))
                 pos += n
         own.floats[1 + slot] = 1.0 if weight is None else float(weight)
-        own.words[0] = seq  # after the data: a peer that sees seq reads a whole slot
+        # the post travels through each peer's FIFO, not as a word in memory: the pipe's lock orders this rank's
+        # writes above before the peer's reads of them on any CPU (x86's stores are ordered anyway, ARM's are not)
+        message = _POST.pack(self.rank, seq)
         for fd in self._wake.values():
-            try:
-                os.write(fd, b"\0")
-            except BlockingIOError:  # its FIFO is full: it has wake-ups to read already
-                pass
+            while True:
+                try:
+                    os.write(fd, message)  # 16 bytes, atomic (< PIPE_BUF): posts never interleave
+                    break
+                except BlockingIOError:  # a full FIFO (never with at most two collectives unread): wait for room
+                    select.select([], [fd], [], CHECK_S)
         work = ShmWork(self, seq, cap, dtype, numel, None if weight is None else [t.numel() for t in tensors])
         self._inflight = work
         return work
 
+    def _read_posts(self) -> None:
+        """Note the posts waiting in this rank's FIFO (each peer's newest collective), without blocking."""
+        seen = self._seen
+        while True:
+            try:
+                data = os.read(self._fifo, 4096)  # whole posts: the FIFO holds whole 16-byte posts, 4096 = 256 of them
+            except BlockingIOError:
+                return
+            for rank, seq in _POST.iter_unpack(data):
+                if seq > seen[rank]:
+                    seen[rank] = seq
+            if len(data) < 4096:
+                return
+
     def _posted(self, seq: int, cap: int) -> bool:
-        theirs = self._theirs[cap]
-        return all(int(theirs[r].words[0]) >= seq for r in self.peers)  # type: ignore[union-attr]
+        self._read_posts()
+        seen = self._seen
+        return all(seen[r] >= seq for r in self.peers)
 
     def _wait(self, seq: int, cap: int) -> None:
         deadline = time.monotonic() + self.timeout_s
@@ -341,12 +365,8 @@ class ShmReducer:
         while not self._posted(seq, cap):
             ready, _, _ = select.select([fifo], [], [], CHECK_S)
             if ready:
-                try:
-                    os.read(fifo, 4096)  # wake-ups (any peer's post): drained, the sequence numbers decide
-                except BlockingIOError:
-                    pass
                 continue
-            late = [r for r in self.peers if int(self._theirs[cap][r].words[0]) < seq]  # type: ignore[union-attr]
+            late = [r for r in self.peers if self._seen[r] < seq]
             gone = [r for r in late if not _held_fd(self._locks[r])]
             if gone:
                 raise RuntimeError(f"shared-memory all-reduce: peer rank {gone[0]} ended while rank {self.rank} waited "
