@@ -312,18 +312,24 @@ def _check_errors(name: str, got: list, want_error: bool, bad: list[str]) -> boo
     return False
 
 
-@pytest.mark.parametrize("world", WORLDS)
-def test_exact_all_reduce_equals_reduce_all_on_every_rank(groups, world: int) -> None:
-    results = _results(groups, world)
-    cases = _reduce_names("exact")
+def _not_reduce_all(results: list[dict], reducer: str, cases: list[tuple[str, int]], world: int) -> list[str]:
+    """The cases where some rank's result of `reducer` is not bit for bit `reduce_all` (or not the error)."""
     bad: list[str] = []
     for name, i in cases:
-        got = [res[f"exact/{name}"] for res in results]
+        got = [res[f"{reducer}/{name}"] for res in results]
         if _check_errors(name, got, _wants_error(i, world), bad):
             continue
         want = _want([_reduce_request(i, r) for r in range(world)])
         if not all(_same(g, want) for g in got):
             bad.append(f"{name}: differs from reduce_all")
+    return bad
+
+
+@pytest.mark.parametrize("world", WORLDS)
+def test_exact_all_reduce_equals_reduce_all_on_every_rank(groups, world: int) -> None:
+    results = _results(groups, world)
+    cases = _reduce_names("exact")
+    bad = _not_reduce_all(results, "exact", cases, world)
     assert not bad, f"{len(bad)} of {len(cases)} exact all-reduce cases failed (world {world}):\n" + "\n".join(bad)
 
 
@@ -366,14 +372,7 @@ def test_shared_memory_all_reduce_is_the_rank_order_sum_bit_for_bit(groups, worl
     assert [res["shared-memory/transport"] for res in results] == ["shared memory"] * world
     cases = [(name, i) for name, i in _reduce_names("shared-memory") if _one_float_dtype(i)]
     assert len(cases) > 100
-    bad: list[str] = []
-    for name, i in cases:
-        got = [res[f"shared-memory/{name}"] for res in results]
-        if _check_errors(name, got, _wants_error(i, world), bad):
-            continue
-        want = _want([_reduce_request(i, r) for r in range(world)])
-        if not all(_same(g, want) for g in got):
-            bad.append(f"{name}: differs from reduce_all")
+    bad = _not_reduce_all(results, "shared-memory", cases, world)
     assert not bad, f"{len(bad)} of {len(cases)} shared-memory cases failed (world {world}):\n" + "\n".join(bad)
 
 
