@@ -8,7 +8,6 @@ from __future__ import annotations
 import datetime
 import multiprocessing as mp
 import os
-import time
 from pathlib import Path
 
 import pytest
@@ -85,12 +84,10 @@ def _rank(rank: int, store: str, root: str, out: str) -> None:
         if rank == 1:
             os._exit(0)  # no close: its files stay, its lock goes with the process
         work = red.start([_payload(5, 0, 0)], cap)
-        t0 = time.monotonic()
         try:
             work.wait()
         except RuntimeError as exc:
             res["dead"] = str(exc)
-            res["dead_s"] = time.monotonic() - t0
         res["left"] = red.folder.exists()  # rank 1 was killed, rank 0 did not close: nothing of theirs is left
     finally:
         torch.save(res, out)
@@ -144,8 +141,8 @@ def test_a_silent_peer_is_named_after_the_timeout(ranks) -> None:
 
 
 def test_a_dead_peer_is_named_without_waiting_for_the_timeout(ranks) -> None:
+    # (the timeout, 600 s, would have named no death: "did not post ... within 600 s")
     assert "peer rank 1 ended while rank 0 waited for it" in ranks[0]["dead"], ranks[0]
-    assert ranks[0]["dead_s"] < 600  # it did not run into the 600 s timeout (which names no death)
     assert ranks[0]["left"] is False
 
 
