@@ -202,6 +202,8 @@ class DistCollectives:
         dtype = tensors[0].dtype
         if shm is None or not dtype.is_floating_point or any(t.dtype != dtype for t in tensors):
             return None
+        if weight is not None and not shm.uniform_threads:  # (shm_reduce.ShmReducer.join)
+            return None
         cap = shm.ready_for(nbytes, self.group)
         if cap is None:
             return None

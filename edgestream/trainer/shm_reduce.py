@@ -25,7 +25,10 @@ rank decides alike) is memory used. Trainer containers with their own /dev/shm, 
 /dev/shm (space is reserved with posix_fallocate, never found missing by a SIGBUS) or no /dev/shm: the group
 keeps gloo, every rank alike. A peer that dies while a rank waits for it releases its lock: the waiting rank
 sees that within `CHECK_S` and raises a `RuntimeError` naming the peer (as gloo's closed connection does);
-a peer that neither dies nor posts within the collectives' timeout is a `RuntimeError` too. The names go once
+a peer that neither dies nor posts within the collectives' timeout is a `RuntimeError` too, and either error
+ends every later collective of that rank (its peers' slots may be unread). (A child forked after the join
+without exec would hold the rank's lock too: a dead rank would then be seen only at the timeout; the trainer
+forks none.) The names go once
 every rank has opened them (and the folder with them), the memory with the last process that maps it; a folder
 left by a group killed while it started (no lock held in it) is removed by the next group that starts on the host.
 """
@@ -108,7 +111,8 @@ def sweep(root: Path = ROOT, stale_s: float = STALE_S) -> list[Path]:
     now = time.time()
     for folder in folders:
         try:
-            if now - folder.stat().st_mtime < stale_s:
+            newest = max([folder.stat().st_mtime] + [p.stat().st_mtime for p in folder.iterdir()])
+            if now - newest < stale_s:  # a group making its files (a new capacity's) is never swept
                 continue
             if any(_held(lock) for lock in folder.glob("*.lock")):
                 continue
@@ -132,6 +136,10 @@ class _Segment:
             elif os.fstat(fd).st_size < size:
                 raise OSError(errno.EAGAIN, f"{path} is not fully created yet")
             self.mm = mmap.mmap(fd, size)  # a peer's too (read-write, though only its owner writes: torch views)
+        except OSError:
+            if create:  # no room (ENOSPC): the file made above goes too
+                path.unlink(missing_ok=True)
+            raise
         finally:
             os.close(fd)
         self.words = np.frombuffer(self.mm, dtype=np.int64, count=HEADER // 8)  # header as int64 words
@@ -147,11 +155,13 @@ class _Segment:
         return self.slots[slot][:numel * dtype.itemsize].view(dtype)
 
     def close(self) -> None:
+        # no tensor viewing the mapping outlives it: results are fresh tensors (a sum's clone, a mean's cat), and
+        # the reducer refuses work once closed (torch.frombuffer does not pin the mapping: a view would dangle)
         self.words = self.floats = None  # type: ignore[assignment]
         self.slots = ()  # type: ignore[assignment]
         try:
             self.mm.close()
-        except BufferError:  # a result still views it: the mapping goes with the last view
+        except BufferError:  # the numpy header views of a caller still alive: the mapping goes with them
             pass
 
 
@@ -195,6 +205,8 @@ class ShmReducer:
         self._own: dict[int, _Segment] = {}
         self._theirs: dict[int, list[_Segment | None]] = {}
         self._refused: set[int] = set()
+        self._broken: RuntimeError | None = None  # a lost or silent peer: every later collective fails with it
+        self.uniform_threads = True  # every rank computes with as many torch threads (see join)
         self.seq = 0
         self._seen = [0] * world  # each peer's newest post (its collective's sequence number), from the FIFO
         self._inflight: ShmWork | None = None
@@ -219,6 +231,11 @@ class ShmReducer:
             for kind in ("fifo", "lock"):
                 (folder / f"r{rank}.{kind}").unlink(missing_ok=True)
             me._remove_folder(group)
+            # a weighted mean's fused adds round a kernel's chunk tails apart from its vector bodies, and the chunks
+            # follow the torch thread count: ranks computing with different counts keep weighted means on gloo
+            threads = torch.tensor([torch.get_num_threads(), -torch.get_num_threads()], dtype=torch.int64)
+            dist.all_reduce(threads, op=dist.ReduceOp.MAX, group=group)
+            me.uniform_threads = int(threads[0]) == -int(threads[1])
             atexit.register(me.close)
             return me
         me.close()
@@ -234,6 +251,8 @@ class ShmReducer:
             os.mkfifo(fifo, 0o600)
             # read-write: the open never blocks, and the FIFO always has a reader (writes never fail with EPIPE)
             self._fifo = os.open(fifo, os.O_RDWR | os.O_NONBLOCK)
+            self._waiter = select.poll()
+            self._waiter.register(self._fifo, select.POLLIN)
             return True
         except OSError:
             return False
@@ -289,6 +308,7 @@ class ShmReducer:
             own.close()
             own.path.unlink(missing_ok=True)
         self._refused.add(cap)
+        self._remove_folder(group)  # every rank refused at this same point: a collective, as above
         return None
 
     def _remove_folder(self, group: Any) -> None:
@@ -306,11 +326,16 @@ class ShmReducer:
     def start(self, tensors: list[Tensor], cap: int, weight: float | None = None) -> ShmWork:
         """Post this rank's `tensors` (one floating dtype, `cap` from `ready_for`) for the next collective;
         weight: a weighted mean (each rank's tensors times its weight, divided by the weights' sum), None: a sum."""
+        if self._closed:
+            raise RuntimeError("shared-memory all-reduce: used after close()")
+        if self._broken is not None:  # a peer was lost: its slot may still be unread, so nothing is posted again
+            raise self._broken
         if self._inflight is not None:  # read before the next post lets a peer reuse its slot
             try:
                 self._inflight.wait()
-            except RuntimeError:  # its own error, raised when it is waited for (a total weight <= 0, a lost peer)
-                pass
+            except RuntimeError:  # its own error (a total weight <= 0), raised when it is waited for ...
+                if self._broken is not None:  # ... unless a peer was lost: then nothing more is posted
+                    raise
         self.seq += 1
         seq, slot = self.seq, self.seq & 1
         own = self._own[cap]
@@ -329,13 +354,18 @@ class ShmReducer:
         # the post travels through each peer's FIFO, not as a word in memory: the pipe's lock orders this rank's
         # writes above before the peer's reads of them on any CPU (x86's stores are ordered anyway, ARM's are not)
         message = _POST.pack(self.rank, seq)
-        for fd in self._wake.values():
+        for r, fd in self._wake.items():
+            deadline = time.monotonic() + self.timeout_s
             while True:
                 try:
                     os.write(fd, message)  # 16 bytes, atomic (< PIPE_BUF): posts never interleave
                     break
                 except BlockingIOError:  # a full FIFO (never with at most two collectives unread): wait for room
-                    select.select([], [fd], [], CHECK_S)
+                    if time.monotonic() > deadline:
+                        raise self._fail(f"peer rank {r} did not read its posts within {self.timeout_s:g} s") from None
+                    waiter = select.poll()
+                    waiter.register(fd, select.POLLOUT)
+                    waiter.poll(CHECK_S * 1000)
         work = ShmWork(self, seq, cap, dtype, numel, None if weight is None else [t.numel() for t in tensors])
         self._inflight = work
         return work
@@ -359,21 +389,24 @@ class ShmReducer:
         seen = self._seen
         return all(seen[r] >= seq for r in self.peers)
 
+    def _fail(self, why: str) -> RuntimeError:
+        """The error of a lost or silent peer, kept: every later collective of this rank fails with it."""
+        self._broken = RuntimeError(f"shared-memory all-reduce: {why}")
+        return self._broken
+
     def _wait(self, seq: int, cap: int) -> None:
+        if self._closed:
+            raise RuntimeError("shared-memory all-reduce: used after close()")
         deadline = time.monotonic() + self.timeout_s
-        fifo = self._fifo
         while not self._posted(seq, cap):
-            ready, _, _ = select.select([fifo], [], [], CHECK_S)
-            if ready:
+            if self._waiter.poll(CHECK_S * 1000):  # poll, not select: any fd number
                 continue
             late = [r for r in self.peers if self._seen[r] < seq]
             gone = [r for r in late if not _held_fd(self._locks[r])]
             if gone:
-                raise RuntimeError(f"shared-memory all-reduce: peer rank {gone[0]} ended while rank {self.rank} waited "
-                                   f"for it (collective {seq})")
+                raise self._fail(f"peer rank {gone[0]} ended while rank {self.rank} waited for it (collective {seq})")
             if time.monotonic() > deadline:
-                raise RuntimeError(f"shared-memory all-reduce: peer rank {late[0]} did not post collective {seq} "
-                                   f"within {self.timeout_s:g} s")
+                raise self._fail(f"peer rank {late[0]} did not post collective {seq} within {self.timeout_s:g} s")
 
     def _sum(self, seq: int, cap: int, dtype: torch.dtype, numel: int, sizes: list[int] | None) -> Tensor:
         slot = seq & 1
@@ -416,6 +449,7 @@ class ShmReducer:
                 os.close(fd)
         self._wake.clear()
         self._locks.clear()
+        self._fifo = None
         (self.folder / f"r{self.rank}.fifo").unlink(missing_ok=True)
         if self._lock_fd is not None:
             (self.folder / f"r{self.rank}.lock").unlink(missing_ok=True)

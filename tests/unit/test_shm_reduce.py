@@ -61,6 +61,15 @@ def _rank(rank: int, store: str, root: str, out: str) -> None:
         res["closed"] = not folder.exists()
         # ranks that do not share memory (each its own folder, as containers with their own /dev/shm): None on both
         res["apart"] = ShmReducer.join(rank, 2, root=base / f"own{rank}") is None
+        # ranks computing with different torch thread counts keep weighted means on the backend, on every rank
+        torch.set_num_threads(1 + rank)
+        red = ShmReducer.join(rank, 2, root=base)
+        apart = red.uniform_threads
+        red.close()
+        torch.set_num_threads(1)
+        red = ShmReducer.join(rank, 2, root=base)
+        res["threads"] = (apart, red.uniform_threads)
+        red.close()
         # a peer that never posts: the waiting rank gives up after the timeout, naming the peer
         red = ShmReducer.join(rank, 2, root=base, timeout_s=1.0)
         assert red is not None
@@ -70,6 +79,10 @@ def _rank(rank: int, store: str, root: str, out: str) -> None:
                 work.wait()
             except RuntimeError as exc:
                 res["silent"] = str(exc)
+            try:  # nothing more is posted: the peer may not have read this rank's slots
+                red.start([_payload(5, 0, 1)], red.ready_for(20))
+            except RuntimeError as exc:
+                res["after-silent"] = str(exc)
         else:
             red.ready_for(20)
         dist.barrier()
@@ -136,8 +149,13 @@ def test_close_removes_the_files_and_ranks_apart_keep_the_backend(ranks) -> None
     assert [r["apart"] for r in ranks] == [True, True]
 
 
-def test_a_silent_peer_is_named_after_the_timeout(ranks) -> None:
+def test_a_silent_peer_is_named_after_the_timeout_and_ends_the_later_collectives(ranks) -> None:
     assert "peer rank 1 did not post collective 1 within 1 s" in ranks[0]["silent"]
+    assert ranks[0]["after-silent"] == ranks[0]["silent"]
+
+
+def test_ranks_with_different_thread_counts_keep_weighted_means_on_the_backend(ranks) -> None:
+    assert [r["threads"] for r in ranks] == [(False, True), (False, True)]
 
 
 def test_a_dead_peer_is_named_without_waiting_for_the_timeout(ranks) -> None:
@@ -156,8 +174,9 @@ def test_sweep_keeps_a_live_group_and_a_new_one(tmp_path) -> None:
     fd = os.open(live / "r0.lock", os.O_RDWR)
     fcntl.flock(fd, fcntl.LOCK_EX)
     try:
-        for folder in (live, dead):
-            os.utime(folder, (0, 0))
+        for folder in (live, dead):  # old: the folder and what is in it (a fresh file keeps a folder)
+            for path in (*folder.iterdir(), folder):
+                os.utime(path, (0, 0))
         assert shm_reduce.sweep(tmp_path) == [dead]
         assert live.exists() and new.exists() and not dead.exists()
     finally:
