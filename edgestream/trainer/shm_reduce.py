@@ -177,14 +177,14 @@ class ShmWork:
         self.error: Exception | None = None
 
     def is_completed(self) -> bool:
-        return self.result is not None or self.error is not None or self.reducer._posted(self.seq, self.cap)
+        return self.result is not None or self.error is not None or self.reducer._posted(self.seq)
 
     def wait(self) -> bool:
         if self.error is not None:
             raise self.error
         if self.result is None:
             try:
-                self.reducer._wait(self.seq, self.cap)
+                self.reducer._wait(self.seq)
                 self.result = self.reducer._sum(self.seq, self.cap, self.dtype, self.numel, self.sizes)
             except RuntimeError as exc:  # raised to whoever waits for this collective, each time
                 self.error = exc
@@ -384,7 +384,7 @@ class ShmReducer:
             if len(data) < 4096:
                 return
 
-    def _posted(self, seq: int, cap: int) -> bool:
+    def _posted(self, seq: int) -> bool:
         self._read_posts()
         seen = self._seen
         return all(seen[r] >= seq for r in self.peers)
@@ -394,11 +394,11 @@ class ShmReducer:
         self._broken = RuntimeError(f"shared-memory all-reduce: {why}")
         return self._broken
 
-    def _wait(self, seq: int, cap: int) -> None:
+    def _wait(self, seq: int) -> None:
         if self._closed:
             raise RuntimeError("shared-memory all-reduce: used after close()")
         deadline = time.monotonic() + self.timeout_s
-        while not self._posted(seq, cap):
+        while not self._posted(seq):
             if self._waiter.poll(CHECK_S * 1000):  # poll, not select: any fd number
                 continue
             late = [r for r in self.peers if self._seen[r] < seq]
