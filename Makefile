@@ -5,7 +5,7 @@
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
-STAMP  := $(VENV)/.installed
+STAMP   = $(VENV)/.installed-$(TORCH)
 PYTEST_ARGS ?=
 # one locked set of versions (Python 3.11 and 3.12, every platform): the venvs, the images and CI install from it;
 # tests/unit/test_lock.py fails when they drift. `make lock` regenerates it (LOCK_ARGS=--upgrade to move every pin).
@@ -29,11 +29,29 @@ help:
 # uv reads UV_* settings, not pip's: an index set for pip (PIP_INDEX_URL) is passed on.
 # --compile-bytecode, as pip does: without it the suite's first parallel processes each compile torch's modules.
 LOCK_INDEX := $(if $(PIP_INDEX_URL),--index-url $(PIP_INDEX_URL))
-$(STAMP): pyproject.toml $(LOCK) setup.py edgestream/data/_wirefast.c edgestream/sim/_shuffle.c
+# TORCH=host: the venv uses the torch that $(PYTHON) already has (a GPU host's own CUDA build, a Jetson's JetPack
+# wheel), linked in by scripts/host_torch.py with what it needs; the rest of the lock at its versions. Made with
+# PYTHON=the interpreter that has that torch. The venv keeps the TORCH it was made with; naming the other one makes
+# it again (docs/runtime.md, "Your own torch").
+TORCH  ?= $(or $(shell cat $(VENV)/.torch 2>/dev/null),lock)
+$(if $(filter-out lock host,$(TORCH)),$(error TORCH=$(TORCH): must be lock (the lock's torch, default) or host (PYTHON's own torch)))
+$(STAMP): pyproject.toml $(LOCK) setup.py edgestream/data/_wirefast.c edgestream/sim/_shuffle.c $(if $(filter host,$(TORCH)),scripts/host_torch.py)
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "edgestream needs Python 3.11+ (set PYTHON=...)")'
+ifeq ($(TORCH),host)
+	@$(PYTHON) -c 'import importlib.util as u, sys; sys.exit(0 if u.find_spec("torch") else "TORCH=host: PYTHON=$(PYTHON) has no torch; name the interpreter that has yours, or leave TORCH unset for the lock torch")'
+endif
+	@was=$$(cat $(VENV)/.torch 2>/dev/null || echo lock); if [ -x $(PY) ] && [ "$$was" != "$(TORCH)" ]; then \
+		echo "TORCH=$(TORCH): making $(VENV) again (it was made with TORCH=$$was)"; rm -rf $(VENV); fi
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@echo $(TORCH) > $(VENV)/.torch
 	$(PY) -m pip install -q -c $(LOCK) uv
+ifeq ($(TORCH),host)
+	$(PY) scripts/host_torch.py --host $(PYTHON) --venv $(VENV) --lock $(LOCK)
+	$(VENV)/bin/uv pip install -q --compile-bytecode --python $(PY) $(LOCK_INDEX) --no-deps -c $(LOCK) -r $(VENV)/host-torch-reqs.txt -e .
+	$(PY) -m pip check
+else
 	$(VENV)/bin/uv pip install -q --compile-bytecode --python $(PY) $(LOCK_INDEX) -c $(LOCK) -b $(LOCK) -e ".[dev]"
+endif
 	@touch $(STAMP)
 
 install: $(STAMP)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import posixpath
 import re
+import sys
 import tomllib
 from dataclasses import dataclass
 from importlib import metadata
@@ -105,6 +106,16 @@ def lock_problems(lock: Path, pyproject: Path = PYPROJECT) -> list[str]:
     return sorted(set(problems))
 
 
+def host_torch(prefix: str = sys.prefix) -> dict[str, str]:
+    """{name: version} of the distributions a `make install TORCH=host` venv links from the host interpreter
+    (scripts/host_torch.py writes them to VENV/host-torch.txt); {} in a venv made from the lock."""
+    record = Path(prefix) / "host-torch.txt"
+    if not record.exists():
+        return {}
+    pairs = (ln.split("==", 1) for ln in record.read_text().splitlines() if ln.strip() and not ln.startswith("#"))
+    return {canonicalize_name(name): version for name, version in pairs}
+
+
 def _requires(name: str, extras: frozenset[str], env: dict[str, str]) -> list[Requirement]:
     out = []
     for r in metadata.requires(name) or []:
@@ -114,15 +125,17 @@ def _requires(name: str, extras: frozenset[str], env: dict[str, str]) -> list[Re
     return out
 
 
-def installed_problems(lock: Path, pyproject: Path = PYPROJECT) -> list[str]:
+def installed_problems(lock: Path, pyproject: Path = PYPROJECT, host: dict[str, str] | None = None) -> list[str]:
     """The running venv against the lock: every pin that applies here is installed at its version (a local label
     such as 2.15.0+cpu matches 2.15.0, as pip's constraint does), and every package that pyproject's dependencies
-    pull in here, transitively, has a pin."""
+    pull in here, transitively, has a pin. A venv made with `make install TORCH=host` runs the host's torch and what
+    it needs (`host_torch()`): those are the host's versions, not the lock's."""
     env = dict(default_environment())
     pins, problems = read_lock(lock)
+    host = host_torch() if host is None else host
     for name, plist in sorted(pins.items()):
         pin = next((p for p in plist if p.applies(env)), None)
-        if pin is None:
+        if pin is None or name in host:
             continue
         try:
             have = metadata.version(name)
@@ -138,7 +151,7 @@ def installed_problems(lock: Path, pyproject: Path = PYPROJECT) -> list[str]:
     while todo:
         req, needed_by = todo.pop()
         name, extras = canonicalize_name(req.name), frozenset(req.extras)
-        if (name, extras) in seen:
+        if (name, extras) in seen or name in host:
             continue
         seen.add((name, extras))
         if pin_for(pins, name, env) is None:
@@ -212,7 +225,7 @@ def test_lock_pins_every_pyproject_dependency_inside_its_range():
 
 def test_running_venv_has_the_locked_versions():
     problems = installed_problems(LOCK)
-    assert not problems, ("this venv drifted from requirements.lock (`rm .venv/.installed; make install` reinstalls "
+    assert not problems, ("this venv drifted from requirements.lock (`rm .venv/.installed-*; make install` reinstalls "
                           "from it; .venv312/.installed for the py312 venv):\n"
                           + "\n".join(problems))
 
@@ -232,7 +245,8 @@ def test_makefile_venvs_and_ci_install_from_the_lock():
         recipe = make.split(stamp, 1)[1].split("\n\n", 1)[0]
         assert "$(LOCK)" in recipe.splitlines()[0], f"{stamp} is not rebuilt when the lock changes"
         installs = [ln for ln in recipe.splitlines() if re.search(r"\bpip install\b", ln)]
-        assert len(installs) == 2, recipe  # uv itself, then the venv with uv
+        # uv itself, then the venv with uv (.venv: TORCH=lock, or TORCH=host: the lock less the host's torch closure)
+        assert len(installs) == (3 if stamp == "$(STAMP):" else 2), recipe
         assert installs and all("-c $(LOCK)" in ln for ln in installs), recipe
     assert "--universal" in make.split("\nlock:", 1)[1].split("\n\n", 1)[0]
     ci = (ROOT / ".ci" / "run").read_text()
@@ -263,13 +277,26 @@ def _drifted(tmp_path: Path, name: str, version: str | None) -> Path:
     ("confluent-kafka", "3.0.0", lock_problems),    # above pyproject's <3
     ("xxhash", None, lock_problems),                # a direct dependency left out
     ("xxhash", None, installed_problems),
-    ("markupsafe", None, installed_problems),       # a transitive one left out (jinja2's, via torch)
+    ("mdurl", None, installed_problems),            # a transitive one left out (markdown-it-py's, via rich)
 ])
 def test_a_drifted_lock_is_caught_naming_the_package(tmp_path, name, version, check):
     assert not check(LOCK)
     problems = check(_drifted(tmp_path, name, version))
     assert problems, f"{name} drifted to {version} went unnoticed"
     assert all(p.startswith(f"{name}: ") for p in problems), problems
+
+
+def test_a_host_torch_venv_takes_the_host_versions_of_what_it_linked(tmp_path):
+    """`make install TORCH=host`: the distributions linked from the host are the host's (any version), the rest of
+    the lock is still checked."""
+    drifted = _drifted(tmp_path, "torch", "2.4.0")
+    assert [p for p in installed_problems(drifted, host={}) if p.startswith("torch: ")]
+    (tmp_path / "host-torch.txt").write_text("# linked from /opt/python by scripts/host_torch.py\ntorch==2.4.0\n")
+    host = host_torch(str(tmp_path))
+    assert host == {"torch": "2.4.0"}
+    assert not [p for p in installed_problems(drifted, host=host) if p.startswith("torch: ")]
+    other = _drifted(tmp_path, "rich", "13.7.0")
+    assert [p for p in installed_problems(other, host=host) if p.startswith("rich: ")]
 
 
 def test_a_dockerfile_installing_without_the_lock_is_caught():
