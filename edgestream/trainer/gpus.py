@@ -19,6 +19,7 @@ the parameter server itself keeps its model on the CPU (it only applies the push
 from __future__ import annotations
 
 import os
+import re
 import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -71,11 +72,49 @@ def _visible(count: int, visible: str | None) -> str:
     return gpus + (f", CUDA_VISIBLE_DEVICES={visible!r}" if visible is not None else "")
 
 
+def unusable_gpu(torch_version: str, torch_cuda: str | None, driver: str | None, jetson: str | None,
+                 visible: str | None = None) -> str | None:
+    """Why this host's NVIDIA GPU is not one torch can use, when it has one (`driver`: the kernel module's
+    version, from /proc/driver/nvidia/version; `jetson`: the L4T release, from /etc/nv_tegra_release) and
+    CUDA_VISIBLE_DEVICES (`visible`) does not hide it: a CPU build of torch, or one whose CUDA the driver
+    does not run (too old a driver). None where no GPU is known to be here."""
+    if (driver is None and jetson is None) or (visible is not None and visible.strip() in ("", "-1")):
+        return None
+    here = f"an NVIDIA GPU is here (driver {driver})" if driver else f"this is a Jetson ({jetson})"
+    if torch_cuda is None:
+        why = f"this torch ({torch_version}) is a CPU build"
+    else:
+        why = (f"this torch ({torch_version}, built for CUDA {torch_cuda}) cannot use it: a driver too old for "
+               "that CUDA, or no GPU device in this process's namespace")
+    return (f"{here}, but {why}; make install TORCH=host PYTHON=/path/to/python uses that interpreter's torch "
+            "built for this host (docs/runtime.md, \"Your own torch\")")
+
+
+def host_gpu(driver_file: str = "/proc/driver/nvidia/version",
+             tegra_file: str = "/etc/nv_tegra_release") -> tuple[str | None, str | None]:
+    """(NVIDIA driver version, Jetson L4T release) of this host, each None when its file is not there."""
+    driver = jetson = None
+    try:
+        with open(driver_file) as f:
+            found = re.search(r"Kernel Module(?: for \S+)?\s+([0-9][0-9.]*)", f.read())
+        driver = found.group(1) if found else "of unknown version"
+    except OSError:
+        pass
+    try:
+        with open(tegra_file) as f:
+            jetson = f.readline().strip().lstrip("# ").split(",")[0].strip() or "L4T"
+    except OSError:
+        pass
+    return driver, jetson
+
+
 def place(local_rank: int, device_count: int, *, gpus: Sequence[int] | None = None, told: str = "",
-          visible: str | None = None) -> Placement:
+          visible: str | None = None, unusable: str | None = None) -> Placement:
     """The device of local rank `local_rank` on a host where the process sees `device_count` GPUs (module
     doc). `gpus`: runtime.gpus (None: all); `told`: EDGESTREAM_DEVICE ("", "cpu", "cuda"); `visible`:
-    CUDA_VISIBLE_DEVICES as set (only named in errors). GpuError: one line naming what is not there."""
+    CUDA_VISIBLE_DEVICES as set (only named in errors); `unusable`: why a GPU of this host is not one torch
+    can use (`unusable_gpu`), said where the rule falls back to the CPU. GpuError: one line naming what is
+    not there."""
     told = check_told(told)
     if local_rank < 0:
         raise GpuError(f"LOCAL_RANK={local_rank} is not allowed; must be >= 0")
@@ -83,9 +122,10 @@ def place(local_rank: int, device_count: int, *, gpus: Sequence[int] | None = No
         return Placement("cpu", None, "EDGESTREAM_DEVICE=cpu")
     if device_count <= 0:
         if told == "cuda":
-            raise GpuError(f"EDGESTREAM_DEVICE=cuda but this process sees {_visible(0, visible)}; leave it empty "
-                           "or set cpu")
-        return Placement("cpu", None, "no CUDA device" + (" (runtime.gpus ignored)" if gpus else ""))
+            raise GpuError(f"EDGESTREAM_DEVICE=cuda but this process sees {_visible(0, visible)}"
+                           + (f" ({unusable})" if unusable else "; leave it empty or set cpu"))
+        return Placement("cpu", None, "no CUDA device" + (" (runtime.gpus ignored)" if gpus else "")
+                         + (f": {unusable}" if unusable else ""))
     if gpus:
         missing = sorted({i for i in gpus if not 0 <= i < device_count})
         if missing:
@@ -117,6 +157,12 @@ def gpu_identity(index: int) -> tuple[str, str]:
     return f"{socket.gethostname()}/{where}", props.name
 
 
+def _unusable(visible: str | None) -> str | None:
+    import torch
+
+    return unusable_gpu(torch.__version__, torch.version.cuda, *host_gpu(), visible=visible)
+
+
 def device_for(local_rank: int, gpus: Sequence[int] | None = None,
                environ: Mapping[str, str] | None = None) -> Placement:
     """This process's Placement by `place`, from EDGESTREAM_DEVICE, CUDA_VISIBLE_DEVICES, runtime.gpus
@@ -126,7 +172,9 @@ def device_for(local_rank: int, gpus: Sequence[int] | None = None,
     env = os.environ if environ is None else environ
     told = check_told(settings.device(environ))
     count = torch.cuda.device_count() if told != "cpu" and torch.cuda.is_available() else 0
-    placed = place(local_rank, count, gpus=gpus, told=told, visible=env.get("CUDA_VISIBLE_DEVICES"))
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    placed = place(local_rank, count, gpus=gpus, told=told, visible=visible,
+                   unusable=_unusable(visible) if count == 0 and told != "cpu" else None)
     if placed.index is None:
         return placed
     uuid, name = gpu_identity(placed.index)
@@ -170,8 +218,9 @@ def check_local(world: int, gpus: Sequence[int] | None = None, environ: Mapping[
         requested = check_requested(settings.backend(environ))
         told = check_told(settings.device(environ))
         count = torch.cuda.device_count() if told != "cpu" and torch.cuda.is_available() else 0
-        placements = [place(r, count, gpus=gpus, told=told, visible=env.get("CUDA_VISIBLE_DEVICES"))
-                      for r in range(world)]
+        visible = env.get("CUDA_VISIBLE_DEVICES")
+        unusable = _unusable(visible) if count == 0 and told != "cpu" else None
+        placements = [place(r, count, gpus=gpus, told=told, visible=visible, unusable=unusable) for r in range(world)]
     except (GpuError, BackendError) as exc:
         return str(exc)
     return refusal(placements, requested) if collectives else None

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from edgestream.config import ConfigError, validate_dict
 from edgestream.trainer.backend import BackendError, choose, describe
-from edgestream.trainer.gpus import GpuError, check_local, check_told, place, refusal
+from edgestream.trainer.gpus import GpuError, check_local, check_told, host_gpu, place, refusal, unusable_gpu
 
 told_device = st.sampled_from(["", "cpu", "cuda"])
 
@@ -55,6 +55,41 @@ def test_rule_examples():
     assert place(0, 0, told="").device == place(0, 4, told="cpu").device == "cpu"
     with pytest.raises(GpuError, match=r"^LOCAL_RANK=-1 is not allowed"):
         place(-1, 1)
+
+
+@pytest.mark.parametrize("version, cuda, driver, jetson, visible, says", [
+    ("2.15.0+cpu", None, "580.159.03", None, None, "an NVIDIA GPU is here (driver 580.159.03), but this torch "
+                                                  "(2.15.0+cpu) is a CPU build"),
+    ("2.15.0+cu132", "13.2", "535.104.05", None, None, "this torch (2.15.0+cu132, built for CUDA 13.2) cannot use it"),
+    ("2.5.0", None, None, "R36 (release)", None, "this is a Jetson (R36 (release)), but this torch (2.5.0) is a CPU"),
+    ("2.15.0+cu132", "13.2", "580.1", None, "0", "built for CUDA 13.2"),   # a GPU named, yet none seen
+    ("2.15.0+cpu", None, None, None, None, None),                          # no GPU known here: nothing to say
+    ("2.15.0+cpu", None, "580.1", None, "", None),                         # CUDA_VISIBLE_DEVICES hides them
+    ("2.15.0+cpu", None, "580.1", None, "-1", None),
+])
+def test_a_gpu_this_torch_cannot_use_is_named_with_the_way_out(version, cuda, driver, jetson, visible, says):
+    why = unusable_gpu(version, cuda, driver, jetson, visible)
+    if says is None:
+        assert why is None
+        return
+    assert says in why and "make install TORCH=host PYTHON=" in why, why
+    placed = place(1, 0, visible=visible, unusable=why)  # the rule falls back to the CPU and says why
+    assert placed.device == "cpu" and placed.text().startswith(f"cpu (no CUDA device: {why.split(';')[0]}")
+    with pytest.raises(GpuError, match=r"EDGESTREAM_DEVICE=cuda but this process sees no GPU.*TORCH=host"):
+        place(0, 0, told="cuda", visible=visible, unusable=why)
+
+
+def test_the_hosts_driver_and_jetson_release_are_read_from_their_files(tmp_path):
+    driver, tegra = tmp_path / "version", tmp_path / "nv_tegra_release"
+    assert host_gpu(str(driver), str(tegra)) == (None, None)
+    driver.write_text("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.03  Release Build  "
+                      "(dvs-builder@U22)  Tue Sep 30 2025\nGCC version:  gcc version 12.3.0\n")
+    tegra.write_text("# R36 (release), REVISION: 4.3, GCID: 38968081, BOARD: generic, EABI: aarch64, DATE: Wed\n")
+    assert host_gpu(str(driver), str(tegra)) == ("580.159.03", "R36 (release)")
+    driver.write_text("NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.104.05  Sat Aug 19 01:15:15 UTC 2023\n")
+    assert host_gpu(str(driver), str(tegra))[0] == "535.104.05"
+    driver.write_text("something else\n")
+    assert host_gpu(str(driver), str(tegra))[0] == "of unknown version"
 
 
 @pytest.mark.parametrize("value,expected", [(None, ""), ("", ""), (" CPU ", "cpu"), ("cuda", "cuda")])
