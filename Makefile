@@ -49,6 +49,7 @@ ifeq ($(TORCH),host)
 	$(PY) scripts/host_torch.py --host $(PYTHON) --venv $(VENV) --lock $(LOCK)
 	$(VENV)/bin/uv pip install -q --compile-bytecode --python $(PY) $(LOCK_INDEX) --no-deps -c $(LOCK) -r $(VENV)/host-torch-reqs.txt -e .
 	$(PY) -m pip check
+	@$(PY) -c 'import torch; print(f"TORCH=host: torch {torch.__version__} (CUDA {torch.version.cuda}) from {torch.__file__}; GPUs seen: {torch.cuda.device_count()}")'
 else
 	$(VENV)/bin/uv pip install -q --compile-bytecode --python $(PY) $(LOCK_INDEX) -c $(LOCK) -b $(LOCK) -e ".[dev]"
 endif

@@ -60,6 +60,11 @@ while todo:
             if not parts or parts[0] in ("..", "__pycache__") or parts[0].endswith(".pth"):
                 continue
             entries.add(str(dist.locate_file(parts[0])))
+        if not entries and getattr(dist, "_path", None) is not None:  # no RECORD (conda): top_level.txt + metadata
+            site = dist._path.parent
+            entries.add(str(dist._path))
+            for top in (dist.read_text("top_level.txt") or "").split():
+                entries.update(str(p) for p in site.glob(top + "*") if p.name == top or p.name.startswith(top + "."))
         out[name] = {"name": name, "version": dist.version, "entries": sorted(entries)}
     for req in dist.requires or []:
         spec, _, marker = req.partition(";")
@@ -100,8 +105,9 @@ def host_closure(host: str) -> list[dict]:
     return answer["dists"]
 
 
-def link(dists: list[dict], venv: Path) -> Path:
-    """The host's files of `dists` linked into venv/host-torch, put on the venv's path by a .pth file."""
+def link(dists: list[dict], venv: Path, site: Path | None = None) -> Path:
+    """The host's files of `dists` linked into venv/host-torch, put on the path by a .pth file in `site` (the
+    venv's site-packages: the running interpreter's)."""
     folder = venv / LINKS
     if folder.exists():  # made again from the host's files as they are now (links only: the host's files stay)
         for entry in folder.iterdir():
@@ -118,7 +124,7 @@ def link(dists: list[dict], venv: Path) -> Path:
             if dest.exists() or dest.is_symlink():
                 sys.exit(f"TORCH=host: {target.name} is both {dest.resolve()} and {target} on the host")
             dest.symlink_to(target)
-    site = Path(sysconfig.get_paths()["purelib"])
+    site = Path(sysconfig.get_paths()["purelib"]) if site is None else site
     (site / "edgestream-host-torch.pth").write_text(f"{folder.resolve()}\n")
     # the venv's own copy of one of them (setuptools, which `python -m venv` may install) would come first
     names = {d["name"] for d in dists}
@@ -151,13 +157,16 @@ def main() -> None:
     if Path(sys.prefix).resolve() != args.venv.resolve():
         sys.exit(f"host_torch.py runs with the venv's own Python ({args.venv}/bin/python), not {sys.executable}")
     dists = host_closure(args.host)
+    torch = next(d for d in dists if d["name"] == "torch")
+    if not any(Path(e).name == "torch" for e in torch["entries"]):
+        sys.exit(f"TORCH=host: torch {torch['version']} of PYTHON={args.host} lists none of its files (no RECORD, no "
+                 "top_level.txt), so it cannot be linked; install it with pip there, or leave TORCH unset")
     link(dists, args.venv)
     names = {d["name"] for d in dists}
     pins = "".join(f"{d['name']}=={d['version']}\n" for d in sorted(dists, key=lambda d: d["name"]))
     head = f"# linked from {args.host} by scripts/host_torch.py (make install TORCH=host)\n"
     (args.venv / RECORD).write_text(head + pins)
     (args.venv / REQS).write_text(lock_without(args.lock, names))
-    torch = next(d for d in dists if d["name"] == "torch")
     print(f"TORCH=host: torch {torch['version']} and {len(dists) - 1} packages it needs, from {args.host} "
           f"(linked in {args.venv / LINKS}); the rest from {args.lock}")
 

@@ -74,3 +74,60 @@ def test_an_interpreter_without_torch_is_refused_before_anything_is_made(tmp_pat
     assert got.returncode != 0
     assert f"TORCH=host: PYTHON={bare / 'bin' / 'python'} has no torch" in got.stderr, got.stdout + got.stderr
     assert not (project / ".venv").exists()
+
+
+def _dist(site: Path, name: str, version: str, requires: list[str], files: list[str] | None) -> None:
+    """A distribution installed in `site`: its files (written), METADATA, and a RECORD unless files is None (a conda
+    package without one: top_level.txt names its files)."""
+    meta = site / f"{name}-{version}.dist-info"
+    meta.mkdir(parents=True)
+    (meta / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+                                   + "".join(f"Requires-Dist: {r}\n" for r in requires))
+    top = name if files is None else files[0].split("/")[0].removesuffix(".py")
+    for rel in files or [f"{name}/__init__.py"]:
+        (site / rel).parent.mkdir(parents=True, exist_ok=True)
+        (site / rel).write_text(f"__version__ = {version!r}\n")
+    if files is None:
+        (meta / "top_level.txt").write_text(top + "\n")
+    else:
+        (meta / "RECORD").write_text("".join(f"{r},,\n" for r in [*files, f"{meta.name}/METADATA",
+                                                                   f"{meta.name}/RECORD"]))
+
+
+def test_the_closure_follows_extras_and_links_a_torch_without_a_record(tmp_path):
+    """scripts/host_torch.py against a stand-in host: its torch has no RECORD (as conda installs it), requires a
+    package with an extra, whose requirement under that extra is installed; another installed package is
+    required only under an extra nobody asks for, one required package is not installed at all."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("host_torch", ROOT / "scripts" / "host_torch.py")
+    host_torch = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(host_torch)
+    fake = tmp_path / "host"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(fake)], check=True)
+    site = Path(subprocess.run([str(fake / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()"
+                                "['purelib'])"], capture_output=True, text=True, check=True).stdout.strip())
+    _dist(site, "torch", "2.15.0", ["fake-dep[cuda]>=1", "not-installed", 'extra-only ; extra == "opt"'], None)
+    _dist(site, "fake_dep", "1.0", ['via-extra==2.0 ; extra == "cuda"', "typing-extensions"], ["fake_dep.py"])
+    _dist(site, "via_extra", "2.0", [], ["via_extra/__init__.py", "via_extra/lib.so"])
+    _dist(site, "extra_only", "1.0", [], ["extra_only.py"])
+    dists = host_torch.host_closure(str(fake / "bin" / "python"))
+    assert {d["name"]: d["version"] for d in dists} == {"torch": "2.15.0", "fake-dep": "1.0", "via-extra": "2.0"}
+    venv, own_site = tmp_path / "venv", tmp_path / "venv-site"
+    venv.mkdir()
+    own_site.mkdir()
+    folder = host_torch.link(dists, venv, own_site)
+    assert sorted(p.name for p in folder.iterdir()) == sorted([
+        "torch", "torch-2.15.0.dist-info", "fake_dep.py", "fake_dep-1.0.dist-info", "via_extra",
+        "via_extra-2.0.dist-info"])
+    assert all(p.is_symlink() and p.resolve().parent == site.resolve() for p in folder.iterdir())
+    assert (own_site / "edgestream-host-torch.pth").read_text().strip() == str(folder.resolve())
+    got = subprocess.run([sys.executable, "-S", "-c", "import sys; sys.path.insert(0, sys.argv[1]); import torch, "
+                          "fake_dep, via_extra; print(torch.__version__, via_extra.__file__)", str(folder)],
+                         capture_output=True, text=True, check=True).stdout.split()
+    assert got[0] == "2.15.0" and got[1].startswith(str(folder))
+    lock = tmp_path / "requirements.lock"
+    lock.write_text("torch==2.15.0\n    # via edgestream\nfake-dep==1.0 ; sys_platform == 'linux'\nnumpy==2.4.6\n")
+    assert host_torch.lock_without(lock, {d["name"] for d in dists}) == "numpy==2.4.6\n"
+    folder_again = host_torch.link(dists, venv, own_site)  # made again: the links as the host's files are now
+    assert folder_again == folder and len(list(folder.iterdir())) == 6 and (site / "torch").is_dir()
