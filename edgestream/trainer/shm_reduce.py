@@ -344,7 +344,11 @@ class ShmReducer:
         flat = own.view(slot, dtype, numel)
         if numel and len(tensors) > 1 and all(t.device.type == "cpu" for t in tensors):
             torch.cat([t.detach().reshape(-1) for t in tensors], out=flat)
-        elif numel:  # one tensor, or some on a GPU (gloo groups of ranks sharing one): copied one by one
+        elif numel and len(tensors) > 1 and len({t.device for t in tensors}) == 1:
+            # on one GPU (gloo groups of ranks sharing it): one kernel joins them there, one copy brings them over
+            # (a copy to pageable memory waits for the GPU: one wait, not one per tensor)
+            flat.copy_(torch.cat([t.detach().reshape(-1) for t in tensors]))
+        elif numel:  # one tensor, or tensors on several devices: copied one by one
             pos = 0
             for t in tensors:
                 n = t.numel()

@@ -196,6 +196,13 @@ def _run_world(rank: int, world: int, group, results: dict[str, object]) -> None
         for i, pending in reversed(list(zip((0, 2, 4), many, strict=True))):
             record(f"{red}/overlap/reduce{i}", pending.get)
     results["shared-memory/transport"] = colls["shared-memory"].transport()
+    if torch.cuda.is_available() and world > 1:  # ranks sharing one GPU over gloo: their CUDA tensors through shared memory
+        shm = colls["shared-memory"]
+        for i, (name, _, _, _) in enumerate(REDUCE_CASES):
+            if _one_float_dtype(i):
+                req = _reduce_request(i, rank)
+                on_gpu = AllReduce([t.to("cuda:0") for t in req.tensors], weight=req.weight, op=req.op)
+                record(f"shared-memory-cuda/{name}", lambda r=on_gpu: [t.cpu() for t in shm.run(r)])
     colls["shared-memory"].close()
 
 
@@ -374,6 +381,18 @@ def test_shared_memory_all_reduce_is_the_rank_order_sum_bit_for_bit(groups, worl
     assert len(cases) > 100
     bad = _not_reduce_all(results, "shared-memory", cases, world)
     assert not bad, f"{len(bad)} of {len(cases)} shared-memory cases failed (world {world}):\n" + "\n".join(bad)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("world", WORLDS[1:])
+def test_ranks_sharing_a_gpu_reduce_its_tensors_through_shared_memory_bit_for_bit(groups, world: int) -> None:
+    """Ranks sharing one GPU over gloo (issue 36): their CUDA tensors are joined on the GPU, cross in one copy, and
+    the result is still `reduce_all`'s in rank order, back on the GPU."""
+    results = _results(groups, world)
+    cases = [(name, i) for i, (name, *_) in enumerate(REDUCE_CASES) if _one_float_dtype(i)]
+    assert len(cases) > 100
+    bad = _not_reduce_all(results, "shared-memory-cuda", cases, world)
+    assert not bad, f"{len(bad)} of {len(cases)} shared-memory CUDA cases failed (world {world}):\n" + "\n".join(bad)
 
 
 @pytest.mark.parametrize("world", WORLDS)
