@@ -136,7 +136,7 @@ SERIAL_FILES = ("test_kafka_cluster_netns.py", "test_testbed.py")
 # unit started early runs beside the short ones instead of alone at the end (longest-processing-time-first).
 # Figures: the slowest tests of a serial run (`--durations`); the rest keeps file order.
 LONG_FIRST = ("test_kafka_cluster_netns.py", "test_testbed.py", "test_kafka_outage_ps.py", "test_kafka_outage.py",
-              "test_kafka_leader_loss.py", "test_kafka_cluster.py", "test_kafka_cluster_cli.py",
+              "test_kafka_leader_loss.py", "test_host_torch.py", "test_kafka_cluster.py", "test_kafka_cluster_cli.py",
               "test_kafka_topic_settings.py", "test_consumer_hardening.py", "test_faults_run.py",
               "test_continuous_run.py", "test_hostile_messages.py", "test_kafka_layout.py", "test_external_streams.py",
               "test_faults_trainer.py", "test_backend.py", "test_collectives.py")
