@@ -157,24 +157,27 @@ def gpu_identity(index: int) -> tuple[str, str]:
     return f"{socket.gethostname()}/{where}", props.name
 
 
-def _unusable(visible: str | None) -> str | None:
+def _seen(told: str, env: Mapping[str, str]) -> tuple[int, str | None, str | None]:
+    """What `place` needs of this process: the GPUs torch sees (none asked for when told cpu),
+    CUDA_VISIBLE_DEVICES, and why a GPU of the host is unusable where none is seen (`unusable_gpu`)."""
     import torch
 
-    return unusable_gpu(torch.__version__, torch.version.cuda, *host_gpu(), visible=visible)
+    count = torch.cuda.device_count() if told != "cpu" and torch.cuda.is_available() else 0
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    unusable = (unusable_gpu(torch.__version__, torch.version.cuda, *host_gpu(), visible=visible)
+                if count == 0 and told != "cpu" else None)
+    return count, visible, unusable
 
 
 def device_for(local_rank: int, gpus: Sequence[int] | None = None,
                environ: Mapping[str, str] | None = None) -> Placement:
     """This process's Placement by `place`, from EDGESTREAM_DEVICE, CUDA_VISIBLE_DEVICES, runtime.gpus
     and what torch sees, with the GPU's identity; GpuError as `place`."""
-    import torch
 
     env = os.environ if environ is None else environ
     told = check_told(settings.device(environ))
-    count = torch.cuda.device_count() if told != "cpu" and torch.cuda.is_available() else 0
-    visible = env.get("CUDA_VISIBLE_DEVICES")
-    placed = place(local_rank, count, gpus=gpus, told=told, visible=visible,
-                   unusable=_unusable(visible) if count == 0 and told != "cpu" else None)
+    count, visible, unusable = _seen(told, env)
+    placed = place(local_rank, count, gpus=gpus, told=told, visible=visible, unusable=unusable)
     if placed.index is None:
         return placed
     uuid, name = gpu_identity(placed.index)
@@ -212,14 +215,10 @@ def check_local(world: int, gpus: Sequence[int] | None = None, environ: Mapping[
     env = os.environ if environ is None else environ
     if not (settings.backend(environ) or settings.device(environ) or gpus):
         return None
-    import torch
-
     try:
         requested = check_requested(settings.backend(environ))
         told = check_told(settings.device(environ))
-        count = torch.cuda.device_count() if told != "cpu" and torch.cuda.is_available() else 0
-        visible = env.get("CUDA_VISIBLE_DEVICES")
-        unusable = _unusable(visible) if count == 0 and told != "cpu" else None
+        count, visible, unusable = _seen(told, env)
         placements = [place(r, count, gpus=gpus, told=told, visible=visible, unusable=unusable) for r in range(world)]
     except (GpuError, BackendError) as exc:
         return str(exc)

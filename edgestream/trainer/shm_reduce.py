@@ -342,12 +342,12 @@ class ShmReducer:
         dtype = tensors[0].dtype
         numel = sum(t.numel() for t in tensors)
         flat = own.view(slot, dtype, numel)
-        if numel and len(tensors) > 1 and all(t.device.type == "cpu" for t in tensors):
-            torch.cat([t.detach().reshape(-1) for t in tensors], out=flat)
-        elif numel and len(tensors) > 1 and len({t.device for t in tensors}) == 1:
-            # on one GPU (gloo groups of ranks sharing it): one kernel joins them there, one copy brings them over
-            # (a copy to pageable memory waits for the GPU: one wait, not one per tensor)
-            flat.copy_(torch.cat([t.detach().reshape(-1) for t in tensors]))
+        if numel and len(tensors) > 1 and len({t.device for t in tensors}) == 1:
+            parts = [t.detach().reshape(-1) for t in tensors]
+            if tensors[0].device.type == "cpu":
+                torch.cat(parts, out=flat)
+            else:  # one GPU (gloo groups of ranks sharing it): joined there by one kernel, brought over in one copy
+                flat.copy_(torch.cat(parts))  # (a copy to pageable memory waits for the GPU: once, not per tensor)
         elif numel:  # one tensor, or tensors on several devices: copied one by one
             pos = 0
             for t in tensors:

@@ -196,7 +196,7 @@ def _run_world(rank: int, world: int, group, results: dict[str, object]) -> None
         for i, pending in reversed(list(zip((0, 2, 4), many, strict=True))):
             record(f"{red}/overlap/reduce{i}", pending.get)
     results["shared-memory/transport"] = colls["shared-memory"].transport()
-    if torch.cuda.is_available() and world > 1:  # ranks sharing one GPU over gloo: their CUDA tensors through shared memory
+    if torch.cuda.is_available() and world > 1:  # ranks sharing one GPU over gloo: CUDA tensors through memory
         shm = colls["shared-memory"]
         for i, (name, _, _, _) in enumerate(REDUCE_CASES):
             if _one_float_dtype(i):
