@@ -23,16 +23,12 @@ from itertools import islice
 from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from edgestream.consumers.broker_calls import BROKER_TIMEOUT_S, FATAL, BrokerCalls
-from edgestream.kafka.admin import KafkaUnavailable, admin_client
+from edgestream.kafka.admin import KafkaUnavailable
 from edgestream.kafka.clients import consumer_config
 from edgestream.kafka.leader_watch import LeaderWatch
 from edgestream.kafka.outage import Outage
-from edgestream.kafka.outage_calls import Probe, answers
+from edgestream.kafka.outage_calls import Probe, Wedge, answers
 from edgestream.kafka.topic_names import trainer_group  # noqa: F401 - re-exported (consumer groups are named in kafka/)
-
-#: seconds of outage after which a reader whose own requests still fail asks a new client whether Kafka
-#: answers (and replaces its consumer when it does: PartitionReader._refresh); also the interval between asks
-REOPEN_AFTER_S = 10.0
 
 #: how old the end offset read at start may be before the first fetch response replaces it
 HIGH_WATERMARK_MAX_AGE_S = 0.5
@@ -84,7 +80,7 @@ class PartitionReader:
         self.keep = keep
         self._own, self._seen, self._share = 0, 0, share
         self.calls = BrokerCalls(bootstrap, broker_timeout_s, outage=outage, refresh=self._refresh)
-        self._security, self._fresh_asked = security, 0.0
+        self._security, self._wedge = security, Wedge(bootstrap, security)
         self.outage = self.calls.outage
         self._down_since: float | None = None  # set by librdkafka's "all brokers down", cleared by answers
         self._reported = False                 # _down_since is a wait of the outage
@@ -130,18 +126,14 @@ class PartitionReader:
     def _refresh(self, timeout: float):
         """BrokerCalls' retry step: fresh metadata for this reader. After a long outage librdkafka's consumer
         can stay wedged (its metadata requests wait for a usable broker that never comes, although the broker
-        is back and a new client gets answers): when its own request fails after REOPEN_AFTER_S of outage and
-        a new client's succeeds (asked at most every REOPEN_AFTER_S), the consumer is replaced by a new one
+        is back and a new client gets answers): when its own request fails and it counts as wedged
+        (outage_calls.Wedge: REOPEN_AFTER_S of outage, a new client gets an answer), the consumer is replaced
+        by a new one
         assigned where this one would fetch next (the local queue and the commit state are kept)."""
         try:
             return self.consumer.list_topics(self.topic, timeout=timeout)
         except KafkaException:
-            now = time.monotonic()
-            if (not hasattr(self, "_sent") or self.outage.length_s() < REOPEN_AFTER_S
-                    or now - self._fresh_asked < REOPEN_AFTER_S):  # (not while __init__ still reads offsets)
-                raise
-            self._fresh_asked = now
-            if not answers(lambda t: admin_client(self.bootstrap, self._security).list_topics(timeout=t)):
+            if not hasattr(self, "_sent") or not self._wedge.wedged(self.outage):  # (not while __init__ reads offsets)
                 raise
         log.warning("%s: reopening the consumer at offset %d: it got no answer from Kafka while a new client did",
                     self.topic, self._tail)

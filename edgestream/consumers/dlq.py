@@ -9,32 +9,12 @@ as its header says (read with the run's `SampleSerde`, the one place that knows 
 
 from __future__ import annotations
 
-from confluent_kafka import Producer
-
 from edgestream.consumers.broker_calls import BROKER_TIMEOUT_S
 from edgestream.data.serde import SampleSerde, WireError
-from edgestream.kafka.clients import produce, producer_config
+from edgestream.kafka.clients import producer_config
 from edgestream.kafka.outage import Outage
+from edgestream.kafka.replaceable_producer import ReplaceableProducer
 from edgestream.kafka.topic_names import dlq_topic
-
-
-def flush_through(producer: Producer, outage: Outage, what: str, wait: bool = True) -> None:
-    """Flush `producer`, waiting through an outage while its budget lasts (its messages stay queued:
-    `producer_config(outage_s=)`): a second without progress counts as Kafka not answering
-    (KafkaUnavailable once the budget is spent), any progress as an answer. wait=False (a process that
-    is ending anyway): what Kafka does not take within a second is left, logged by the caller."""
-    left = len(producer)
-    while left:
-        now = producer.flush(1.0)
-        if now == 0:
-            break
-        if not wait:
-            raise RuntimeError(f"{what}: {now} message(s) not acknowledged; not waiting: the process is ending")
-        if now < left:
-            outage.up()
-        else:
-            outage.down(what)
-        left = now
 
 
 class DeadLetters:
@@ -43,8 +23,9 @@ class DeadLetters:
     def __init__(self, bootstrap: str, run: str, security: dict | None = None, outage: Outage | None = None) -> None:
         self.topic = dlq_topic(run)
         self.outage = outage if outage is not None else Outage(bootstrap, BROKER_TIMEOUT_S)
-        self._producer = Producer(producer_config(bootstrap, security, outage_s=self.outage.budget_s,
-                                                  **{"linger.ms": 0}))
+        # replaced by a new one when its client wedges after an outage (kafka.replaceable_producer)
+        self._tx = ReplaceableProducer(producer_config(bootstrap, security, outage_s=self.outage.budget_s,
+                                                       **{"linger.ms": 0}), self.outage, security, who="DLQ")
         self.count = 0
 
     def send(self, value: bytes | None, reason: str, *, source_topic: str, offset: int,
@@ -59,10 +40,10 @@ class DeadLetters:
             pass
         else:
             headers += [("seq", str(head.seq).encode()), ("device", str(head.device).encode())]
-        produce(self._producer, self.topic, value, key=key, headers=headers)
-        self._producer.poll(0)
+        self._tx.produce(self.topic, value, key=key, headers=headers)
+        self._tx.producer.poll(0)
         self.count += 1
 
     def flush(self, wait: bool = True) -> None:
         """Wait until the broker acknowledged every DLQ message (through an outage, within its budget)."""
-        flush_through(self._producer, self.outage, f"flushing the DLQ messages to {self.topic}", wait)
+        self._tx.flush_through(f"flushing the DLQ messages to {self.topic}", wait)

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from confluent_kafka import Message, Producer
+from confluent_kafka import Message
 
 from edgestream.consumers.device_stream import BROKER_TIMEOUT_S, PartitionReader
-from edgestream.consumers.dlq import flush_through
-from edgestream.kafka.clients import produce, producer_config
+from edgestream.kafka.clients import producer_config
 from edgestream.kafka.layout import StreamLayout
 from edgestream.kafka.outage import Outage
+from edgestream.kafka.replaceable_producer import ReplaceableProducer
 from edgestream.kafka.topic_names import trainer_group
 
 
@@ -33,8 +33,10 @@ class InjectionChannel:
                                       keep=layout.injection_keep(device),
                                       share=1.0 if layout.external is not None else layout.share(device))
         self.outage = self.reader.outage
-        self._producer = Producer(producer_config(bootstrap, security, outage_s=self.outage.budget_s,
-                                                  **{"linger.ms": 1}))
+        # replaced by a new one when its client wedges after an outage (kafka.replaceable_producer)
+        self._tx = ReplaceableProducer(producer_config(bootstrap, security, outage_s=self.outage.budget_s,
+                                                       **{"linger.ms": 1}), self.outage, security,
+                                       who=f"device {device}'s injection")
         self.sent_samples = self.sent_bytes = 0
         self.received_samples = self.received_bytes = 0
 
@@ -45,16 +47,16 @@ class InjectionChannel:
             topic, partition = self.layout.injection(target)
             key = self.layout.injection_key(self.device, target)
             for value in values:
-                produce(self._producer, topic, value, key=key, partition=partition)
+                self._tx.produce(topic, value, key=key, partition=partition)
                 nbytes += len(value)
-        self._producer.poll(0)
+        self._tx.producer.poll(0)
         self.sent_samples += len(values) * len(targets)
         self.sent_bytes += nbytes
         return nbytes
 
     def flush(self, wait: bool = True) -> None:
         """Wait until the broker acknowledged every injected sample (through an outage, within its budget)."""
-        flush_through(self._producer, self.outage, f"flushing the samples device {self.device} injected", wait)
+        self._tx.flush_through(f"flushing the samples device {self.device} injected", wait)
 
     def receive(self, wait_s: float = 0.0) -> tuple[list[Message], int]:
         """Everything injected into this device so far (not yet taken): (Kafka messages, next_offset)."""

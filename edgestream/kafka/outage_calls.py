@@ -6,6 +6,7 @@ the producer's ways of telling their `Outage` what they see, and of saying it.
   it has lasted the budget). A client that is only waiting for messages sees no other sign of the end.
 * `call_through(outage, fn, what)`: a call retried through an outage.
 * `wait_until_answers`: a process (re)started while Kafka is away waits for it within the budget.
+* `Wedge`: whether a client that gets no answer is wedged while Kafka answers others (reopen or replace it).
 * `WaitLines`: an `Outage` listener that says each wait on a line (stderr: the child's .out file) and
   writes it to the process's event file, in the shape the trainers use (edgestream.trainer.outage):
   {"kind": "wait", "wait_for": "kafka", "state": "start" | "end" | "gave_up", "time", "who", "bootstrap",
@@ -28,6 +29,9 @@ from edgestream.kafka.outage import BUDGET_FIELD, Outage, OutageInfo
 PROBE_S = 2.0
 #: how long one such question may take
 PROBE_TIMEOUT_S = 1.0
+#: an outage this long before a client without answers is checked for being wedged (`Wedge`); also the least
+#: time between two such checks
+REOPEN_AFTER_S = 10.0
 #: errors no wait cures (wrong credentials, no permission, a bad setting): raised at once
 NOT_RETRIABLE = frozenset({KafkaError._AUTHENTICATION, KafkaError._SSL, KafkaError.TOPIC_AUTHORIZATION_FAILED,
                            KafkaError.GROUP_AUTHORIZATION_FAILED, KafkaError.SASL_AUTHENTICATION_FAILED,
@@ -62,6 +66,32 @@ def answers(probe: Callable[[float], Any]) -> bool:
         return False
     brokers = getattr(md, "brokers", None)
     return brokers is None or bool(brokers)
+
+
+def fresh_answers(bootstrap: str, security: Mapping[str, str] | None = None) -> bool:
+    """Whether Kafka answers a new client's metadata request (a long-lived client's own may be wedged)."""
+    return answers(lambda t: admin_client(bootstrap, security).list_topics(timeout=t))
+
+
+class Wedge:
+    """After a broker restart, librdkafka 2.16's clients sometimes never reconnect (no error, no answer,
+    while a new client gets one at once: edgestream.kafka.replaceable_producer). `wedged(outage, own)`:
+    whether a client counts as wedged -- the outage has lasted REOPEN_AFTER_S, its own metadata request
+    (`own(timeout)`; None: it has just got none) gets no answer, and a new client's does. Asked at most
+    every REOPEN_AFTER_S."""
+
+    def __init__(self, bootstrap: str, security: Mapping[str, str] | None = None) -> None:
+        self.bootstrap, self.security = bootstrap, security
+        self._asked = -float("inf")
+
+    def wedged(self, outage: Outage, own: Callable[[float], Any] | None = None) -> bool:
+        now = time.monotonic()
+        if outage.length_s() < REOPEN_AFTER_S or now - self._asked < REOPEN_AFTER_S:
+            return False
+        self._asked = now
+        if own is not None and answers(own):
+            return False
+        return fresh_answers(self.bootstrap, self.security)
 
 
 class Probe:

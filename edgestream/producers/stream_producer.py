@@ -37,13 +37,13 @@ from edgestream.kafka.clients import producer_config
 from edgestream.kafka.layout import StreamLayout
 from edgestream.kafka.outage import Outage
 from edgestream.kafka.outage_calls import Probe, WaitLines, answers, on_client_error
+from edgestream.kafka.replaceable_producer import PURGED, ReplaceableProducer
 from edgestream.kafka.stream_ends import stream_ends
 from edgestream.kafka.topic_provision import ensure_run_topics
 from edgestream.kafka.topic_settings import TopicSettings
 from edgestream.producers.restart import claim_run
 from edgestream.producers.schedule import due_count
 
-_PURGED = (KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT)
 #: seconds without a delivery report, with samples queued, before the producer asks whether Kafka answers
 #: (a silent network drops no connection, so librdkafka may not say "all brokers down" for a long while)
 SILENT_S = 10.0
@@ -156,12 +156,19 @@ class StreamProducer:
         self._last_ack = time.monotonic()
         self.gave_up: str | None = None  # the line of an outage past the budget, once the producer gave up
         extra = {"error_cb": self._on_error} if self.outage is not None else {}
-        self.producer = Producer(producer_config(bootstrap, security, outage_s=outage_s,
-                                                 **{**extra, **(producer_overrides or {})}))
-        self._probe = Probe(lambda t: self.producer.list_topics(timeout=t))
+        # replaced by a new one when its client wedges after an outage (kafka.replaceable_producer)
+        self._tx = ReplaceableProducer(producer_config(bootstrap, security, outage_s=outage_s,
+                                                       **{**extra, **(producer_overrides or {})}),
+                                       self.outage, security, on_delivery=self._on_delivery)
+        self._probe = Probe(self._tx.ask)
         self._keys = {d: self.layout.key(d) for d in self.devices}
         self._first_error: str | None = None
         self.started_at: float | None = None
+
+    @property
+    def producer(self) -> Producer:
+        """The current librdkafka producer (a new one after a wedged one was replaced)."""
+        return self._tx.producer
 
     def _on_error(self, err: KafkaError) -> None:
         on_client_error(self.outage, err, "streaming")
@@ -177,7 +184,7 @@ class StreamProducer:
             st.last_ack = msg.value()
             st.delivered += 1
             st.window_delivered += 1
-        elif err.code() in _PURGED:
+        elif err.code() in PURGED:
             pass  # given up on at stop: stays counted as unacknowledged (produced - delivered - failed)
         else:
             st.failed += 1
@@ -210,8 +217,7 @@ class StreamProducer:
         topic, partition = self.topics[d]
         while True:
             try:
-                self.producer.produce(topic, value=value, key=self._keys[d], partition=partition,
-                                      on_delivery=self._on_delivery)
+                self.producer.produce(topic, value=value, key=self._keys[d], partition=partition)
                 break
             except BufferError:  # local queue full: serve delivery reports, then retry; never drop
                 if should_stop() or self._kafka_gone():  # e.g. the broker is down and the queue filled up

@@ -31,9 +31,9 @@ from dataclasses import dataclass
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
-from edgestream.kafka.admin import admin_client, create_topics
+from edgestream.kafka.admin import create_topics
 from edgestream.kafka.broker import MAX_MESSAGE_BYTES
-from edgestream.kafka.clients import consumer_config, produce, producer_config
+from edgestream.kafka.clients import consumer_config, producer_config
 from edgestream.kafka.leader_watch import LeaderWatch
 from edgestream.kafka.outage import Outage
 from edgestream.kafka.outage_calls import (
@@ -41,9 +41,11 @@ from edgestream.kafka.outage_calls import (
     Probe,
     answers,
     call_through,
+    fresh_answers,
     on_client_error,
     retriable,
 )
+from edgestream.kafka.replaceable_producer import ReplaceableProducer
 from edgestream.kafka.topic_names import dlq_topic, ps_topic
 from edgestream.kafka.topic_settings import TopicSettings
 from edgestream.ps.wire import DEFAULT_CHUNK_BYTES, Envelope, chunks
@@ -110,15 +112,21 @@ class Sender:
                  outage: Outage | None = None, stop: Callable[[], bool] | None = None) -> None:
         self.max_bytes = int(max_bytes)
         self.outage, self.stop = outage, stop
-        self._producer = Producer(producer_config(
+        # replaced by a new one when its client wedges after an outage (kafka.replaceable_producer)
+        self._tx = ReplaceableProducer(producer_config(
             bootstrap, security, outage_s=outage.budget_s if outage is not None else None,
-            **{"linger.ms": 0, **({"error_cb": self._on_error} if outage is not None else {})}))
-        self._probe = Probe(lambda t: self._producer.list_topics(timeout=t))
+            **{"linger.ms": 0, **({"error_cb": self._on_error} if outage is not None else {})}),
+            outage, security, on_delivery=self._on_delivery, who="PS sender")
+        self._probe = Probe(self._tx.ask)
         self._errors: list[str] = []
         # a topic's leader gone (one broker of a cluster): a wait for a new one; `_topic`: the one sent to last
         self.leader = LeaderWatch(outage, lambda t, timeout: self._producer.list_topics(t, timeout=timeout),
                                   security=security) if outage is not None else None
         self._topic = ""
+
+    @property
+    def _producer(self) -> Producer:
+        return self._tx.producer
 
     def _on_delivery(self, err, msg) -> None:
         if err is not None:
@@ -135,7 +143,7 @@ class Sender:
         key = str(env.worker).encode()
         sent = 0
         for value in values:
-            produce(self._producer, topic, value, key=key, on_delivery=self._on_delivery)
+            self._tx.produce(topic, value, key=key)
             sent += len(value)
         self._producer.poll(0)
         self._topic = topic
@@ -245,17 +253,13 @@ class Receiver:
                     raise
                 time.sleep(0.2)
 
-    def _fresh_answers(self) -> bool:
-        """Whether Kafka answers a new client (this reader's own may be wedged: class doc)."""
-        return answers(lambda t: admin_client(self._bootstrap, self._security).list_topics(timeout=t))
-
     def _ask(self, timeout: float) -> object:
         """The outage's probe: this reader's own metadata request; when it gets no answer but a new client
         does, the reader is reopened and Kafka counts as answering."""
         try:
             return self.consumer.list_topics(self.topic, timeout=timeout)
         except KafkaException:
-            if not self._fresh_answers():
+            if not fresh_answers(self._bootstrap, self._security):
                 raise
             self._reopen("it got no answer from Kafka while a new client did")
             return None
@@ -277,7 +281,7 @@ class Receiver:
         try:
             low, high = self.consumer.get_watermark_offsets(self.tp, timeout=PROBE_TIMEOUT_S, cached=False)
         except KafkaException as exc:  # no answer: a wedged reader (reopened), or an outage to tell
-            if self._fresh_answers():
+            if fresh_answers(self._bootstrap, self._security):
                 self._reopen("it got no answer from Kafka while a new client did")
             elif self.outage is not None:
                 self.outage.down(f"reading {self.topic}", error=exc.args[0].str() if exc.args else str(exc))
