@@ -76,7 +76,7 @@ def fresh_answers(bootstrap: str, security: Mapping[str, str] | None = None) -> 
 class Wedge:
     """After a broker restart, librdkafka 2.16's clients sometimes never reconnect (no error, no answer,
     while a new client gets one at once: edgestream.kafka.replaceable_producer). `wedged(outage, own)`:
-    whether a client counts as wedged -- the outage has lasted REOPEN_AFTER_S, its own metadata request
+    whether a client counts as wedged -- the outage has lasted REOPEN_AFTER_S (or `after_s`), its own metadata request
     (`own(timeout)`; None: it has just got none) gets no answer, and a new client's does. Asked at most
     every REOPEN_AFTER_S."""
 
@@ -84,9 +84,12 @@ class Wedge:
         self.bootstrap, self.security = bootstrap, security
         self._asked = -float("inf")
 
-    def wedged(self, outage: Outage, own: Callable[[float], Any] | None = None) -> bool:
+    def wedged(self, outage: Outage, own: Callable[[float], Any] | None = None, *,
+               after_s: float | None = None) -> bool:
+        """`after_s`: the outage it takes (default REOPEN_AFTER_S)."""
         now = time.monotonic()
-        if outage.length_s() < REOPEN_AFTER_S or now - self._asked < REOPEN_AFTER_S:
+        if (outage.length_s() < (REOPEN_AFTER_S if after_s is None else after_s)
+                or now - self._asked < REOPEN_AFTER_S):
             return False
         self._asked = now
         if own is not None and answers(own):

@@ -8,14 +8,20 @@ producer and a worker's PS sender got no answer for the remaining 210 s of their
 gave up, while the consumers of the same processes were reopened and went on).
 
 `ReplaceableProducer` holds the current librdkafka `Producer` (`producer`). `revive()` -- called by the
-owner's outage probe (`ask`) or flush loop -- replaces it when it is wedged (outage_calls.wedged: its own
-metadata request fails, the outage has lasted REOPEN_AFTER_S and a new client gets an answer): the old
+owner's outage probe (`ask`) or flush loop -- replaces it when it is wedged (outage_calls.Wedge: its own
+metadata request fails, the outage has lasted REPLACE_AFTER_S and a new client gets an answer): the old
 producer's queue is purged and its messages are produced again into a new producer with the same
 settings, in their order (librdkafka reports purged messages of a partition in the order they were
-produced), with their topic, partition, key and headers; none is dropped. Two things a move cannot keep:
-a timestamp (a moved message is stamped when it is produced again), and exactly-once for a message that
-was in flight when the client wedged (it may have been written already: it is sent again, a duplicate,
-never a loss). The owner's delivery callback (`on_delivery`) sees every report except the purges of a move.
+produced, those in flight after the queued ones: they go first), with their topic, partition, key and
+headers; none is dropped. Two things a move cannot keep: a timestamp (a moved message is stamped when it
+is produced again), and exactly-once for a message that was in flight (it may have been written already:
+it is sent again, a duplicate, never a loss). The owner's delivery callback (`on_delivery`) sees every
+report except the purges of a move.
+
+REPLACE_AFTER_S is longer than a consumer's REOPEN_AFTER_S: a producer whose partition's leader is cut
+off is not wedged but waits for the new leader (~10 s on a KRaft cluster), with messages in flight to
+the old one; replacing it then (tests/system/test_kafka_cluster_netns.py, a first version at 10 s) sent
+them again after the queued ones, out of their order. A wedged client stays so for minutes.
 """
 
 from __future__ import annotations
@@ -35,6 +41,8 @@ log = logging.getLogger("edgestream.kafka.producer")
 
 #: reports of messages given up on (a move's purge, or the owner's at its stop)
 PURGED = (KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT)
+#: the outage a producer waits out before it may count as wedged (module doc)
+REPLACE_AFTER_S = 60.0
 #: the longest a move waits for the old producer's purge reports (local: served at once in practice)
 PURGE_WAIT_S = 5.0
 
@@ -81,7 +89,8 @@ class ReplaceableProducer:
     def revive(self, *, asked: bool = False) -> bool:
         """Replace the producer if it is wedged (module doc); True if it was. `asked`: its own metadata
         request has just failed (else it is asked here)."""
-        if self.outage is None or not self.wedge.wedged(self.outage, None if asked else self._own_answers):
+        if self.outage is None or not self.wedge.wedged(self.outage, None if asked else self._own_answers,
+                                                        after_s=REPLACE_AFTER_S):
             return False
         self.replace("it got no answer from Kafka while a new client did")
         return True
@@ -101,6 +110,8 @@ class ReplaceableProducer:
                 old.poll(0.01)
         finally:
             self._moving = None
+        # in flight means older than anything queued (per partition): those first, each group in its order
+        moving.sort(key=lambda mh: mh[0].error() is None or mh[0].error().code() != KafkaError._PURGE_INFLIGHT)
         new = Producer(self.conf)
         for msg, headers in moving:
             part = msg.partition()  # None or -1: not assigned yet (the partitioner picks it, as it would have)

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from edgestream.consumers.dlq import DeadLetters
 from edgestream.data import SampleSerde, SampleSpec
-from edgestream.kafka import consumer_config, device_topic, dlq_topic, outage_calls
+from edgestream.kafka import consumer_config, device_topic, dlq_topic, outage_calls, replaceable_producer
 from edgestream.kafka.outage import Outage
 from edgestream.kafka.replaceable_producer import ReplaceableProducer
 from edgestream.kafka.stream_ends import stream_ends
@@ -38,13 +38,14 @@ DEAD = "127.0.0.1:1"  # nobody listens: a client there never gets an answer, lik
 
 @pytest.fixture
 def quick_wedge(monkeypatch):
-    """Check for a wedge after 0.3 s of outage instead of 10 (the rule, not its patience, is under test)."""
+    """Check for a wedge after 0.3 s of outage instead of 60 (the rule, not its patience, is under test)."""
     monkeypatch.setattr(outage_calls, "REOPEN_AFTER_S", 0.3)
+    monkeypatch.setattr(replaceable_producer, "REPLACE_AFTER_S", 0.3)
 
 
 def _wedge(tx: ReplaceableProducer) -> None:
     """Swap in a producer with the same settings on a dead address (the one a wedged client behaves like)."""
-    tx.producer = Producer({**tx.conf, "bootstrap.servers": DEAD})
+    tx.producer = Producer({**tx.conf, "bootstrap.servers": DEAD, "log_level": 0})  # (its refusals unlogged)
 
 
 def _topic(bootstrap: str, name: str, partitions: int) -> None:
@@ -107,12 +108,24 @@ def test_a_wedged_producer_is_replaced_and_its_queue_arrives_once_in_order(boots
 def test_a_producer_is_not_replaced_while_kafka_answers_nobody(quick_wedge):
     """Kafka gone for every client (an outage, not a wedge): the producer keeps its queue and waits."""
     outage = _outage_of(5.0, DEAD)
-    tx = ReplaceableProducer({"bootstrap.servers": DEAD, "message.timeout.ms": 600_000}, outage)
+    tx = ReplaceableProducer({"bootstrap.servers": DEAD, "message.timeout.ms": 600_000, "log_level": 0}, outage)
     tx.produce("t", b"v")
     with pytest.raises(KafkaException):
         tx.ask(0.3)
     assert not tx.revive()
     assert tx.replaced == 0
+
+
+def test_a_producer_is_not_replaced_before_a_minute_of_outage(bootstrap):
+    """A producer waiting for a new leader (~10 s on a cluster) has messages in flight to the old one and is
+    not wedged: before REPLACE_AFTER_S (60 s) of outage it is never replaced, whoever answers."""
+    outage = _outage_of(20.0, bootstrap)
+    tx = ReplaceableProducer({"bootstrap.servers": bootstrap, "message.timeout.ms": 600_000}, outage)
+    _wedge(tx)
+    tx.produce("t", b"v")
+    with pytest.raises(KafkaException):
+        tx.ask(0.3)
+    assert not tx.revive() and tx.replaced == 0
 
 
 def test_a_producer_that_answers_is_not_replaced(bootstrap, quick_wedge):
@@ -168,13 +181,13 @@ def test_a_stream_producer_replaces_its_wedged_client_and_every_sample_arrives_o
                         outage_s=300.0, note=lambda line: None)
     t0, wedged = time.monotonic(), []
 
-    def wedge_midway() -> bool:  # 2 s into the stream the client wedges (what it had is delivered first)
-        if not wedged and time.monotonic() - t0 > 2.0:
+    def wedge_midway() -> bool:  # 1.5 s into the stream the client wedges (what it had is delivered first)
+        if not wedged and time.monotonic() - t0 > 1.5:
             wedged.append(sp.producer.flush(10))
             _wedge(sp._tx)
         return False
 
-    summary = sp.run_for(8.0, should_stop=wedge_midway)
+    summary = sp.run_for(10.0, should_stop=wedge_midway)  # replaced within ~1-3 s of it
     assert wedged == [0] and sp._tx.replaced == 1 and sp._tx.moved > 0
     assert summary.failed == summary.unacknowledged == 0 and summary.delivered == summary.produced > 0
     ends = stream_ends(bootstrap, run_prefix, range(devices))
