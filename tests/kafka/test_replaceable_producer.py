@@ -48,9 +48,9 @@ def _wedge(tx: ReplaceableProducer) -> None:
     tx.producer = Producer({**tx.conf, "bootstrap.servers": DEAD, "log_level": 0})  # (its refusals unlogged)
 
 
-def _topic(bootstrap: str, name: str, partitions: int) -> None:
+def _topic(bootstrap: str, name: str, partitions: int, config: dict | None = None) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    for f in admin.create_topics([NewTopic(name, partitions, 1)]).values():
+    for f in admin.create_topics([NewTopic(name, partitions, 1, config=config or {})]).values():
         f.result()
 
 
@@ -146,6 +146,26 @@ def test_the_dlq_flushes_through_a_wedged_producer_with_its_headers(bootstrap, r
     assert [m.value() for m in got] == [f"bad {i}".encode() for i in range(5)]
     assert [dict(m.headers()) for m in got] == [{"reason": f"reason {i}".encode(), "source_topic": b"src",
                                                  "source_offset": f"{i}".encode()} for i in range(5)]
+
+
+def test_a_dlq_copy_the_broker_refuses_is_counted_and_said(bootstrap, run_prefix, caplog):
+    """A rejected message larger than the DLQ topic takes: not dropped silently -- counted, said at once and
+    at the flush; the copies the broker takes are there."""
+    _topic(bootstrap, dlq_topic(run_prefix), 1, {"max.message.bytes": "4096"})
+    dlq = DeadLetters(bootstrap, run_prefix, outage=Outage(bootstrap, 300.0))
+    with caplog.at_level("ERROR", logger="edgestream.consumers.dlq"):
+        for i, size in enumerate((10, 20_000, 30, 50_000)):  # one at a time (the broker refuses a whole batch)
+            dlq.send(bytes(size), f"reason {i}", source_topic="src", offset=i)
+            dlq.flush()
+    assert dlq.count == 4 and dlq.failed == 2
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 3 and "could not be copied to" in said[0] and dlq_topic(run_prefix) in said[0], said
+    assert said[1].startswith("DLQ: 1 of the 2 rejected message(s) sent were not copied to"), said
+    assert said[2].startswith("DLQ: 1 of the 4 rejected message(s) sent were not copied to"), said
+    got = sorted(_read_all(bootstrap, dlq_topic(run_prefix), 1, 2), key=lambda m: m.offset())
+    assert [len(m.value()) for m in got] == [10, 30]
+    dlq.flush()  # nothing new: nothing said
+    assert len(caplog.records) == 3
 
 
 def test_a_ps_send_rides_through_a_wedged_producer(bootstrap, run_prefix, quick_wedge):
