@@ -144,6 +144,3 @@ class ReplaceableProducer:
                 self.outage.down(what)
                 self.revive()
             left = len(self.producer)
-
-    def __len__(self) -> int:
-        return len(self.producer)
