@@ -100,6 +100,12 @@ class WorkerSession:
         return run_blocking(self.drive())
 
     def summary(self) -> dict[str, Any]:
-        """The per-rank summary every engine reports for a worker."""
+        """The per-rank summary every engine reports for a worker. A worker whose group stopped on a peer's
+        vote (no reason of its own) while it was itself asked to stop by a signal says "signal": the signal
+        reached it just after it had cast its own vote for that step (the orchestrator signals every trainer
+        at once), and it stopped at a step boundary like the peer."""
+        reason = self.stop.reason
+        if reason is None and self.signal is not None and self.signal():
+            reason = "signal"
         return {"rank": self.rank, "algorithm": self.plan.algorithm.name,
-                "stop_reason": self.stop.reason or "finished", "steps": self.ctx.step}
+                "stop_reason": reason or "finished", "steps": self.ctx.step}

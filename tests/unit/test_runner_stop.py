@@ -135,3 +135,49 @@ def test_a_run_resumed_at_its_last_step_trains_nothing(name: str, params: dict) 
             assert session.run_blocking() is None
             assert session.stop.reason == "max_steps" and session.finished and session.ctx.step == at
         assert performer.asked == asked, (at, performer.asked)
+
+
+@pytest.mark.parametrize(("name", "params"), [("ddl", {}), ("scadles", {}), ("local-sgd", {"tau": 2})])
+def test_a_rank_signalled_just_after_its_vote_stops_on_its_peers_and_says_signal(name: str, params: dict) -> None:
+    """The orchestrator signals every trainer at once, but each has its own stop rule: rank 1 sees its
+    SIGTERM before voting at step 3, rank 0 only after its vote for that step went out. Both stop at the same
+    step boundary on rank 1's vote, and both say stop_reason "signal" (rank 0 said "finished" before: CI)."""
+    from edgestream.runner.lockstep import Lockstep
+    from edgestream.runner.plan import RunPlan
+    from edgestream.runner.session import WorkerSession
+
+    plan = RunPlan.resolve(validate_dict({"devices": {"count": 2}, "algorithm": {"name": name, "params": params},
+                                          "stop": {"max_steps": 40}}))
+    engine = LockstepEngine.from_plan(plan)
+    lockstep = Lockstep(plan.world, engine.perform, engine.now)
+    signalled = [False, False]
+    sessions: list[WorkerSession] = []
+
+    def signal_of(rank: int):
+        def asked() -> bool:
+            if rank == 1 and sessions[1].ctx.step >= 3:
+                signalled[1] = True
+            return signalled[rank]
+        return asked
+
+    events = EventLog(None)
+    for r in range(2):
+        sessions.append(WorkerSession(plan, r, lockstep, stop=plan.stop_rule(), events=events,
+                                      signal=signal_of(r)))
+    real = sessions[1].should_stop
+
+    def rank1_votes(completed: int) -> bool:
+        vote = real(completed)
+        if vote:
+            signalled[0] = True  # rank 0's signal arrives now: its own vote for this step is already cast
+        return vote
+
+    sessions[1].ctx.should_stop = rank1_votes
+    lockstep.schedule([s.drive() for s in sessions])
+    summaries = [s.summary() for s in sessions]
+    assert sessions[0].stop.reason is None and sessions[1].stop.reason == "signal"  # rank 0 stopped on the vote
+    assert [s["stop_reason"] for s in summaries] == ["signal", "signal"]
+    assert summaries[0]["steps"] == summaries[1]["steps"] < 40
+    # a rank never signalled that stops on a peer's vote still says finished
+    signalled[0] = False
+    assert sessions[0].summary()["stop_reason"] == "finished"
