@@ -145,7 +145,8 @@ def test_sigterm_to_one_trainer_stops_the_group_at_one_step_with_checkpoints(boo
     assert summary["stop_reason"] == "signal"
     ranks = {r: json.loads((run_dir / "ranks" / f"{r}.summary.json").read_text()) for r in range(2)}
     assert ranks[1]["signal"] == "SIGTERM" and "signal" not in ranks[0]  # rank 0 stopped on the group's vote
-    assert ranks[1]["stop_reason"] == "signal"  # rank 0's own rule did not fire: it says "finished"
+    assert ranks[1]["stop_reason"] == "signal"
+    assert ranks[0]["stop_reason"] == "finished"  # rank 0's own rule did not fire and it was never signalled
     steps = {r: load_ckpt(run_dir / "checkpoints" / f"rank{r}.pt")["step"] for r in range(2)}
     assert steps[0] == steps[1] == ranks[0]["steps"] == ranks[1]["steps"] == len(step_lines(run_dir / "ranks" / "0.jsonl"))
     assert_no_child_left(run_dir)
