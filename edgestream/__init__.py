@@ -32,6 +32,7 @@ _EXPORTS = {
     "EngineError": "edgestream.runner.engines", "EngineUnavailable": "edgestream.runner.engines",
     "PlanError": "edgestream.runner.plan", "PluginError": "edgestream.plugins",
     "DeviceProducer": "edgestream.producers.device", "DeliveryError": "edgestream.producers.device",
+    "KafkaUnavailable": "edgestream.kafka.admin",
 }
 
 __all__ = [*_EXPORTS, "plugins", "__version__"]

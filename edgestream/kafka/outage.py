@@ -56,13 +56,14 @@ class OutageInfo:
 
 class Outage:
     """One process's wait for Kafka at `bootstrap` (module doc). Thread-safe: a timer thread's commit or
-    a client's callback and the main thread report into the same outage."""
+    a client's callback and the main thread report into the same outage. `field`: what sets the budget, as
+    its lines name it (a run's config field; a DeviceProducer's argument)."""
 
     def __init__(self, bootstrap: str, budget_s: float, *,
-                 listener: Callable[[str, OutageInfo], None] | None = None) -> None:
+                 listener: Callable[[str, OutageInfo], None] | None = None, field: str = BUDGET_FIELD) -> None:
         if not budget_s > 0:
-            raise ValueError(f"{BUDGET_FIELD}: {budget_s} is not allowed; must be > 0")
-        self.bootstrap, self.budget_s, self.listener = bootstrap, float(budget_s), listener
+            raise ValueError(f"{field}: {budget_s} is not allowed; must be > 0")
+        self.bootstrap, self.budget_s, self.listener, self.field = bootstrap, float(budget_s), listener, field
         self._lock = threading.RLock()
         self.since: float | None = None     # monotonic start of the current outage
         self._wall = 0.0                    # the same moment on the wall clock
@@ -96,7 +97,7 @@ class Outage:
     def message(self, what: str = "") -> str:
         """The one line of a give-up: the address, the budget and its field, what the process was doing."""
         what = what or self.what
-        return (f"no answer from Kafka at {self.bootstrap} for {self.budget_s:g} s ({BUDGET_FIELD})"
+        return (f"no answer from Kafka at {self.bootstrap} for {self.budget_s:g} s ({self.field})"
                 + (f" while {what}" if what else ""))
 
     # ------------------------------------------------------------------ reports from the clients
@@ -123,7 +124,7 @@ class Outage:
         for state in events:
             if state == "start":
                 log.warning("waiting for Kafka at %s since %s (%s; giving up after %g s, %s)%s", info.bootstrap,
-                            info.since_hms, info.what or "a call", info.budget_s, BUDGET_FIELD,
+                            info.since_hms, info.what or "a call", info.budget_s, self.field,
                             f": {error}" if error else "")
             else:
                 log.error("%s (waited since %s)", line, info.since_hms)

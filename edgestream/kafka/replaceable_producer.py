@@ -35,7 +35,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from edgestream.kafka.clients import produce
 from edgestream.kafka.outage import Outage
-from edgestream.kafka.outage_calls import Wedge
+from edgestream.kafka.outage_calls import Probe, Wedge, answers
 
 log = logging.getLogger("edgestream.kafka.producer")
 
@@ -45,6 +45,9 @@ PURGED = (KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT)
 REPLACE_AFTER_S = 60.0
 #: the longest a move waits for the old producer's purge reports (local: served at once in practice)
 PURGE_WAIT_S = 5.0
+#: seconds without a delivery report, with messages queued, before `watch` asks whether Kafka answers (a
+#: silent network drops no connection, so librdkafka may not say "all brokers down" for a long while)
+SILENT_S = 10.0
 
 
 class ReplaceableProducer:
@@ -62,12 +65,16 @@ class ReplaceableProducer:
         self.producer = Producer(self.conf)
         self.replaced = 0       # times a wedged producer was replaced
         self.moved = 0          # messages moved to a new producer, in all
+        self.last_ack = time.monotonic()  # the last successful delivery report (or the start)
         self._moving: list[tuple[Message, list | None]] | None = None
+        self._probe = Probe(self.ask)
 
     def _report(self, err: KafkaError | None, msg: Message, headers: list | None = None) -> None:
         if self._moving is not None and err is not None and err.code() in PURGED:
             self._moving.append((msg, headers))
             return
+        if err is None:
+            self.last_ack = time.monotonic()
         if self.on_delivery is not None:
             self.on_delivery(err, msg)
 
@@ -85,6 +92,22 @@ class ReplaceableProducer:
             if not self.revive(asked=True):
                 raise
             return None
+
+    def watch(self, what: str) -> None:
+        """Watch Kafka while messages wait, for an owner that sends as it goes (the stream producer, a
+        device's producer): during an outage, ask every PROBE_S seconds whether Kafka answers again (a
+        wedged producer is replaced; KafkaUnavailable once the outage has lasted its budget); outside one,
+        a queue without a delivery report for SILENT_S whose metadata request gets no answer starts one.
+        The owner's delivery callback ends an outage at a delivery (`outage.up()`)."""
+        outage = self.outage
+        if outage is None:
+            return
+        if outage.waiting:
+            self._probe.tick(outage, what)
+        elif len(self.producer) and time.monotonic() - self.last_ack >= SILENT_S:
+            self.last_ack = time.monotonic()
+            if not answers(self.ask):
+                outage.down(what, error=f"no delivery report for {SILENT_S:g} s, no answer to a metadata request")
 
     def revive(self, *, asked: bool = False) -> bool:
         """Replace the producer if it is wedged (module doc); True if it was. `asked`: its own metadata

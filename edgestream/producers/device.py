@@ -23,6 +23,16 @@ Nothing is silently lost: a message the broker refuses (or that times out) is co
 `send`, `flush` or `close` raises `DeliveryError` with the count and the first error, once per failure.
 `close` flushes; what is still unacknowledged after its timeout is given up and raised the same way.
 
+Kafka away (`outage_s`, 300 s by default; edgestream.kafka.outage): a device's link drops, a broker
+restarts. `send` goes on queueing its samples in librdkafka's local queue (their `message.timeout.ms` is
+above `outage_s`, so none times out meanwhile) and they are delivered, in order and once each, when Kafka
+answers again; once the queue is full, `send` waits for room. An outage is said in the log (logger
+edgestream.kafka.outage) once it has lasted 2 s, and its end. Past `outage_s`, `send` raises
+`KafkaUnavailable` (one line: the address and the budget) and that sample is not sent; what was queued stays
+queued. A client that does not come back after the outage (librdkafka 2.16 sometimes never reconnects while a
+new client would) is replaced, its queue moved to the new one (edgestream.kafka.replaceable_producer).
+`outage_s=None`: librdkafka's own defaults (a message times out after 300 s), nothing watched.
+
 Device-side Python needs numpy and confluent-kafka, not torch: nothing here imports it.
 """
 
@@ -41,8 +51,11 @@ from edgestream.data import wire
 from edgestream.data.validate import DeviceRule, SampleSpec
 from edgestream.kafka.admin import KafkaUnavailable
 from edgestream.kafka.broker import MAX_MESSAGE_BYTES
-from edgestream.kafka.clients import produce, producer_config
+from edgestream.kafka.clients import producer_config
 from edgestream.kafka.layout import StreamLayout
+from edgestream.kafka.outage import Outage
+from edgestream.kafka.outage_calls import on_client_error
+from edgestream.kafka.replaceable_producer import PURGED, ReplaceableProducer
 from edgestream.kafka.stream_ends import stream_ends
 
 #: the input dtypes the wire carries (its dtype codes), as numpy names
@@ -50,7 +63,6 @@ WIRE_DTYPES = tuple(str(dt.newbyteorder("=")) for dt in wire.DTYPE_CODES.values(
 #: the float target dtypes the wire carries
 TARGET_DTYPES = tuple(str(dt.newbyteorder("=")) for dt in wire.TARGET_DTYPES.values())
 _I32_MAX, _U32_MAX, _U64_MAX = 2**31 - 1, 2**32 - 1, 2**64 - 1
-_PURGED = (KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT)
 
 
 class DeliveryError(RuntimeError):
@@ -134,6 +146,7 @@ class DeviceProducer:
     run's `SampleSpec`, to refuse at `send` what the run's consumers would dead-letter (class range, dtype,
     shape); without it, every sample must have the first one's dtype, shape and kind of target.
     `producer_overrides`: librdkafka settings on top of edgestream's (not the idempotence, acks).
+    `outage_s`: how long it waits for an unreachable Kafka, its samples queued (module doc; None: not at all).
 
     The device's topic must exist (the run creates its topics; DESIGN.md: never auto-created): it is
     looked up within `timeout_s`, and a missing topic is a ValueError naming it.
@@ -142,7 +155,8 @@ class DeviceProducer:
     def __init__(self, bootstrap: str, run: str, device: int, *, rate: float | None = None,
                  security: Mapping[str, str] | None = None, layout: StreamLayout | None = None,
                  partitions: int | None = None, start_seq: int | Literal["resume"] = 0, spec: SampleSpec | None = None,
-                 producer_overrides: Mapping[str, Any] | None = None, timeout_s: float = 30.0) -> None:
+                 producer_overrides: Mapping[str, Any] | None = None, timeout_s: float = 30.0,
+                 outage_s: float | None = 300.0) -> None:
         if not isinstance(run, str) or not run:
             raise ValueError(f"run: {run!r} is not allowed; must be the run's name (its topics' prefix)")
         if isinstance(device, bool) or not isinstance(device, numbers.Integral) or not 0 <= device <= _U32_MAX:
@@ -157,6 +171,10 @@ class DeviceProducer:
                                        or partitions < 1):
             raise ValueError(f"partitions: {partitions!r} is not allowed; must be the partitioned layout's partition "
                              "count (an int >= 1), or None (per-device topics)")
+        if outage_s is not None and (isinstance(outage_s, bool) or not isinstance(outage_s, numbers.Real)
+                                     or not math.isfinite(outage_s) or outage_s <= 0):
+            raise ValueError(f"outage_s: {outage_s!r} is not allowed; must be a number of seconds > 0, or None "
+                             "(librdkafka's own timeouts)")
         if layout is not None and partitions is not None:
             raise ValueError("layout, partitions: give one of them (partitions is the partitioned layout's count)")
         if layout is None:
@@ -180,7 +198,13 @@ class DeviceProducer:
         self._layout: tuple | None = None
         self._start: float | None = None
         self._closed = False
-        self.producer = Producer(producer_config(bootstrap, security, **dict(producer_overrides or {})))
+        #: this device's wait for Kafka (module doc); None: not watched
+        self.outage = Outage(bootstrap, float(outage_s), field="outage_s") if outage_s is not None else None
+        extra = {"error_cb": self._on_error} if self.outage is not None else {}
+        conf = producer_config(bootstrap, security, outage_s=outage_s, **{**extra, **dict(producer_overrides or {})})
+        # replaced by a new one when its client wedges after an outage (kafka.replaceable_producer)
+        self._tx = ReplaceableProducer(conf, self.outage, security, on_delivery=self._on_delivery,
+                                       who=f"device {self.device}")
         try:
             self._check_topic(timeout_s)
             if start_seq == "resume":
@@ -190,6 +214,14 @@ class DeviceProducer:
             raise
         #: the sequence number the next `send` gives its sample
         self.next_seq: int = int(start_seq)
+
+    @property
+    def producer(self) -> Producer:
+        """The current librdkafka producer (a new one after a wedged one was replaced)."""
+        return self._tx.producer
+
+    def _on_error(self, err: KafkaError) -> None:
+        on_client_error(self.outage, err, f"sending device {self.device}'s samples")
 
     def _check_topic(self, timeout_s: float) -> None:
         try:
@@ -213,7 +245,8 @@ class DeviceProducer:
         float vector (K,); numpy floats keep their dtype (float16/32/64), Python floats and lists travel as
         float32. `produce_time`: unix seconds (None: now, after the pacing wait). Returns the sample's
         sequence number. Raises ValueError (one line, naming the argument) for a sample the wire or the
-        run does not take, DeliveryError when earlier samples failed (this one is then not sent)."""
+        run does not take, DeliveryError when earlier samples failed, KafkaUnavailable when Kafka has not
+        answered for `outage_s` (this one is then not sent)."""
         if self._closed:
             raise RuntimeError(f"DeviceProducer of device {self.device}: closed")
         a = _check_x(x)
@@ -234,12 +267,18 @@ class DeviceProducer:
                 raise ValueError(f"x, y: {_describe(got)} is not a sample of this run ({reason}; the run's "
                                  f"spec: {self.spec})")
         self._raise_failures()
+        self._watch()
         self._pace()
         seq = self.next_seq
         now = time.time() if produce_time is None else float(produce_time)
         value = wire.encode_sample(a, t, self.device, seq, now)
-        produce(self.producer, self.topic, value, key=self.key, partition=self.partition,
-                on_delivery=self._on_delivery)
+        while True:  # the local queue full (Kafka away or slower than the device): wait for room, never drop
+            try:
+                self.producer.produce(self.topic, value, key=self.key, partition=self.partition)
+                break
+            except BufferError:
+                self._watch()
+                self.producer.poll(0.05)
         self.producer.poll(0)  # serve delivery reports as we go
         self.next_seq = seq + 1
         self.sent += 1
@@ -260,10 +299,17 @@ class DeviceProducer:
             self.producer.poll(due - now)  # returns early when it served a delivery report
             now = time.monotonic()
 
+    def _watch(self) -> None:
+        """During an outage: does Kafka answer again? (KafkaUnavailable past `outage_s`; a wedged client
+        is replaced.) Outside one: a queue silent for long starts one (ReplaceableProducer.watch)."""
+        self._tx.watch(f"sending device {self.device}'s samples")
+
     def _on_delivery(self, err, msg) -> None:
         if err is None:
             self.delivered += 1
-        elif err.code() in _PURGED:
+            if self.outage is not None and self.outage.waiting:
+                self.outage.up()
+        elif err.code() in PURGED:
             self.unacknowledged += 1
         else:
             self.failed += 1
@@ -286,9 +332,26 @@ class DeviceProducer:
     def flush(self, timeout: float = 30.0) -> int:
         """Wait up to `timeout` s for the queued samples' acknowledgements; returns how many are still
         queued (0: every sample sent was acknowledged or failed). DeliveryError if some failed."""
-        remaining = self.producer.flush(max(0.0, timeout))
+        remaining = self._flush(timeout)
         self._raise_failures()
         return remaining
+
+    def _flush(self, timeout: float) -> int:
+        """Flush for up to `timeout` s, a second at a time; a second without progress watches Kafka (a
+        client wedged after an outage is replaced and its queue moved; the timeout still bounds the wait)."""
+        deadline = time.monotonic() + max(0.0, timeout)
+        left = len(self.producer)
+        while left:
+            now = self.producer.flush(max(0.0, min(1.0, deadline - time.monotonic())))
+            if now == 0 or time.monotonic() >= deadline:
+                return now
+            if now >= left:
+                try:
+                    self._watch()
+                except KafkaUnavailable:
+                    pass  # past the budget: flush's own timeout decides, what is left stays queued
+            left = len(self.producer)
+        return 0
 
     def close(self, timeout: float = 30.0) -> None:
         """Flush for up to `timeout` s, give up on what is still unacknowledged, and stop. DeliveryError when
@@ -296,7 +359,7 @@ class DeviceProducer:
         if self._closed:
             return
         self._closed = True
-        if self.producer.flush(max(0.0, timeout)):
+        if self._flush(timeout):
             self.producer.purge(in_queue=True, in_flight=True, blocking=False)
             self.producer.flush(1.0)  # their reports: purged (unacknowledged)
         self._raise_failures()

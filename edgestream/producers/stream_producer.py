@@ -36,17 +36,13 @@ from edgestream.kafka.admin import KafkaUnavailable
 from edgestream.kafka.clients import producer_config
 from edgestream.kafka.layout import StreamLayout
 from edgestream.kafka.outage import Outage
-from edgestream.kafka.outage_calls import Probe, WaitLines, answers, on_client_error
+from edgestream.kafka.outage_calls import WaitLines, on_client_error
 from edgestream.kafka.replaceable_producer import PURGED, ReplaceableProducer
 from edgestream.kafka.stream_ends import stream_ends
 from edgestream.kafka.topic_provision import ensure_run_topics
 from edgestream.kafka.topic_settings import TopicSettings
 from edgestream.producers.restart import claim_run
 from edgestream.producers.schedule import due_count
-
-#: seconds without a delivery report, with samples queued, before the producer asks whether Kafka answers
-#: (a silent network drops no connection, so librdkafka may not say "all brokers down" for a long while)
-SILENT_S = 10.0
 
 
 @dataclass
@@ -153,14 +149,12 @@ class StreamProducer:
             self.stats[d].start_seq = k
         self.waits = WaitLines("producer", echo=note)
         self.outage = Outage(bootstrap, outage_s, listener=self.waits) if outage_s is not None else None
-        self._last_ack = time.monotonic()
         self.gave_up: str | None = None  # the line of an outage past the budget, once the producer gave up
         extra = {"error_cb": self._on_error} if self.outage is not None else {}
         # replaced by a new one when its client wedges after an outage (kafka.replaceable_producer)
         self._tx = ReplaceableProducer(producer_config(bootstrap, security, outage_s=outage_s,
                                                        **{**extra, **(producer_overrides or {})}),
                                        self.outage, security, on_delivery=self._on_delivery)
-        self._probe = Probe(self._tx.ask)
         self._keys = {d: self.layout.key(d) for d in self.devices}
         self._first_error: str | None = None
         self.started_at: float | None = None
@@ -176,7 +170,6 @@ class StreamProducer:
     def _on_delivery(self, err, msg) -> None:
         st = self.stats[int(msg.key())]
         if err is None:
-            self._last_ack = time.monotonic()
             if self.outage is not None and self.outage.waiting:
                 self.outage.up()
             if not st.delivered:
@@ -193,20 +186,11 @@ class StreamProducer:
 
     def _kafka_gone(self) -> bool:
         """Watch Kafka while samples wait (module doc): True once an outage has lasted the budget."""
-        outage = self.outage
-        if outage is None:
-            return False
-        if outage.waiting:
-            try:
-                self._probe.tick(outage, "streaming")
-            except KafkaUnavailable as exc:
-                self.gave_up = str(exc)
-                return True
-        elif len(self.producer) and time.monotonic() - self._last_ack >= SILENT_S:
-            self._last_ack = time.monotonic()
-            if not answers(self._probe.probe):
-                outage.down("streaming", error=f"no delivery report for {SILENT_S:g} s, no answer to a metadata "
-                            "request")
+        try:
+            self._tx.watch("streaming")  # (kafka.replaceable_producer: probes, silence, a wedged client)
+        except KafkaUnavailable as exc:
+            self.gave_up = str(exc)
+            return True
         return False
 
     def _send(self, d: int, k: int, now: float, should_stop: Callable[[], bool]) -> bool:

@@ -4,6 +4,7 @@ are one-line errors naming the argument; `rate` paces; delivery failures are rai
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
 import textwrap
@@ -16,7 +17,8 @@ from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 
 import edgestream
 from edgestream.consumers import KafkaStreamDataset
-from edgestream.data import Affine, SampleSerde, SampleSpec
+from edgestream.data import Affine, SampleSerde, SampleSpec, wire
+from edgestream.kafka import LocalBroker, device_topic
 from edgestream.kafka.admin import KafkaUnavailable, admin_client
 from edgestream.kafka.layout import StreamLayout
 from edgestream.kafka.topic_provision import ensure_run_topics
@@ -105,7 +107,8 @@ def test_bad_arguments_are_one_line_errors(bootstrap, run_prefix):
         (dict(partitions=3), f"topic {run_prefix}.streams: "),
         (dict(producer_overrides={"acks": 1}), "producer_overrides: acks"),
         (dict(partitions=0), "partitions: 0"), (dict(start_seq="last"), "start_seq: 'last'"),
-        (dict(run=""), "run: ''"),
+        (dict(run=""), "run: ''"), (dict(outage_s=0), "outage_s: 0"), (dict(outage_s=-1.5), "outage_s: -1.5"),
+        (dict(outage_s=float("inf")), "outage_s: inf"), (dict(outage_s="60"), "outage_s: '60'"),
     ]
     for kwargs, start in bad_init:
         with pytest.raises(ValueError) as err:
@@ -207,8 +210,89 @@ def test_delivery_failures_are_raised_not_lost(bootstrap, run_prefix):
     assert any(n.startswith("DeviceProducer.close: 1 of 2 samples failed") for n in err.value.__notes__)
 
 
+@pytest.fixture
+def own_broker(tmp_path):
+    """A broker of this test's own, to stop and start again (an outage)."""
+    b = LocalBroker(tmp_path / "broker")
+    b.start()
+    try:
+        yield b
+    finally:
+        b.stop()
+
+
+def _topic_samples(bootstrap: str, topic: str, want: int) -> list:
+    """Every sample in `topic` (one partition), in offset order: at least `want`, and whatever else is there."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    from edgestream.kafka import consumer_config
+
+    c = Consumer(consumer_config(bootstrap, f"{topic}.check"))
+    c.assign([TopicPartition(topic, 0, 0)])
+    msgs, deadline = [], time.monotonic() + 60
+    while len(msgs) < want and time.monotonic() < deadline:
+        msgs += [m for m in c.consume(1000, timeout=0.3) if m.error() is None]
+    msgs += [m for m in c.consume(1000, timeout=1.0) if m.error() is None]
+    c.close()
+    return [wire.decode_sample(m.value()) for m in sorted(msgs, key=lambda m: m.offset())]
+
+
+def test_a_kafka_outage_is_ridden_out_and_every_sample_arrives_once_in_order(own_broker, caplog):
+    """The broker goes away while the device sends (its link drops): `send` goes on queueing at its rate, says
+    the wait, and once the broker is back every sample is delivered once, in order, with its values."""
+    bs, run = own_broker.bootstrap, "away-ddl-r1"
+    ensure_run_topics(bs, run, [0])
+    with caplog.at_level(logging.WARNING, logger="edgestream.kafka.outage"):
+        dev = DeviceProducer(bs, run, 0, rate=40, outage_s=120)
+        for k in range(20):
+            dev.send(np.full((3,), k, np.int32), k % 7)
+        assert dev.flush(30) == 0
+        own_broker.stop()
+        t0 = time.monotonic()
+        for k in range(20, 180):  # 4 s at 40/s, Kafka away: queued, nothing waits for room
+            dev.send(np.full((3,), k, np.int32), k % 7)
+        assert time.monotonic() - t0 < 30 and dev.delivered == 20 and dev.outage.waiting
+        own_broker.start()
+        assert dev.flush(120) == 0
+        dev.close()
+    assert dev.sent == dev.delivered == 180 and dev.failed == dev.unacknowledged == 0 and not dev.outage.waiting
+    said = [r.getMessage() for r in caplog.records]
+    assert any(m.startswith(f"waiting for Kafka at {bs} since ") and "giving up after 120 s, outage_s)" in m
+               and "sending device 0's samples" in m for m in said), said
+    assert any(m.startswith(f"Kafka at {bs} answers again after ") for m in said), said
+    got = _topic_samples(bs, device_topic(run, 0), 180)
+    assert [s.seq for s in got] == list(range(180))
+    assert all((s.x == s.seq).all() and s.label == s.seq % 7 for s in got)
+
+
+def test_past_outage_s_send_raises_one_line_and_what_was_queued_is_delivered_later(own_broker):
+    """Kafka away past `outage_s` with the local queue full: `send` raises KafkaUnavailable naming the address
+    and the budget, that sample is not sent (its sequence number is the next one's); the samples queued before
+    stay queued and reach the topic once the broker is back."""
+    bs, run = own_broker.bootstrap, "gone-ddl-r1"
+    ensure_run_topics(bs, run, [0])
+    dev = DeviceProducer(bs, run, 0, outage_s=2, producer_overrides={"queue.buffering.max.messages": 16})
+    dev.send(np.zeros(4, np.uint8), 0)
+    assert dev.flush(30) == 0
+    own_broker.stop()
+    deadline = time.monotonic() + 120  # a bound for a regression (a send that never gives up)
+    with pytest.raises(KafkaUnavailable) as err:
+        while time.monotonic() < deadline:
+            dev.send(np.full(4, dev.next_seq, np.uint8), 0)
+    assert str(err.value) == f"no answer from Kafka at {bs} for 2 s (outage_s) while sending device 0's samples"
+    assert dev.sent == dev.next_seq == 17 and dev.delivered == 1  # 16 queued, the 18th not sent
+    own_broker.start()
+    assert dev.flush(120) == 0  # (their message timeout is outage_s + a minute's margin)
+    assert dev.send(np.full(4, 17, np.uint8), 0) == 17  # the one that was not sent, again
+    dev.close()
+    assert dev.delivered == dev.sent == 18 and dev.failed == 0
+    got = _topic_samples(bs, device_topic(run, 0), 18)
+    assert [s.seq for s in got] == [int(s.x[0]) for s in got] == list(range(18))
+
+
 def test_the_top_level_name_and_no_torch(tmp_path):
     assert edgestream.DeviceProducer is DeviceProducer and edgestream.DeliveryError is DeliveryError
+    assert edgestream.KafkaUnavailable is KafkaUnavailable  # what `send` raises past outage_s
     assert torch  # (this test module uses torch; a device does not)
     from support.sources import BLOCKED_IMPORTS  # importing torch, matplotlib or scipy raises
 

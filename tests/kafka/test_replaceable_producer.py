@@ -21,12 +21,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from edgestream.consumers.dlq import DeadLetters
-from edgestream.data import SampleSerde, SampleSpec
+from edgestream.data import SampleSerde, SampleSpec, wire
 from edgestream.kafka import consumer_config, device_topic, dlq_topic, outage_calls, replaceable_producer
 from edgestream.kafka.outage import Outage
 from edgestream.kafka.replaceable_producer import ReplaceableProducer
 from edgestream.kafka.stream_ends import stream_ends
-from edgestream.producers import stream_producer as sp_mod
 from edgestream.producers.stream_producer import StreamProducer
 from edgestream.ps import transport
 from edgestream.ps.frames import Envelope, peek
@@ -189,7 +188,7 @@ def test_a_stream_producer_replaces_its_wedged_client_and_every_sample_arrives_o
     samples queued), no answer to its own metadata request while a new client gets one: the stream producer
     moves its queue to a new client and streams on; each device's topic holds its samples 0..n-1 once, in
     order, and the summary accounts for every one."""
-    monkeypatch.setattr(sp_mod, "SILENT_S", 1.0)
+    monkeypatch.setattr(replaceable_producer, "SILENT_S", 1.0)
     rng = np.random.default_rng(0)
     devices, n_data = 3, 300
     x = rng.integers(0, 255, size=(n_data, 4, 4), dtype=np.uint8)
@@ -214,3 +213,31 @@ def test_a_stream_producer_replaces_its_wedged_client_and_every_sample_arrives_o
     for d in range(devices):
         got = sorted(_read_all(bootstrap, device_topic(run_prefix, d), 1, ends[d]), key=lambda m: m.offset())
         assert [SampleSerde.header(m.value()).seq for m in got] == list(range(sp.stats[d].delivered)), d
+
+
+def test_a_device_producer_replaces_its_wedged_client_and_every_sample_arrives_once(bootstrap, run_prefix,
+                                                                                     quick_wedge, monkeypatch):
+    """`edgestream.DeviceProducer` (a device's own Python): its client wedged with samples queued, no answer to
+    its own metadata request while a new client gets one: `send` or `flush` replaces it and delivers them; the device's
+    topic holds seq 0..n-1 once, in order, each with its own values."""
+    from edgestream.kafka.topic_provision import ensure_run_topics
+    from edgestream.producers.device import DeviceProducer
+
+    monkeypatch.setattr(replaceable_producer, "SILENT_S", 1.0)
+    ensure_run_topics(bootstrap, run_prefix, [0, 1])
+    dev = DeviceProducer(bootstrap, run_prefix, 1, outage_s=120)
+    for k in range(10):
+        dev.send(np.full((2, 3), k, np.float32), float(k))
+    assert dev.flush(30) == 0
+    _wedge(dev._tx)
+    for k in range(10, 60):
+        dev.send(np.full((2, 3), k, np.float32), float(k))
+    # replaced as soon as the outage has lasted (0.3 s here): in a later `send` or in `flush`
+    assert dev.flush(60) == 0 and dev._tx.replaced == 1 and 0 < dev._tx.moved <= 50
+    dev.close()
+    assert dev.sent == dev.delivered == 60 and dev.failed == dev.unacknowledged == 0
+    got = sorted(_read_all(bootstrap, device_topic(run_prefix, 1), 1, 60), key=lambda m: m.offset())
+    assert [m.key() for m in got] == [b"1"] * 60
+    samples = [wire.decode_sample(m.value()) for m in got]
+    assert [s.seq for s in samples] == list(range(60))
+    assert all((s.x == s.seq).all() and s.x.shape == (2, 3) and float(s.target) == s.seq for s in samples)
