@@ -234,6 +234,20 @@ def bootstrap() -> str:
 
 
 @pytest.fixture
+def broker(tmp_path):
+    """A broker of the test's own (a LocalBroker in tmp_path), to stop and start again: an outage. Stopped at
+    the end, also on failure."""
+    from edgestream.kafka import LocalBroker
+
+    b = LocalBroker(tmp_path / "broker")
+    b.start()
+    try:
+        yield b
+    finally:
+        b.stop()
+
+
+@pytest.fixture
 def run_prefix(request) -> str:
     """A unique run name per test so tests sharing the session broker never see each other's topics."""
     name = request.node.name.replace("[", "-").replace("]", "").replace("_", "-")[:40].strip("-")

@@ -18,7 +18,7 @@ from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 import edgestream
 from edgestream.consumers import KafkaStreamDataset
 from edgestream.data import Affine, SampleSerde, SampleSpec, wire
-from edgestream.kafka import LocalBroker, device_topic
+from edgestream.kafka import device_topic
 from edgestream.kafka.admin import KafkaUnavailable, admin_client
 from edgestream.kafka.layout import StreamLayout
 from edgestream.kafka.topic_provision import ensure_run_topics
@@ -210,17 +210,6 @@ def test_delivery_failures_are_raised_not_lost(bootstrap, run_prefix):
     assert any(n.startswith("DeviceProducer.close: 1 of 2 samples failed") for n in err.value.__notes__)
 
 
-@pytest.fixture
-def own_broker(tmp_path):
-    """A broker of this test's own, to stop and start again (an outage)."""
-    b = LocalBroker(tmp_path / "broker")
-    b.start()
-    try:
-        yield b
-    finally:
-        b.stop()
-
-
 def _topic_samples(bootstrap: str, topic: str, want: int) -> list:
     """Every sample in `topic` (one partition), in offset order: at least `want`, and whatever else is there."""
     from confluent_kafka import Consumer, TopicPartition
@@ -237,22 +226,22 @@ def _topic_samples(bootstrap: str, topic: str, want: int) -> list:
     return [wire.decode_sample(m.value()) for m in sorted(msgs, key=lambda m: m.offset())]
 
 
-def test_a_kafka_outage_is_ridden_out_and_every_sample_arrives_once_in_order(own_broker, caplog):
+def test_a_kafka_outage_is_ridden_out_and_every_sample_arrives_once_in_order(broker, caplog):
     """The broker goes away while the device sends (its link drops): `send` goes on queueing at its rate, says
     the wait, and once the broker is back every sample is delivered once, in order, with its values."""
-    bs, run = own_broker.bootstrap, "away-ddl-r1"
+    bs, run = broker.bootstrap, "away-ddl-r1"
     ensure_run_topics(bs, run, [0])
     with caplog.at_level(logging.WARNING, logger="edgestream.kafka.outage"):
         dev = DeviceProducer(bs, run, 0, rate=40, outage_s=120)
         for k in range(20):
             dev.send(np.full((3,), k, np.int32), k % 7)
         assert dev.flush(30) == 0
-        own_broker.stop()
+        broker.stop()
         t0 = time.monotonic()
         for k in range(20, 180):  # 4 s at 40/s, Kafka away: queued, nothing waits for room
             dev.send(np.full((3,), k, np.int32), k % 7)
         assert time.monotonic() - t0 < 30 and dev.delivered == 20 and dev.outage.waiting
-        own_broker.start()
+        broker.start()
         assert dev.flush(120) == 0
         dev.close()
     assert dev.sent == dev.delivered == 180 and dev.failed == dev.unacknowledged == 0 and not dev.outage.waiting
@@ -265,23 +254,23 @@ def test_a_kafka_outage_is_ridden_out_and_every_sample_arrives_once_in_order(own
     assert all((s.x == s.seq).all() and s.label == s.seq % 7 for s in got)
 
 
-def test_past_outage_s_send_raises_one_line_and_what_was_queued_is_delivered_later(own_broker):
+def test_past_outage_s_send_raises_one_line_and_what_was_queued_is_delivered_later(broker):
     """Kafka away past `outage_s` with the local queue full: `send` raises KafkaUnavailable naming the address
     and the budget, that sample is not sent (its sequence number is the next one's); the samples queued before
     stay queued and reach the topic once the broker is back."""
-    bs, run = own_broker.bootstrap, "gone-ddl-r1"
+    bs, run = broker.bootstrap, "gone-ddl-r1"
     ensure_run_topics(bs, run, [0])
     dev = DeviceProducer(bs, run, 0, outage_s=2, producer_overrides={"queue.buffering.max.messages": 16})
     dev.send(np.zeros(4, np.uint8), 0)
     assert dev.flush(30) == 0
-    own_broker.stop()
+    broker.stop()
     deadline = time.monotonic() + 120  # a bound for a regression (a send that never gives up)
     with pytest.raises(KafkaUnavailable) as err:
         while time.monotonic() < deadline:
             dev.send(np.full(4, dev.next_seq, np.uint8), 0)
     assert str(err.value) == f"no answer from Kafka at {bs} for 2 s (outage_s) while sending device 0's samples"
     assert dev.sent == dev.next_seq == 17 and dev.delivered == 1  # 16 queued, the 18th not sent
-    own_broker.start()
+    broker.start()
     assert dev.flush(120) == 0  # (their message timeout is outage_s + a minute's margin)
     assert dev.send(np.full(4, 17, np.uint8), 0) == 17  # the one that was not sent, again
     dev.close()

@@ -32,16 +32,6 @@ def _records(path: Path, kind: str) -> list[dict]:
     return [r for r in (json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()) if r.get("kind") == kind]
 
 
-@pytest.fixture
-def broker(tmp_path):
-    b = LocalBroker(tmp_path / "broker")
-    b.start()
-    try:
-        yield b
-    finally:
-        b.stop()
-
-
 def _stop_broker_after(run_dir: Path, proc: subprocess.Popen, broker: LocalBroker, steps: int) -> float:
     wait_steps(run_dir, proc, 2, steps)
     t0 = time.monotonic()
