@@ -200,6 +200,7 @@ class DeviceProducer:
         self._closed = False
         #: this device's wait for Kafka (module doc); None: not watched
         self.outage = Outage(bootstrap, float(outage_s), field="outage_s") if outage_s is not None else None
+        self._what = f"sending device {self.device}'s samples"  # what an outage line says it was doing
         extra = {"error_cb": self._on_error} if self.outage is not None else {}
         conf = producer_config(bootstrap, security, outage_s=outage_s, **{**extra, **dict(producer_overrides or {})})
         # replaced by a new one when its client wedges after an outage (kafka.replaceable_producer)
@@ -221,7 +222,7 @@ class DeviceProducer:
         return self._tx.producer
 
     def _on_error(self, err: KafkaError) -> None:
-        on_client_error(self.outage, err, f"sending device {self.device}'s samples")
+        on_client_error(self.outage, err, self._what)
 
     def _check_topic(self, timeout_s: float) -> None:
         try:
@@ -302,7 +303,7 @@ class DeviceProducer:
     def _watch(self) -> None:
         """During an outage: does Kafka answer again? (KafkaUnavailable past `outage_s`; a wedged client
         is replaced.) Outside one: a queue silent for long starts one (ReplaceableProducer.watch)."""
-        self._tx.watch(f"sending device {self.device}'s samples")
+        self._tx.watch(self._what)
 
     def _on_delivery(self, err, msg) -> None:
         if err is None:
