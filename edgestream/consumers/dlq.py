@@ -45,7 +45,7 @@ class DeadLetters:
             return
         self.failed += 1
         if self._first_error is None:
-            self._first_error = f"{err.str()}"
+            self._first_error = err.str()
             log.error("DLQ: a rejected message (%d bytes) could not be copied to %s: %s", len(msg.value() or b""),
                       self.topic, self._first_error)
 

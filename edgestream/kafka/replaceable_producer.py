@@ -33,6 +33,7 @@ from functools import partial
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
+from edgestream.kafka.admin import KafkaUnavailable
 from edgestream.kafka.clients import produce
 from edgestream.kafka.outage import Outage
 from edgestream.kafka.outage_calls import Probe, Wedge, answers
@@ -73,8 +74,10 @@ class ReplaceableProducer:
         if self._moving is not None and err is not None and err.code() in PURGED:
             self._moving.append((msg, headers))
             return
-        if err is None:
+        if err is None:  # Kafka answers: an outage ends
             self.last_ack = time.monotonic()
+            if self.outage is not None and self.outage.waiting:
+                self.outage.up()
         if self.on_delivery is not None:
             self.on_delivery(err, msg)
 
@@ -98,7 +101,7 @@ class ReplaceableProducer:
         device's producer): during an outage, ask every PROBE_S seconds whether Kafka answers again (a
         wedged producer is replaced; KafkaUnavailable once the outage has lasted its budget); outside one,
         a queue without a delivery report for SILENT_S whose metadata request gets no answer starts one.
-        The owner's delivery callback ends an outage at a delivery (`outage.up()`)."""
+        A delivery ends an outage (`_report`)."""
         outage = self.outage
         if outage is None:
             return
@@ -148,22 +151,31 @@ class ReplaceableProducer:
                     len(moving), why)
         return len(moving)
 
-    def flush_through(self, what: str, wait: bool = True) -> None:
+    def flush_through(self, what: str, wait: bool = True, timeout: float | None = None) -> int:
         """Flush, waiting through an outage while its budget lasts (the messages stay queued:
         `producer_config(outage_s=)`): a second without progress counts as Kafka not answering
         (KafkaUnavailable once the budget is spent; a wedged producer is replaced), any progress as an
         answer. wait=False (a process that is ending anyway): what Kafka does not take within a second is
-        left (RuntimeError, logged by the caller)."""
+        left (RuntimeError, logged by the caller). `timeout`: the caller's own bound instead (a device's
+        `flush(timeout)`): past it, or past the budget, the rest stays queued. Returns how many are left."""
+        deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
         left = len(self.producer)
         while left:
-            now = self.producer.flush(1.0)
+            now = self.producer.flush(1.0 if deadline is None else max(0.0, min(1.0, deadline - time.monotonic())))
             if now == 0:
                 break
             if not wait:
                 raise RuntimeError(f"{what}: {now} message(s) not acknowledged; not waiting: the process is ending")
+            if deadline is not None and time.monotonic() >= deadline:
+                return now
             if now < left:
                 self.outage.up()
             else:
-                self.outage.down(what)
+                try:
+                    self.outage.down(what)
+                except KafkaUnavailable:
+                    if deadline is None:
+                        raise
                 self.revive()
             left = len(self.producer)
+        return 0

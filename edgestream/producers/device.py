@@ -308,8 +308,6 @@ class DeviceProducer:
     def _on_delivery(self, err, msg) -> None:
         if err is None:
             self.delivered += 1
-            if self.outage is not None and self.outage.waiting:
-                self.outage.up()
         elif err.code() in PURGED:
             self.unacknowledged += 1
         else:
@@ -338,21 +336,11 @@ class DeviceProducer:
         return remaining
 
     def _flush(self, timeout: float) -> int:
-        """Flush for up to `timeout` s, a second at a time; a second without progress watches Kafka (a
-        client wedged after an outage is replaced and its queue moved; the timeout still bounds the wait)."""
-        deadline = time.monotonic() + max(0.0, timeout)
-        left = len(self.producer)
-        while left:
-            now = self.producer.flush(max(0.0, min(1.0, deadline - time.monotonic())))
-            if now == 0 or time.monotonic() >= deadline:
-                return now
-            if now >= left:
-                try:
-                    self._watch()
-                except KafkaUnavailable:
-                    pass  # past the budget: flush's own timeout decides, what is left stays queued
-            left = len(self.producer)
-        return 0
+        """Flush for up to `timeout` s (through an outage: a client wedged after it is replaced and its queue
+        moved; the timeout still bounds the wait); returns how many are still queued."""
+        if self.outage is None:
+            return self.producer.flush(max(0.0, timeout))
+        return self._tx.flush_through(self._what, timeout=timeout)
 
     def close(self, timeout: float = 30.0) -> None:
         """Flush for up to `timeout` s, give up on what is still unacknowledged, and stop. DeliveryError when

@@ -169,9 +169,7 @@ class StreamProducer:
 
     def _on_delivery(self, err, msg) -> None:
         st = self.stats[int(msg.key())]
-        if err is None:
-            if self.outage is not None and self.outage.waiting:
-                self.outage.up()
+        if err is None:  # (an outage ends: ReplaceableProducer)
             if not st.delivered:
                 st.first_ack = msg.value()
             st.last_ack = msg.value()
