@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+from support.streams import _read_all
 
 import edgestream
 from edgestream.consumers import KafkaStreamDataset
@@ -212,18 +213,7 @@ def test_delivery_failures_are_raised_not_lost(bootstrap, run_prefix):
 
 def _topic_samples(bootstrap: str, topic: str, want: int) -> list:
     """Every sample in `topic` (one partition), in offset order: at least `want`, and whatever else is there."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    from edgestream.kafka import consumer_config
-
-    c = Consumer(consumer_config(bootstrap, f"{topic}.check"))
-    c.assign([TopicPartition(topic, 0, 0)])
-    msgs, deadline = [], time.monotonic() + 60
-    while len(msgs) < want and time.monotonic() < deadline:
-        msgs += [m for m in c.consume(1000, timeout=0.3) if m.error() is None]
-    msgs += [m for m in c.consume(1000, timeout=1.0) if m.error() is None]
-    c.close()
-    return [wire.decode_sample(m.value()) for m in sorted(msgs, key=lambda m: m.offset())]
+    return [wire.decode_sample(m.value()) for m in _read_all(bootstrap, topic, want, f"{topic}.check", limit_s=60)]
 
 
 def test_a_kafka_outage_is_ridden_out_and_every_sample_arrives_once_in_order(broker, caplog):
