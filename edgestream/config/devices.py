@@ -145,12 +145,87 @@ class NetworkConfig(_Model):
     bandwidth_mbps: Float = Field(1000.0, gt=0)
 
 
+DRIFT_KINDS = ("label_swap", "input_shift", "class_prior")
+#: the params each drift kind takes (docs/stream-learning.md, "Drift scenarios")
+DRIFT_PARAMS: dict[str, tuple[str, ...]] = {
+    "label_swap": ("permutation", "swap", "target"),
+    "input_shift": ("scale", "offset", "noise", "transform"),
+    "class_prior": ("weights",),
+}
+
+
+class DriftScenarioConfig(_Model):
+    """One entry of devices.drift: when (exactly one of at_s, at_sample, at_step), on which devices, what
+    changes (kind and its params) and whether gradually (over_s). Checked in DevicesConfig (which knows the
+    entry's index and devices.count) and, against the data and the batch policy, in the run plan."""
+
+    at_s: Float | None = Field(None, ge=0)
+    at_sample: Int | None = Field(None, ge=0)
+    at_step: Int | None = Field(None, ge=0)
+    devices: list[Int] | Literal["all"] = "all"
+    kind: Literal["label_swap", "input_shift", "class_prior"]
+    over_s: Float | None = Field(None, gt=0)
+    permutation: list[Int] | None = None
+    swap: list[list[Int]] | None = None
+    target: str | None = Field(None, min_length=1)
+    scale: Float | None = None
+    offset: Float | None = None
+    noise: Float | None = Field(None, ge=0)
+    transform: str | None = Field(None, min_length=1)
+    weights: list[Float] | None = None
+
+    def problem(self, count: int) -> str | None:
+        """The first problem of this entry as "field: what is allowed" (None: fine), devices.count given."""
+        when = [k for k in ("at_s", "at_sample", "at_step") if getattr(self, k) is not None]
+        if len(when) != 1:
+            return (f"at_s: give exactly one of at_s, at_sample, at_step (got "
+                    f"{', '.join(when) if when else 'none'})")
+        if self.devices != "all":
+            if not self.devices:
+                return "devices: an empty list; give device numbers or \"all\""
+            bad = next((d for d in self.devices if not 0 <= d < count), None)
+            if bad is not None:
+                return f"devices: device {bad} does not exist (devices.count is {count})"
+        given = [k for k in ("permutation", "swap", "target", "scale", "offset", "noise", "transform", "weights")
+                 if getattr(self, k) is not None]
+        other = [k for k in given if k not in DRIFT_PARAMS[self.kind]]
+        if other:
+            return (f"{other[0]}: not a param of kind {self.kind!r} (it takes "
+                    f"{', '.join(DRIFT_PARAMS[self.kind])})")
+        if self.kind == "label_swap" and sum(k in given for k in ("permutation", "swap", "target")) > 1:
+            return "permutation: give one of permutation, swap (classification) or target (regression)"
+        if self.kind == "label_swap" and self.swap is not None:
+            if not self.swap or any(len(pair) != 2 or pair[0] == pair[1] for pair in self.swap):
+                return f"swap: {self.swap} is not allowed; give pairs of two different classes, e.g. [[0, 1]]"
+        if self.kind == "input_shift":
+            if not given:
+                return "scale: input_shift needs scale, offset, noise or transform"
+            if self.transform is not None and len(given) > 1:
+                return "transform: give a transform alone (not with scale, offset or noise)"
+        if self.kind == "class_prior":
+            if self.weights is None:
+                return "weights: class_prior needs weights, one per class"
+            if any(w < 0 for w in self.weights) or not any(w > 0 for w in self.weights):
+                return f"weights: {self.weights} is not allowed; must be >= 0 with at least one > 0"
+        return None
+
+
 class DevicesConfig(_Model):
     count: Int = Field(16, ge=1, le=100_000)
     rates: RatesConfig = Field(default_factory=lambda: RatesConfig(preset="S1"))
     variation: VariationConfig = Field(default_factory=VariationConfig)
     compute: ComputeConfig = Field(default_factory=ComputeConfig)
     network: NetworkConfig = Field(default_factory=NetworkConfig)
+    #: drift scenarios of the run's own streams (edgestream.streams.drift; docs/stream-learning.md)
+    drift: list[DriftScenarioConfig] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _drift_entries(self) -> DevicesConfig:
+        for i, entry in enumerate(self.drift):
+            problem = entry.problem(self.count)
+            if problem is not None:
+                raise ValueError(f"drift[{i}].{problem}")
+        return self
 
 
 def uniform_bounds(mean: float, std: float) -> tuple[float, float]:

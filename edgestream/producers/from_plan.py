@@ -24,5 +24,6 @@ def stream_producer(plan: RunPlan, bootstrap: str, run: str, devices: list[int],
     kw.setdefault("run_config", plan.stream_identity())
     kw.setdefault("layout", plan.layout(run))
     kw.setdefault("topic_settings", plan.topic_settings(bootstrap))
+    kw.setdefault("drift", plan.drift_scenario)
     return StreamProducer(bootstrap, run, devices, ds.x_train, ds.y_train, plan.shards, plan.rate_model,
                           plan.serde.encode, seed=plan.seed, security=plan.security, **kw)

@@ -43,6 +43,7 @@ from edgestream.kafka.topic_provision import ensure_run_topics
 from edgestream.kafka.topic_settings import TopicSettings
 from edgestream.producers.restart import claim_run
 from edgestream.producers.schedule import due_count
+from edgestream.streams.drift import Drift, DriftedOrder
 
 
 @dataclass
@@ -114,7 +115,8 @@ class StreamProducer:
 
     `encode(x, target, device, seq, produce_time) -> bytes` is the run's `SampleSerde` (edgestream.data.serde;
     any callable with its `encode` signature, e.g. a `SampleEncoder`, works too).
-    `rate_model` provides cumulative(device, t), due_time(device, k) and base_rate(device).
+    `rate_model` provides cumulative(device, t), due_time(device, k) and base_rate(device). `drift`: the plan's
+    `drift_scenario` (edgestream.streams.drift; None: the samples are the dataset's as they are).
 
     `resume` (default): continue each device's stream after the last sequence number in its topic
     (a fresh run starts at 0). `run_config` (the plan's `stream_identity`): when given, the
@@ -130,12 +132,18 @@ class StreamProducer:
                  security: dict | None = None, producer_overrides: dict | None = None,
                  create_topics: bool = True, resume: bool = True, run_config: dict | None = None,
                  outage_s: float | None = None, note: Callable[[str], None] | None = None,
-                 layout: StreamLayout | None = None, topic_settings: TopicSettings | None = None) -> None:
+                 layout: StreamLayout | None = None, topic_settings: TopicSettings | None = None,
+                 drift: Drift | None = None) -> None:
         self.bootstrap, self.run, self.devices = bootstrap, run, list(devices)
         self.layout = layout if layout is not None else StreamLayout(run, len(shards))
         self.x, self.y, self.rates, self.encode = x, y, rate_model, encode
         self._class_targets = np.asarray(y).dtype.kind in "iub"
         self.orders = {d: ShardOrder(shards[d], seed, d) for d in self.devices}
+        #: the run's drift scenarios (edgestream.streams.drift): from `first[d]` on, device d's samples change
+        self.drift, self._drift_from = drift, (drift.first if drift is not None else {})
+        for d in self.devices:
+            if drift is not None and drift.picks(d):
+                self.orders[d] = DriftedOrder(self.orders[d], drift, d)
         self.topics = {d: self.layout.stream(d) for d in self.devices}  # (topic, partition)
         self.stats = {d: DeviceStats(d, float(rate_model.base_rate(d))) for d in self.devices}
         if run_config is not None:
@@ -194,8 +202,11 @@ class StreamProducer:
     def _send(self, d: int, k: int, now: float, should_stop: Callable[[], bool]) -> bool:
         """Queue sample k of device d; False (nothing queued) if stopped while the local queue was full."""
         idx = self.orders[d].index(k)
-        y = self.y[idx]  # a class index (an int on the wire), or a float target (scalar or row) as it is
-        value = self.encode(self.x[idx], int(y) if self._class_targets else y, d, k, now)
+        x, y = self.x[idx], self.y[idx]  # a class index (an int on the wire), or a float target as it is
+        if k >= self._drift_from.get(d, k + 1):
+            xs, ys = self.drift.apply(d, np.array([k]), x[None], np.asarray(y)[None])
+            x, y = xs[0], ys[0]
+        value = self.encode(x, int(y) if self._class_targets else y, d, k, now)
         topic, partition = self.topics[d]
         while True:
             try:

@@ -121,7 +121,8 @@ def step_line(now: float, rank: int, given: dict[str, Any], measured: dict[str, 
 def drive(rank: int, program: Generator[Any, Any, Any], performer: Performer,
           sink: Callable[[dict[str, Any]], None], meters: dict[int, StepMeter] | None = None,
           on_request: Callable[[int, Any], None] | None = None,
-          profile: dict[str, float] | None = None) -> Generator[Any, Any, Any]:
+          profile: dict[str, float] | None = None,
+          on_batch: Callable[[Any, float], None] | None = None) -> Generator[Any, Any, Any]:
     """Run worker `rank`'s `program` to its end against `performer`; return what the program returns.
 
     meters: where the worker's StepMeter lives (the performer reads `meters[rank]` to note batch
@@ -129,7 +130,8 @@ def drive(rank: int, program: Generator[Any, Any, Any], performer: Performer,
     is called before each request is performed (counters, progress, checkpoint hooks: at a `Log`
     the worker's ctx.step and ctx.state are complete, see edgestream.sync.context). profile: when
     given, profile["algorithm"] accumulates the wall seconds spent inside the worker's own code and
-    profile["requests"] counts its requests (the simulator's wall profile).
+    profile["requests"] counts its requests (the simulator's wall profile). on_batch(facts, time): after each
+    batch's facts are noted, with the engine's time (the session's drift_start records).
     """
     meters = meters if meters is not None else {}
     meter = meters.setdefault(rank, StepMeter())
@@ -173,6 +175,8 @@ def drive(rank: int, program: Generator[Any, Any, Any], performer: Performer,
                 facts = getattr(out, "facts", None)
                 if facts is not None:
                     meter.note_batch(facts)
+                    if on_batch is not None:
+                        on_batch(facts, now(rank))
         elif isinstance(req, log_type):
             sink(step_line(now(rank), rank, req.fields, meter.fields()))
             meter = meters[rank] = StepMeter()

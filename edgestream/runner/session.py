@@ -20,6 +20,7 @@ from typing import Any
 from edgestream.runner.driver import StepMeter, drive, run_blocking
 from edgestream.runner.performer import Performer
 from edgestream.runner.stop import StopRule
+from edgestream.streams.drift import drift_watch
 from edgestream.sync.requests import Log
 
 #: a hook run at each Log request: hook(session)
@@ -47,6 +48,8 @@ class WorkerSession:
         self.ctx = plan.worker_context(rank, should_stop=self.should_stop, param_names=param_names)
         self.lines = 0
         self.finished = False
+        #: writes `drift_start` when a drift scenario's change began in this worker's batches (None: none here)
+        self.drift_watch = drift_watch(getattr(plan, "drift_scenario", None), rank, events)
 
     # ------------------------------------------------------------------ the stop test
     def should_stop(self, completed: int) -> bool:
@@ -58,6 +61,8 @@ class WorkerSession:
     def resume(self, step: int, state: dict[str, Any]) -> None:
         """Continue from a checkpoint's algorithm step and state."""
         self.ctx.step, self.ctx.state = int(step), state
+        if self.drift_watch is not None:
+            self.drift_watch.resumed()
 
     # ------------------------------------------------------------------ the loop
     def sink(self, line: dict[str, Any]) -> None:
@@ -91,9 +96,13 @@ class WorkerSession:
             return None
         program = self.plan.algorithm.worker(self.ctx)
         out = yield from drive(self.rank, program, self.performer, self.sink, self.meters,
-                               on_request=before if (hooks or on_request is not None) else None, profile=profile)
+                               on_request=before if (hooks or on_request is not None) else None, profile=profile,
+                               on_batch=self._noted if self.drift_watch is not None else None)
         self.finished = True
         return out
+
+    def _noted(self, facts: Any, time: float) -> None:
+        self.drift_watch.note(facts.seqs, time)
 
     def run_blocking(self) -> Any:
         """Run the worker to its end in a blocking host (the performer performs each request itself)."""

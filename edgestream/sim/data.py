@@ -63,9 +63,13 @@ class SimBatch:
 class SimData:
     """Dataset, shards and stream orders of one run (the run plan's `dataset` and `shards`)."""
 
-    def __init__(self, dataset: Dataset, shards: list[np.ndarray], seed: int) -> None:
+    def __init__(self, dataset: Dataset, shards: list[np.ndarray], seed: int, drift: Any = None) -> None:
         self.dataset = dataset
         self.shards = shards
+        #: the run's drift scenarios (edgestream.streams.drift.Drift) or None; with them, a drifted device's
+        #: samples from `drift.first[device]` on are named by a drifted index (`drifted_index`), not a dataset one
+        self.drift = drift
+        self._n, self._m = len(dataset.y_train), len(shards)
         self.orders = [ShardOrder(s, seed, d) for d, s in enumerate(shards)]
         self.epochs = EpochOrders(self.orders)
         self._fast = self.epochs.agrees()
@@ -92,7 +96,44 @@ class SimData:
 
     def stream_indices(self, device: int, start: int, stop: int) -> np.ndarray:
         """Dataset indices of own-stream positions [start, stop) of `device` (= ShardOrder.index(k) for
-        each k; int64, read-only on the fast path: `EpochOrders.indices`)."""
+        each k; int64, read-only on the fast path: `EpochOrders.indices`). With drift scenarios, the positions
+        a scenario may change are drifted indices instead (`drifted_index`)."""
+        out = self._order_indices(device, start, stop)
+        first = self.drift.first.get(device) if self.drift is not None else None
+        if first is not None and stop > first:
+            out = np.array(out, dtype=np.int64, copy=True)
+            ks = np.arange(max(start, first), stop, dtype=np.int64)
+            out[ks - start] = self.drifted_index(device, ks)
+        return out
+
+    def drifted_index(self, device: int, ks: np.ndarray) -> np.ndarray:
+        """What names sample k of `device` when a drift scenario may change it: N + k M + device (N dataset rows,
+        M devices), an index past the dataset's, which `rows` and `labels` turn into the drifted sample (so a
+        batch, the batched compute's gathering and an injected sample carry it as any other index)."""
+        return self._n + ks * self._m + device
+
+    def _drifted(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """(positions of drifted indices in `indices` (flat), their raw inputs and targets after the drift) or
+        None when there are none."""
+        flat = indices.reshape(-1)
+        at = np.flatnonzero(flat >= self._n)
+        if not len(at):
+            return None
+        r = flat[at] - self._n
+        devices, ks = r % self._m, r // self._m
+        ds = self.dataset
+        x = np.empty((len(at), *ds.x_train.shape[1:]), dtype=ds.x_train.dtype)
+        y = np.empty((len(at), *ds.y_train.shape[1:]), dtype=ds.y_train.dtype)
+        for d in np.unique(devices):
+            sel = devices == d
+            k = ks[sel]
+            lo = int(k.min())
+            base = np.asarray(self._order_indices(int(d), lo, int(k.max()) + 1))[k - lo]
+            idx = self.drift.indices(int(d), k, base)
+            x[sel], y[sel] = self.drift.apply(int(d), k, ds.x_train[idx], ds.y_train[idx])
+        return at, x, y
+
+    def _order_indices(self, device: int, start: int, stop: int) -> np.ndarray:
         order = self.orders[device]
         if hasattr(order, "indices"):
             return np.asarray(order.indices(start, stop), dtype=np.int64)
@@ -122,11 +163,23 @@ class SimData:
     def labels(self, indices: np.ndarray) -> np.ndarray:
         """The targets of dataset `indices` as a numpy array (the engine's per-batch label checksum): class
         indices, or float regression targets."""
-        return self._y_np[indices]
+        if self.drift is None:
+            return self._y_np[indices]
+        drifted = self._drifted(indices)
+        if drifted is None:
+            return self._y_np[indices]
+        at, _, y = drifted
+        out = self._y_np[np.where(indices >= self._n, 0, indices)]
+        out.reshape(-1, *out.shape[indices.ndim:])[at] = y
+        return out
 
     def rows(self, indices: np.ndarray, *, x: bool = True) -> tuple[Tensor | None, Tensor]:
         """(inputs, targets) of the dataset rows `indices` (any shape of int array: the tensors get its
         shape in front of a sample's); inputs None when x is False."""
+        if self.drift is not None:
+            drifted = self._drifted(indices)
+            if drifted is not None:
+                return self._drifted_rows(indices, drifted, x)
         flat = indices.reshape(-1)
         inputs = None
         if x:
@@ -137,6 +190,20 @@ class SimData:
             inputs = inputs.view(*indices.shape, *inputs.shape[1:])
         targets = torch.from_numpy(self._y_np[flat])
         return inputs, targets.view(*indices.shape, *targets.shape[1:])
+
+    def _drifted_rows(self, indices: np.ndarray, drifted: tuple[np.ndarray, np.ndarray, np.ndarray],
+                      x: bool) -> tuple[Tensor | None, Tensor]:
+        """`rows` of `indices` holding drifted ones: the others gathered as ever, the drifted ones normalised
+        from their drifted raw inputs, as the consumer normalises what the producer sent."""
+        at, xd, yd = drifted
+        inputs, targets = self.rows(np.where(indices >= self._n, 0, indices), x=x)
+        targets = targets.clone()
+        targets.view(-1, *targets.shape[indices.ndim:])[torch.from_numpy(at)] = torch.from_numpy(yd)
+        if inputs is not None:
+            inputs = inputs.clone()
+            normalized = self.dataset.normalize(torch.from_numpy(xd)).to(inputs.dtype)
+            inputs.view(-1, *inputs.shape[indices.ndim:])[torch.from_numpy(at)] = normalized
+        return inputs, targets
 
     def batch(self, device: int, indices: np.ndarray, own: int) -> SimBatch:
         """The batch of dataset `indices` (the first `own` from the device's stream, then injected); its

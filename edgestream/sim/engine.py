@@ -161,7 +161,7 @@ class SimEngine(SimComm, Performer):
             batch_policy, buffer_policy = plan.batch_policy(), plan.buffer_policy()
             model = plan.build_model()
             fits_problem(plan, model, batch_policy)  # before anything per device is built
-            self.data = SimData(plan.dataset, plan.shards, plan.seed)
+            self.data = SimData(plan.dataset, plan.shards, plan.seed, plan.drift_scenario)
             self.rate_model = plan.rate_model
         except EngineError as exc:
             raise SimConfigError(exc.problems) from None

@@ -1,0 +1,397 @@
+"""Drift scenarios of a run's own streams (`devices.drift`), resolved: what device i's k-th sample becomes.
+
+A scenario changes some devices' streams from one sample on (docs/stream-learning.md, "Drift scenarios"):
+
+- `label_swap` (concept drift): classification, y' = permutation[y] (`permutation`, `swap` pairs, default a
+  seeded random derangement: the same on every device of the scenario); regression, y' = target(x, y) (a
+  user's function by import path) or y' = -y.
+- `input_shift` (covariate drift): x' = x * scale + offset + noise * N(0, 1) (per element, seeded per sample),
+  or x' = transform(x) (a user's function by import path, [n, ...] -> the same shape and dtype). Computed in
+  float64 on the raw sample and cast back to the dataset's dtype (integer dtypes: rounded and clipped).
+- `class_prior`: the k-th sample is not the shard order's: a class c is drawn with the scenario's `weights`
+  (renormalised over the classes the device's shard holds) and then one of the shard's samples of class c,
+  uniformly, both from uniforms seeded by (run seed, device, k): random access, so the producer and the
+  simulator pick the same dataset index for sample k without a history (`DriftedOrder`).
+
+When: `at_s` resolves to the first sample due at or after it under the rate model (`due_time(i, k)`),
+`at_sample` is sample k itself, `at_step` the sample at_step * batch (fixed batch policies). Abrupt: every
+sample k >= begin is of the new concept. Gradual (`over_s`): sample k is of the new concept with probability
+p(k) = (due_time(k) - due_time(begin)) / over_s clipped to [0, 1], decided by a uniform seeded per
+(run seed, device, k, scenario); from `end` (the first sample due at begin time + over_s) on, all are.
+Scenarios of one device apply in the config's order (a later class_prior overrides an earlier one's pick).
+
+Everything here is a pure function of (run seed, device, k) and the raw sample: vectorised over arrays of
+sequence numbers, the same for any batching, in the producer (one sample at a time) and the simulator
+(batches). The plan resolves it (`RunPlan.drift_scenario`: None when devices.drift is empty, so the no-drift
+path does no work); `DriftWatch` says when a change began on a device (the `drift_start` event).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+_G, _M1, _M2 = 0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
+_MASK = (1 << 64) - 1
+#: purposes of the per-sample uniforms (a scenario's draws are independent of each other)
+_TAG_GRADUAL, _TAG_CLASS, _TAG_MEMBER, _TAG_NOISE, _TAG_PERM = 1, 2, 3, 4, 5
+
+
+def _mix(z: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser over uint64 arrays (wrapping arithmetic)."""
+    with np.errstate(over="ignore"):
+        z = z + np.uint64(_G)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(_M1)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(_M2)
+        return z ^ (z >> np.uint64(31))
+
+
+def _key(*parts: int) -> int:
+    """A 64-bit key of small integers (run seed, device, scenario, purpose)."""
+    z = np.zeros(1, dtype=np.uint64)
+    for p in parts:
+        z = _mix(z ^ np.uint64(int(p) & _MASK))
+    return int(z[0])
+
+
+def uniforms(key: int, ks: np.ndarray, width: int = 0) -> np.ndarray:
+    """U[0, 1) per sequence number k (shape [n]), or per (k, j < width) (shape [n, width]): a pure function
+    of (key, k, j), whatever the batch."""
+    z = _mix(np.uint64(key) ^ _mix(np.asarray(ks, dtype=np.int64).astype(np.uint64)))
+    if width:
+        z = _mix(z[:, None] ^ np.arange(width, dtype=np.uint64)[None, :])
+    return (z >> np.uint64(11)).astype(np.float64) * (1.0 / 2**53)
+
+
+def first_due_at(rate_model: Any, device: int, t: float) -> int:
+    """The first sample of `device` due at or after t (due_time(k) >= t)."""
+    if t <= 0:
+        return 0
+    k = max(0, math.ceil(rate_model.cumulative(device, t) - 1e-9))
+    while k > 0 and rate_model.due_time(device, k - 1) >= t:
+        k -= 1
+    while rate_model.due_time(device, k) < t:
+        k += 1
+    return k
+
+
+@dataclass(frozen=True)
+class Change:
+    """Scenario `scenario` (its index in devices.drift) on `device`: samples begin..end-1 ramp into the new
+    concept (none when abrupt: begin == end), every sample from `end` on is of it; `*_s`: their due times."""
+
+    scenario: int
+    kind: str
+    device: int
+    begin: int
+    end: int
+    begin_s: float
+    end_s: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"scenario": self.scenario, "kind": self.kind, "device": self.device, "begin_sample": self.begin,
+                "begin_s": round(self.begin_s, 6), "end_sample": self.end, "end_s": round(self.end_s, 6)}
+
+
+@dataclass
+class Scenario:
+    """One resolved entry of devices.drift (see the module doc); `changes[device]` where it applies."""
+
+    index: int
+    kind: str
+    over_s: float | None
+    changes: dict[int, Change]
+    permutation: np.ndarray | None = None                      # label_swap, classification
+    target: Callable[[np.ndarray, np.ndarray], Any] | None = None  # label_swap, regression
+    scale: float = 1.0
+    offset: float = 0.0
+    noise: float = 0.0
+    transform: Callable[[np.ndarray], Any] | None = None
+    pools: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=dict)
+    #: class_prior, per device: (cdf over its classes, their classes, offsets into pool, counts), pool
+
+    def active(self, seed: int, rate_model: Any, device: int, ks: np.ndarray) -> np.ndarray:
+        """Which of `device`'s samples `ks` are of the new concept (bool array)."""
+        c = self.changes[device]
+        if c.begin == c.end:
+            return ks >= c.begin
+        out = ks >= c.end
+        ramp = (ks >= c.begin) & ~out
+        if ramp.any():
+            due = rate_model.due_times(device, ks[ramp])
+            p = np.clip((due - c.begin_s) / float(self.over_s), 0.0, 1.0)
+            u = uniforms(_key(seed, device, self.index, _TAG_GRADUAL), ks[ramp])
+            out[ramp] = u < p
+        return out
+
+
+class Drift:
+    """The run's resolved drift scenarios (`resolve_drift`): `indices` (class_prior) and `apply` (label_swap,
+    input_shift) for device i's samples `ks`, `changes(i)` for what is said about them."""
+
+    def __init__(self, scenarios: list[Scenario], seed: int, rate_model: Any, num_devices: int) -> None:
+        self.scenarios, self.seed, self.rate_model, self.num_devices = scenarios, int(seed), rate_model, num_devices
+        self._of: dict[int, list[Scenario]] = {}
+        for s in scenarios:
+            for d in s.changes:
+                self._of.setdefault(d, []).append(s)
+        #: the first sample of each drifted device that a scenario may change
+        self.first = {d: min(s.changes[d].begin for s in ss) for d, ss in self._of.items()}
+        self._picks = {d: [s for s in ss if s.kind == "class_prior"] for d, ss in self._of.items()}
+
+    def changes(self, device: int) -> list[Change]:
+        """The device's changes in the config's order ([] for a device no scenario touches)."""
+        return [s.changes[device] for s in self._of.get(device, [])]
+
+    def all_changes(self) -> list[Change]:
+        return [c for d in range(self.num_devices) for c in self.changes(d)]
+
+    def picks(self, device: int) -> bool:
+        """Whether a class_prior scenario changes which dataset index some sample of `device` is."""
+        return bool(self._picks.get(device))
+
+    def indices(self, device: int, ks: np.ndarray, base: np.ndarray) -> np.ndarray:
+        """Dataset indices of `device`'s samples `ks`, given their shard-order indices `base`."""
+        picks = self._picks.get(device)
+        if not picks:
+            return base
+        ks = np.asarray(ks, dtype=np.int64)
+        out = np.array(base, dtype=np.int64, copy=True)
+        for s in picks:
+            on = s.active(self.seed, self.rate_model, device, ks)
+            if not on.any():
+                continue
+            cdf, _, offsets, counts, pool = s.pools[device]
+            k = ks[on]
+            c = np.minimum(np.searchsorted(cdf, uniforms(_key(self.seed, device, s.index, _TAG_CLASS), k),
+                                           side="right"), len(cdf) - 1)
+            member = np.floor(uniforms(_key(self.seed, device, s.index, _TAG_MEMBER), k) * counts[c]).astype(np.int64)
+            out[on] = pool[offsets[c] + np.minimum(member, counts[c] - 1)]
+        return out
+
+    def apply(self, device: int, ks: np.ndarray, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(x', y'): `device`'s raw samples `ks` (x [n, ...] in the dataset's dtype, y [n] or [n, K]) as the
+        scenarios make them; the arrays given are not changed."""
+        scenarios = self._of.get(device)
+        if not scenarios:
+            return x, y
+        ks = np.asarray(ks, dtype=np.int64)
+        for s in scenarios:
+            if s.kind == "class_prior":
+                continue
+            on = s.active(self.seed, self.rate_model, device, ks)
+            if not on.any():
+                continue
+            if s.kind == "label_swap":
+                y = np.array(y, copy=True)
+                if s.permutation is not None:
+                    y[on] = s.permutation[y[on]]
+                elif s.target is not None:
+                    y[on] = np.asarray(s.target(x[on], y[on])).astype(y.dtype, copy=False).reshape(y[on].shape)
+                else:
+                    y[on] = -y[on]
+            else:
+                x = np.array(x, copy=True)
+                x[on] = self._shift(s, device, ks[on], x[on])
+        return x, y
+
+    def _shift(self, s: Scenario, device: int, ks: np.ndarray, x: np.ndarray) -> np.ndarray:
+        if s.transform is not None:
+            return np.asarray(s.transform(x))
+        xf = x.astype(np.float64) * s.scale + s.offset
+        if s.noise:
+            width = int(np.prod(x.shape[1:], dtype=np.int64))
+            key = _key(self.seed, device, s.index, _TAG_NOISE)
+            u = uniforms(key, ks, 2 * width)
+            gauss = np.sqrt(-2.0 * np.log1p(-u[:, :width])) * np.cos(2.0 * np.pi * u[:, width:])
+            xf = xf + s.noise * gauss.reshape(x.shape)
+        return cast_like(xf, x.dtype)
+
+
+def cast_like(xf: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """Float values back in the dataset's dtype: integers rounded and clipped to the dtype's range."""
+    dtype = np.dtype(dtype)
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        return np.clip(np.rint(xf), info.min, info.max).astype(dtype)
+    return xf.astype(dtype)
+
+
+class DriftedOrder:
+    """A device's stream order with its class_prior scenarios: sample k -> dataset index (`index`), as
+    `ShardOrder` (whose indices it changes where a scenario picks another sample)."""
+
+    def __init__(self, order: Any, drift: Drift, device: int) -> None:
+        self.order, self.drift, self.device = order, drift, device
+        self.shard = order.shard
+
+    def index(self, k: int) -> int:
+        base = np.array([self.order.index(k)], dtype=np.int64)
+        return int(self.drift.indices(self.device, np.array([k], dtype=np.int64), base)[0])
+
+
+class DriftWatch:
+    """When the changes of one device began in a worker's batches: `note(seqs, time)` with each batch's own-
+    stream sequence numbers calls `record(change, seq, time)` once per change, at the first batch holding a
+    sample >= its begin (`seq`: the first such sample taken). `resumed()`: a worker continued from a
+    checkpoint: a change whose begin lies before its first batch was recorded before and is not again."""
+
+    def __init__(self, changes: Sequence[Change], record: Callable[[Change, int, float], None]) -> None:
+        self.pending = sorted(changes, key=lambda c: (c.begin, c.scenario))
+        self.record = record
+        self.fresh = True
+
+    def resumed(self) -> None:
+        self.fresh = False
+
+    def note(self, seqs: Any, time: float) -> None:
+        if not self.pending or seqs is None or len(seqs) == 0:
+            return
+        s = seqs if type(seqs) is range else np.asarray(seqs, dtype=np.int64)
+        lo, hi = (s.start, s.stop - 1) if type(s) is range else (int(s.min()), int(s.max()))
+        fresh, self.fresh = self.fresh, True
+        while self.pending and self.pending[0].begin <= hi:
+            c = self.pending.pop(0)
+            if not fresh and lo > c.begin:
+                continue  # began before this worker's resumed stream: recorded by its first life
+            first = max(lo, c.begin) if type(s) is range else int(s[s >= c.begin].min())
+            self.record(c, first, time)
+
+
+# ---------------------------------------------------------------- resolving devices.drift
+
+
+def _perm_of(entry: Any, where: str, num_classes: int, seed: int, index: int) -> np.ndarray:
+    if entry.permutation is not None:
+        perm = list(entry.permutation)
+        if sorted(perm) != list(range(num_classes)):
+            raise ValueError(f"{where}.permutation: {perm} is not a permutation of the {num_classes} classes "
+                             f"0..{num_classes - 1}")
+        return np.asarray(perm, dtype=np.int64)
+    if entry.swap is not None:
+        perm = np.arange(num_classes, dtype=np.int64)
+        for a, b in entry.swap:
+            for c in (a, b):
+                if not 0 <= c < num_classes:
+                    raise ValueError(f"{where}.swap: class {c} does not exist (data.num_classes is {num_classes})")
+            perm[[a, b]] = perm[[b, a]]
+        return perm
+    rng = np.random.default_rng([seed % 2**64, index, _TAG_PERM])
+    while True:  # a derangement: every class moves (num_classes >= 2)
+        perm = rng.permutation(num_classes)
+        if not (perm == np.arange(num_classes)).any():
+            return perm.astype(np.int64)
+
+
+def _user_fn(path: str, where: str) -> Callable[..., Any]:
+    from edgestream.plugins import import_object
+
+    fn = import_object(path, where)
+    if not callable(fn):
+        raise ValueError(f"{where}: {path} is not callable")
+    return fn
+
+
+def _check_out(out: Any, like: np.ndarray, where: str, path: str) -> None:
+    out = np.asarray(out)
+    if out.shape != like.shape or out.dtype != like.dtype:
+        raise ValueError(f"{where}: {path} returned shape {out.shape} dtype {out.dtype}; must return the "
+                         f"input's shape {like.shape} and dtype {like.dtype}")
+
+
+def _pools(entry: Any, where: str, shard: np.ndarray, y: np.ndarray, device: int) -> tuple[np.ndarray, ...]:
+    weights = np.asarray(entry.weights, dtype=np.float64)
+    labels = np.asarray(y)[shard]
+    order = np.argsort(labels, kind="stable")
+    pool, sorted_labels = np.asarray(shard)[order].astype(np.int64), labels[order]
+    classes, offsets, counts = np.unique(sorted_labels, return_index=True, return_counts=True)
+    w = weights[classes]
+    if not (w > 0).any():
+        held = ", ".join(str(int(c)) for c in classes)
+        raise ValueError(f"{where}.weights: device {device}'s shard holds none of the classes weighted > 0 "
+                         f"(it holds {held})")
+    keep = w > 0
+    cdf = np.cumsum(w[keep]) / w[keep].sum()
+    return cdf, classes[keep], offsets[keep].astype(np.int64), counts[keep].astype(np.int64), pool
+
+
+def resolve_drift(entries: Sequence[Any], *, seed: int, rate_model: Any, dataset: Any, shards: Sequence[Any],
+                  labels: bool, fixed_batch: int | None, batch_policy: str) -> Drift | None:
+    """The `Drift` of devices.drift's entries (config DriftScenarioConfig objects, each checked on its own),
+    or None when there are none. ValueError: one line naming the field (devices.drift[i].<field>)."""
+    if not entries:
+        return None
+    num_devices = len(shards)
+    num_classes = int(getattr(dataset, "num_classes", 0) or 0)
+    scenarios = []
+    for i, e in enumerate(entries):
+        where = f"devices.drift[{i}]"
+        devices = list(range(num_devices)) if e.devices == "all" else sorted(set(e.devices))
+        if e.kind == "class_prior" and not labels:
+            raise ValueError(f"{where}.kind: class_prior changes the mixture of classes; this task has no classes "
+                             "(regression: use label_swap with target, or input_shift)")
+        if e.kind == "label_swap" and labels and e.target is not None:
+            raise ValueError(f"{where}.target: a new target function is for regression; a classification "
+                             "label_swap takes permutation or swap")
+        if e.kind == "label_swap" and not labels and (e.permutation is not None or e.swap is not None):
+            field_ = "permutation" if e.permutation is not None else "swap"
+            raise ValueError(f"{where}.{field_}: a regression task has no classes to swap; give target "
+                             "(\"pkg.mod:fn\", fn(x, y) -> y') or nothing (y' = -y)")
+        s = Scenario(i, e.kind, e.over_s, {})
+        x2, y2 = np.array(dataset.x_train[:2]), np.array(dataset.y_train[:2])
+        if e.kind == "label_swap":
+            if labels:
+                s.permutation = _perm_of(e, where, num_classes, seed, i)
+            elif e.target is not None:
+                s.target = _user_fn(e.target, f"{where}.target")
+                _check_out(np.asarray(s.target(x2, y2)).astype(y2.dtype), y2, f"{where}.target", e.target)
+        elif e.kind == "input_shift":
+            if e.transform is not None:
+                s.transform = _user_fn(e.transform, f"{where}.transform")
+                _check_out(s.transform(x2.copy()), x2, f"{where}.transform", e.transform)
+            s.scale = 1.0 if e.scale is None else float(e.scale)
+            s.offset = 0.0 if e.offset is None else float(e.offset)
+            s.noise = 0.0 if e.noise is None else float(e.noise)
+        else:
+            if len(e.weights) != num_classes:
+                raise ValueError(f"{where}.weights: {len(e.weights)} weights; must be one per class "
+                                 f"(data.num_classes is {num_classes})")
+            s.pools = {d: _pools(e, where, shards[d], dataset.y_train, d) for d in devices}
+        for d in devices:
+            if e.at_s is not None:
+                begin = first_due_at(rate_model, d, float(e.at_s))
+            elif e.at_sample is not None:
+                begin = int(e.at_sample)
+            else:
+                if fixed_batch is None:
+                    raise ValueError(f"{where}.at_step: batch policy {batch_policy!r} sizes each batch as the "
+                                     "stream goes, so a step has no fixed sample; use at_s or at_sample (or a "
+                                     "fixed batch policy)")
+                begin = int(e.at_step) * fixed_batch
+            begin_s = float(rate_model.due_time(d, begin))
+            end = begin if e.over_s is None else max(begin, first_due_at(rate_model, d, begin_s + float(e.over_s)))
+            s.changes[d] = Change(i, e.kind, d, begin, end, begin_s, float(rate_model.due_time(d, end)))
+        scenarios.append(s)
+    return Drift(scenarios, seed, rate_model, num_devices)
+
+
+def drift_watch(drift: Drift | None, device: int, events: Any) -> DriftWatch | None:
+    """The `DriftWatch` of worker `device` writing a `drift_start` line to `events` (an EventLog) when each
+    change began in its batches: {"kind": "drift_start", "device", "time" (the engine's clock when the batch was
+    taken: virtual seconds in the simulator), "seq" (the first sample of the change taken), "due_s" (when that
+    sample was due, seconds of stream time), "drift" (the scenario's kind), "scenario" (its index in
+    devices.drift)}. None without a change on the device."""
+    changes = drift.changes(device) if drift is not None else []
+    if not changes or not hasattr(events, "record"):
+        return None
+    rates = drift.rate_model
+
+    def record(c: Change, seq: int, time: float) -> None:
+        events.record("drift_start", device=device, time=float(time), seq=int(seq),
+                      due_s=float(rates.due_time(device, seq)), drift=c.kind, scenario=c.scenario)
+
+    return DriftWatch(changes, record)
