@@ -7,7 +7,8 @@
 3. an **entry point** named `name` in the group ``edgestream.<kind>`` of an installed package
    (``[project.entry-points."edgestream.models"] sensor-cnn = "mypkg.models:sensor_cnn"``).
 
-Kinds (`REGISTRIES`): ``models``, ``datasets``, ``algorithms``, ``compressors``, ``tasks``, ``decoders``.
+Kinds (`REGISTRIES`): ``models``, ``datasets``, ``algorithms``, ``compressors``, ``tasks``, ``decoders``,
+``detectors``.
 Built-ins are registered as import-path strings, so looking a built-in name up imports nothing (the config schema loads
 without torch); the object is imported on `load`.
 
@@ -213,7 +214,11 @@ TASKS = Registry("tasks", "task", _instance_of("edgestream.tasks:Task"))
 #: decoders: factory(fmt: edgestream.data.records.RecordFormat) -> a record decoder (streams.format)
 DECODERS = Registry("decoders", "record decoder", _callable)
 
-REGISTRIES: dict[str, Registry] = {r.kind: r for r in (MODELS, DATASETS, ALGORITHMS, COMPRESSORS, TASKS, DECODERS)}
+#: detectors: factory(**drift.params) -> a drift detector (edgestream.drift: update(value) -> bool and its state)
+DETECTORS = Registry("detectors", "drift detector", _callable)
+
+REGISTRIES: dict[str, Registry] = {r.kind: r for r in (MODELS, DATASETS, ALGORITHMS, COMPRESSORS, TASKS, DECODERS,
+                                                       DETECTORS)}
 
 for _name, _target in (("mlp", "edgestream.models.mlp:mlp"), ("cnn-small", "edgestream.models.cnn:cnn_small"),
                        ("resnet18", "edgestream.models.resnet:resnet18"),
@@ -234,3 +239,8 @@ for _name, _target, _summary in (
         ("raw", "raw_records:raw_decoder", "the input's bytes; the target from a header or the key"),
         ("npy", "raw_records:npy_decoder", "a .npy file's bytes; the target from a header or the key")):
     DECODERS.register(_name, f"edgestream.data.records.{_target}", _summary)
+for _name, _target, _summary in (
+        ("adwin", "adwin:ADWIN", "adaptive windowing: a cut where the window's older and newer means differ"),
+        ("page_hinkley", "page_hinkley:PageHinkley", "CUSUM of the errors' deviations from their mean"),
+        ("ddm", "ddm:DDM", "the error rate's rise above its minimum (0/1 errors: classification)")):
+    DETECTORS.register(_name, f"edgestream.drift.{_target}", _summary)

@@ -1,7 +1,9 @@
 """Declarative checks of an algorithm's `params` (the config's ``algorithm.params``).
 
 Each algorithm declares `Param`s; `check_params` returns one line per problem, naming the field in
-the config's style: ``algorithm.params.tau: 0 is not allowed; must be >= 1``.
+the config's style: ``algorithm.params.tau: 0 is not allowed; must be >= 1``. Other kinds with params read
+the same schema under their own prefix (the drift detectors: ``drift.params.delta: 2 is not allowed; must be
+< 1``).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ class Param:
     ge: float | None = None
     gt: float | None = None
     le: float | None = None
+    lt: float | None = None
     optional: bool = False
     doc: str = ""
     choices: tuple[str, ...] = ()
@@ -34,9 +37,9 @@ def _fmt(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else str(x)
 
 
-def check_value(p: Param, value: Any) -> str | None:
-    """The problem with `value` for parameter `p`, or None when it is fine."""
-    where = f"{PREFIX}.{p.name}"
+def check_value(p: Param, value: Any, prefix: str = PREFIX) -> str | None:
+    """The problem with `value` for parameter `p` (named `<prefix>.<name>`), or None when it is fine."""
+    where = f"{prefix}.{p.name}"
     if p.kind == "choice":
         if value is None and p.optional:
             return None
@@ -57,23 +60,26 @@ def check_value(p: Param, value: Any) -> str | None:
         return f"{where}: {value} is not allowed; must be > {_fmt(p.gt)}"
     if p.le is not None and not value <= p.le:
         return f"{where}: {value} is not allowed; must be <= {_fmt(p.le)}"
+    if p.lt is not None and not value < p.lt:
+        return f"{where}: {value} is not allowed; must be < {_fmt(p.lt)}"
     return None
 
 
-def check_params(schema: Sequence[Param], params: Mapping[str, Any] | None) -> list[str]:
-    """Problems of `params` against `schema`: unknown fields and bad values, one line each."""
+def check_params(schema: Sequence[Param], params: Mapping[str, Any] | None, prefix: str = PREFIX) -> list[str]:
+    """Problems of `params` against `schema`: unknown fields and bad values, one line each, named under
+    `prefix` (``algorithm.params`` unless told)."""
     if params is None:
         return []
     if not isinstance(params, Mapping):
-        return [f"{PREFIX}: must be a mapping, got {type(params).__name__}"]
+        return [f"{prefix}: must be a mapping, got {type(params).__name__}"]
     known = {p.name: p for p in schema}
     problems = []
     for key, value in params.items():
         if key not in known:
             allowed = ", ".join(known) or "(none)"
-            problems.append(f"{PREFIX}.{key}: unknown field; allowed fields: {allowed}")
+            problems.append(f"{prefix}.{key}: unknown field; allowed fields: {allowed}")
             continue
-        problem = check_value(known[key], value)
+        problem = check_value(known[key], value, prefix)
         if problem:
             problems.append(problem)
     return problems
