@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from edgestream.cli.common import load
+from edgestream.cli.common import config_problems, load
 from edgestream.kafka.topic_settings import config_rules
 
 config_app = typer.Typer(help="Validate and show experiment configs.", no_args_is_help=True)
@@ -57,6 +57,15 @@ def config_show(file: Path = typer.Argument(..., help="experiment YAML file"),
     cfg.runtime.out = str(Path(cfg.runtime.out).absolute())
     sys.stdout.write(cfg.to_yaml())
     sys.stdout.write("".join(line + "\n" for line in config_rules(cfg.kafka.topics)))  # how kafka.topics resolves
+    if cfg.devices.drift:  # when each drift scenario's change begins and ends on each device
+        from edgestream.runner.plan import PlanError, RunPlan  # lazy: +270 ms start-up
+        from edgestream.streams.drift import drift_lines
+
+        try:
+            drift = RunPlan.resolve(cfg, base_dir=file.parent).drift_scenario
+        except PlanError as exc:
+            config_problems(exc)
+        sys.stdout.write("".join(f"# {line}\n" for line in drift_lines(drift)))
 
 
 # ---------------------------------------------------------------- plugins

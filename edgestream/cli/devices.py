@@ -46,6 +46,10 @@ def rates_cmd(config: Path = typer.Argument(None, help="experiment YAML file (it
     model = plan.rate_model
     rep = rate_report(model, duration, plan.batch_policy())
     typer.echo(format_report(rep, model.describe()))
+    from edgestream.streams.drift import drift_lines  # lazy: numpy only
+
+    for line in drift_lines(plan.drift_scenario):
+        typer.echo(line)
     if plot is not None:
         plot.parent.mkdir(parents=True, exist_ok=True)
         plot_rates(rep, str(plot), f"{plan.name}: {plan.world} devices, seed {plan.seed}")

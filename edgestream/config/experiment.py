@@ -164,7 +164,7 @@ class ExperimentConfig(_Model):
         """
         raw = self.model_dump(mode="json")
         for section in (raw["devices"]["rates"], raw["devices"]["variation"], raw["algorithm"]["batch"],
-                        raw["streams"]):
+                        raw["streams"], *raw["devices"]["drift"]):
             for key in [k for k, v in section.items() if v is None]:
                 del section[key]
         if not reveal_secrets:

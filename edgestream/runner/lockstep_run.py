@@ -24,7 +24,7 @@ from edgestream.runner.engines import check_runs, register_engine
 from edgestream.runner.evaluate import Evaluation, evaluate
 from edgestream.runner.group import WorkerGroup
 from edgestream.runner.lockstep import Lockstep, LockstepEngine
-from edgestream.runner.plan import RunPlan
+from edgestream.runner.plan import PlanError, RunPlan
 from edgestream.runner.rundir import write_run
 from edgestream.sync.requests import Log
 
@@ -90,6 +90,9 @@ def run_lockstep(cfg: Any, *, out: str | Path | None = None, run_id: str | None 
     its run directory; returns (path, summary). progress: unused (no display)."""
     plan = RunPlan.resolve(cfg, base_dir=base_dir)
     check_runs(NAME, plan.algorithm)  # before the run directory is written
+    if plan.drift_scenario is not None:
+        raise PlanError(["devices.drift: the lockstep engine streams its arrays without the devices' stream model "
+                         "(no sample sequence numbers); run drift scenarios on the sim or local engine"])
     return write_run(plan, NAME, lambda events: LockstepRun(plan, events), out=out, run_id=run_id, clock="virtual")
 
 

@@ -68,9 +68,11 @@ def uniforms(key: int, ks: np.ndarray, width: int = 0) -> np.ndarray:
 
 
 def first_due_at(rate_model: Any, device: int, t: float) -> int:
-    """The first sample of `device` due at or after t (due_time(k) >= t)."""
+    """The first sample of `device` due at or after t (due_time(k) >= t, up to float rounding: 1.28 + 1.5 is
+    2.7800000000000002, and the sample due at 2.78 counts)."""
     if t <= 0:
         return 0
+    t -= 1e-9 * max(1.0, t)
     k = max(0, math.ceil(rate_model.cumulative(device, t) - 1e-9))
     while k > 0 and rate_model.due_time(device, k - 1) >= t:
         k -= 1
@@ -395,3 +397,18 @@ def drift_watch(drift: Drift | None, device: int, events: Any) -> DriftWatch | N
                       due_s=float(rates.due_time(device, seq)), drift=c.kind, scenario=c.scenario)
 
     return DriftWatch(changes, record)
+
+
+def drift_lines(drift: Drift | None) -> list[str]:
+    """What `config show` and `edgestream rates` say about the scenarios: per device, each change's first and
+    last sample of the ramp and when they are due ([] without scenarios)."""
+    if drift is None:
+        return []
+    out = ["devices.drift, per device: the sample each change begins at and the one from which every sample is "
+           "of the new concept, with their due times (seconds of stream time)"]
+    for c in drift.all_changes():
+        s = drift.scenarios[c.scenario]
+        how = (f"abrupt at sample {c.begin} ({c.begin_s:.3f} s)" if c.begin == c.end else
+               f"gradual from sample {c.begin} ({c.begin_s:.3f} s) to {c.end} ({c.end_s:.3f} s), over_s {s.over_s:g}")
+        out.append(f"  device {c.device}: drift[{c.scenario}] {c.kind}: {how}")
+    return out
