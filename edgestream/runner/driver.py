@@ -177,8 +177,6 @@ def drive(rank: int, program: Generator[Any, Any, Any], performer: Performer,
                     meter.note_batch(facts)
                     if on_batch is not None:
                         on_batch(facts, now(rank))
-                    if on_batch is not None:
-                        on_batch(facts, now(rank))
         elif isinstance(req, log_type):
             sink(step_line(now(rank), rank, req.fields, meter.fields()))
             meter = meters[rank] = StepMeter()

@@ -109,8 +109,6 @@ class RunPlan:
         plan._check(lambda: (plan.batch_policy(), plan.buffer_policy()))
         if getattr(cfg.devices, "drift", None):
             plan.drift_scenario  # noqa: B018 - a scenario that cannot apply: PlanError naming the field
-        if getattr(cfg.devices, "drift", None):
-            plan.drift_scenario  # noqa: B018 - a scenario that cannot apply: PlanError naming the field
         return plan
 
     def _check(self, build: Callable[[], Any]) -> Any:
@@ -335,28 +333,6 @@ class RunPlan:
             self._cache["drift_scenario"] = drift
         return self._cache["drift_scenario"]
 
-    @property
-    def drift_scenario(self) -> Any:
-        """devices.drift resolved (edgestream.streams.drift.Drift: what device i's k-th sample becomes, when each
-        change begins and ends), or None without scenarios (the streams then do no drift work at all)."""
-        if "drift_scenario" not in self._cache:
-            entries = list(getattr(self.cfg.devices, "drift", None) or [])
-            if entries and self.external:
-                raise PlanError(["devices.drift: external streams drift by themselves (their records are what the "
-                                 "devices send): nothing to configure; remove devices.drift"])
-            drift = None
-            if entries:
-                from edgestream.streams.drift import resolve_drift
-                from edgestream.streams.policies import FixedBatch
-
-                policy = self.batch_policy()
-                fixed = (int(self.params.get("batch") or policy.size)) if isinstance(policy, FixedBatch) else None
-                drift = self._check(lambda: resolve_drift(
-                    entries, seed=self.seed, rate_model=self.rate_model, dataset=self.dataset, shards=self.shards,
-                    labels=self.task.labels, fixed_batch=fixed, batch_policy=policy.name))
-            self._cache["drift_scenario"] = drift
-        return self._cache["drift_scenario"]
-
     def due_time(self, device: int) -> Callable[[int], float] | None:
         """seq -> when the rate model had sample seq of `device` due (seconds since the streams began); None for
         external streams (no rate model paces them)."""
@@ -523,7 +499,6 @@ class RunPlan:
                 rates.pop("path")
                 rates["trace_sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()
         variation = {k: v for k, v in raw["devices"]["variation"].items() if v is not None}
-        drift = [{k: v for k, v in d.items() if v is not None} for d in raw["devices"].get("drift") or []]
         drift = [{k: v for k, v in d.items() if v is not None} for d in raw["devices"].get("drift") or []]
         # a partitioned layout is part of it (which partition a device's samples are in); per-device adds nothing
         return {"name": raw["name"], "seed": raw["seed"], "data": data,

@@ -21,7 +21,6 @@ from edgestream.runner.driver import StepMeter, drive, run_blocking
 from edgestream.runner.performer import Performer
 from edgestream.runner.stop import StopRule
 from edgestream.streams.drift import drift_watch
-from edgestream.streams.drift import drift_watch
 from edgestream.sync.requests import Log
 
 #: a hook run at each Log request: hook(session)
@@ -51,8 +50,6 @@ class WorkerSession:
         self.finished = False
         #: writes `drift_start` when a drift scenario's change began in this worker's batches (None: none here)
         self.drift_watch = drift_watch(getattr(plan, "drift_scenario", None), rank, events)
-        #: writes `drift_start` when a drift scenario's change began in this worker's batches (None: none here)
-        self.drift_watch = drift_watch(getattr(plan, "drift_scenario", None), rank, events)
 
     # ------------------------------------------------------------------ the stop test
     def should_stop(self, completed: int) -> bool:
@@ -64,8 +61,6 @@ class WorkerSession:
     def resume(self, step: int, state: dict[str, Any]) -> None:
         """Continue from a checkpoint's algorithm step and state."""
         self.ctx.step, self.ctx.state = int(step), state
-        if self.drift_watch is not None:
-            self.drift_watch.resumed()
         if self.drift_watch is not None:
             self.drift_watch.resumed()
 
@@ -105,9 +100,6 @@ class WorkerSession:
                                on_batch=self._noted if self.drift_watch is not None else None)
         self.finished = True
         return out
-
-    def _noted(self, facts: Any, time: float) -> None:
-        self.drift_watch.note(facts.seqs, time)
 
     def _noted(self, facts: Any, time: float) -> None:
         self.drift_watch.note(facts.seqs, time)
