@@ -58,3 +58,29 @@ def test_real_and_simulated_runs_train_on_the_same_samples(bootstrap: str, tmp_p
         assert first_real == first_sim, f"device {device}: the engines trained on different samples"
     # the replicas stayed identical and both engines end on the same loss trajectory within float noise
     assert real_steps[0][-1]["loss"] == pytest.approx(sim_steps[0][-1]["loss"], rel=0.05, abs=0.05)
+
+
+def _starts(run_dir: Path) -> list[tuple]:
+    recs = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    return sorted((r["device"], r["scenario"], r["drift"], r["seq"]) for r in recs if r.get("kind") == "drift_start")
+
+
+def test_real_and_simulated_runs_train_on_the_same_drifted_samples(bootstrap: str, tmp_path: Path) -> None:
+    """devices.drift (edgestream.streams.drift): the producer's drifted stream and the simulator's are the same
+    samples (labels_crc step by step), and both runs record each change's start at the same sample."""
+    raw = {**RAW, "stop": {"max_steps": 30, "max_time_s": 240, "target_accuracy": None},
+           "devices": {**RAW["devices"], "drift": [
+               {"at_sample": 200, "devices": [0], "kind": "label_swap"},
+               {"at_s": 0.5, "devices": [1], "kind": "class_prior", "over_s": 1.0,
+                "weights": [1, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]},
+               {"at_step": 5, "devices": "all", "kind": "input_shift", "noise": 20.0}]}}
+    cfg = validate_dict(raw)
+    real_dir, _ = run_config(cfg, "local", out=tmp_path / "real", bootstrap=bootstrap, progress=False)
+    sim_dir, _ = run_config(cfg, "sim", out=tmp_path / "sim", progress=False)
+    real_steps, sim_steps = _steps(real_dir), _steps(sim_dir)
+    for device in range(2):
+        real = [{k: e.get(k) for k in COMPARED} for e in real_steps[device][:30]]
+        sim = [{k: e.get(k) for k in COMPARED} for e in sim_steps[device][:30]]
+        assert real[-1]["seq_last"] > 400 and real == sim, f"device {device}: the engines trained on different samples"
+    assert _starts(real_dir) == _starts(sim_dir) == [(0, 0, "label_swap", 200), (0, 2, "input_shift", 160),
+                                                     (1, 1, "class_prior", 150), (1, 2, "input_shift", 160)]
