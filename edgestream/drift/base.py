@@ -45,8 +45,7 @@ def not_finite(name: str, value: float, position: int | None = None) -> Detector
 
 def as_values(values: Any) -> np.ndarray:
     """`values` as a 1-D float64 array (a list, a tuple or an array of any float dtype)."""
-    arr = np.asarray(values, dtype=np.float64).reshape(-1)
-    return arr
+    return np.asarray(values, dtype=np.float64).reshape(-1)
 
 
 class Detector:
@@ -87,10 +86,15 @@ class Detector:
     # ------------------------------------------------------------------ given
     def update_many(self, values: Any) -> list[int]:
         """The positions within `values` where `update` detects a drift (it is called on each in turn)."""
+        x = as_values(values)
+        finite = np.isfinite(x)
+        if not finite.all():
+            at = int(np.argmin(finite))
+            raise not_finite(self.name, float(x[at]), at)
         found: list[int] = []
         stats: list[dict[str, float]] = []
         update = self.update
-        for i, v in enumerate(as_values(values).tolist()):
+        for i, v in enumerate(x.tolist()):
             if update(v):
                 found.append(i)
                 stats.append(self.statistic())

@@ -61,7 +61,7 @@ class PageHinkley(Detector):
         p = self.params
         k = self.count + 1
         self.count = k
-        self.mean += (value - self.mean) / k
+        self.mean += (1.0 / k) * (value - self.mean)
         dev = value - self.mean
         alpha, delta = p["alpha"], p["delta"]
         self.up = up = alpha * self.up + dev - delta

@@ -18,7 +18,7 @@ from support.sources import BLOCKED_IMPORTS
 import edgestream
 
 LAZY = ["edgestream", "edgestream.config", "edgestream.runner", "edgestream.metrics", "edgestream.data", "edgestream.producers", "edgestream.consumers",
-        "edgestream.sync", "edgestream.models", "edgestream.compression", "edgestream.trainer"]
+        "edgestream.sync", "edgestream.models", "edgestream.compression", "edgestream.trainer", "edgestream.drift"]
 
 
 @pytest.mark.parametrize(("algorithm", "data", "devices"), [

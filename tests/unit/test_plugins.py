@@ -226,7 +226,8 @@ def test_cli_plugins_lists_builtins_and_entry_points(userpkg):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(userpkg), os.environ.get("PYTHONPATH", "")]))
     out = subprocess.run([*EDGESTREAM, "plugins", "--json"], capture_output=True, text=True, env=env, check=True)
     listing = json.loads(out.stdout)
-    assert set(listing) == {"models", "datasets", "algorithms", "compressors", "tasks", "decoders"}
+    assert set(listing) == {"models", "datasets", "algorithms", "compressors", "tasks", "decoders", "detectors"}
+    assert [d["name"] for d in listing["detectors"]] == ["adwin", "page_hinkley", "ddm"]
     assert [t["name"] for t in listing["tasks"]] == ["classification", "regression"]
     assert [d["name"] for d in listing["decoders"]] == ["edgestream", "json", "avro", "raw", "npy"]
     models = {m["name"]: m for m in listing["models"]}
@@ -238,7 +239,7 @@ def test_cli_plugins_lists_builtins_and_entry_points(userpkg):
     assert "half" in text and "entry point (userpkg-dist 1.2.3)" in text and "adaptive-topk" in text
     bad = subprocess.run([*EDGESTREAM, "plugins", "optimizers"], capture_output=True, text=True, env=env)
     assert bad.returncode == 2
-    assert bad.stderr.strip() == "kind: 'optimizers' is not allowed; must be one of models, datasets, algorithms, compressors, tasks, decoders"
+    assert bad.stderr.strip() == "kind: 'optimizers' is not allowed; must be one of models, datasets, algorithms, compressors, tasks, decoders, detectors"
 
 
 def test_config_validate_takes_set(tmp_path):
