@@ -9,6 +9,8 @@ The Python API (docs/python-api.md; edgestream.api):
     edgestream.compare(cfg, algorithms=["ddl", "scadles"]).rows
     with edgestream.DeviceProducer(bootstrap, run, device=3, rate=50) as dev:  # a device's samples (no torch)
         dev.send(x, y)                                                          # docs/wire-format.md
+    with edgestream.ModelSubscriber(bootstrap, run) as sub:   # the run's model versions (no torch)
+        sub.wait_for(newer_than=0); sub.predict(x)             # docs/model-format.md
 
 Errors raise (ConfigError, EngineError, RunFailed, PluginError); nothing here exits the interpreter.
 Importing the package is light: the names below load on first use (torch only when a run needs it).
@@ -33,6 +35,7 @@ _EXPORTS = {
     "PlanError": "edgestream.runner.plan", "PluginError": "edgestream.plugins",
     "DeviceProducer": "edgestream.producers.device", "DeliveryError": "edgestream.producers.device",
     "KafkaUnavailable": "edgestream.kafka.admin",
+    "ModelSubscriber": "edgestream.edge.subscriber",
 }
 
 __all__ = [*_EXPORTS, "plugins", "__version__"]

@@ -53,7 +53,7 @@ _EXPORTS = {
     "ExperimentConfig": "edgestream.config.experiment",
     "KafkaConfig": "edgestream.config.kafka",
     "NAME_OR_PATH": "edgestream.config.load", "NAME_REQUIRED": "edgestream.config.load",
-    "PATH_FIELDS": "edgestream.config.load", "RESUME_MAY_CHANGE": "edgestream.config.load",
+    "PATH_FIELDS": "edgestream.config.load", "RESUME_MAY_CHANGE": "edgestream.config.pin",
     "algorithm_param_problems": "edgestream.config.load", "apply_override": "edgestream.config.load",
     "load_config": "edgestream.config.load", "load_dict": "edgestream.config.load",
     "validate_dict": "edgestream.config.load",

@@ -12,6 +12,7 @@ from edgestream.config.base import SECRET_MASK, Int, _Model, is_secret_key, plug
 from edgestream.config.data import DataConfig
 from edgestream.config.devices import DevicesConfig
 from edgestream.config.kafka import KafkaConfig
+from edgestream.config.publish import PublishConfig
 from edgestream.config.runtime import RuntimeConfig
 from edgestream.config.streams import StreamsConfig
 from edgestream.config.training import (
@@ -42,6 +43,8 @@ class ExperimentConfig(_Model):
     kafka: KafkaConfig = Field(default_factory=KafkaConfig)
     runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)
     streams: StreamsConfig = Field(default_factory=StreamsConfig)
+    #: model versions sent back to the devices (edgestream.config.publish, docs/model-format.md); null: none
+    publish: PublishConfig | None = None
 
     @field_validator("task")
     @classmethod

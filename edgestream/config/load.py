@@ -50,12 +50,6 @@ def algorithm_param_problems(name: str, params: dict) -> list[str]:
     return spec.validate(params)
 
 
-#: the config sections a resumed run may change (where it stops, when it evaluates, how it connects);
-#: everything else decides what the model learns, so a checkpoint is pinned to it (trainer/checkpoint.py,
-#: and the orchestrator's --resume check)
-RESUME_MAY_CHANGE = ("runtime", "stop", "eval")
-
-
 def load_config(path: str | Path, overrides: list[str] | None = None, *, check: bool = True) -> ExperimentConfig:
     """Read, apply `key.path=value` overrides (values parsed as YAML), and validate a config file.
 

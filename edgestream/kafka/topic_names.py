@@ -22,6 +22,16 @@ def meta_topic(run: str) -> str:
     return f"{run}.meta"
 
 
+def models_topic(run: str) -> str:
+    """The run's compacted topic of model versions (docs/model-format.md), unless publish.topic names another."""
+    return f"{run}.models"
+
+
+def run_of_topic(topic: str) -> str | None:
+    """The run of a topic named `<run>.models`, else None."""
+    return topic[:-len(".models")] if topic.endswith(".models") and len(topic) > len(".models") else None
+
+
 def ps_topic(run: str, kind: str) -> str:
     return f"{run}.ps.{kind}"
 

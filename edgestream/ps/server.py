@@ -157,6 +157,7 @@ class ParameterServer(MessageHandling):
         self.error: str | None = None  # why it stopped, when it failed (Kafka away past the budget)
         self._evaluate = evaluate
         self.replay_until: int | None = None
+        self.publisher: Any = None
 
     # ------------------------------------------------------------------ time
     def now(self) -> float:
@@ -216,12 +217,36 @@ class ParameterServer(MessageHandling):
         data = self.eval_data.get()
         if data is None:
             return None
+        self._model_now()
+        return evaluate(self.model, *data, task=self.plan.task)
+
+    def _model_now(self) -> None:
+        """`self.model` holds W and the PS's buffers (what is scored and published)."""
         with torch.no_grad():
             for p, w in zip(self.params, self.coord.model(), strict=True):
                 p.copy_(w)
         if self.buffers:  # the trained statistics, not the model's initial ones
             load_buffers(self.buffers, self.coord.buffers())
-        return evaluate(self.model, *data, task=self.plan.task)
+
+    # ------------------------------------------------------------------ model versions
+    def _figures(self) -> dict[str, Any]:
+        """The run's latest figures for a model version (edgestream.publish.metrics): the PS's held-out ones
+        (the workers' prequential figures stay in their step lines)."""
+        ev = getattr(self, "evaluation", None)
+        held = None if ev is None or ev.last_metrics is None else {**ev.last_metrics, "time_s": ev.last_time}
+        return {"heldout": held, "prequential": None}
+
+    def _publish(self, final: bool = False) -> None:
+        """A model version of W when one is due (publish.every_s of stream time, publish.every_steps of model
+        versions), and at the end of the run (`final`)."""
+        pub, now, step = self.publisher, self.stream_now(), self.coord.version
+        if pub is None or self.origin_wall is None or not (final or pub.due(step, now)):
+            return
+        self._model_now()
+        if final:
+            pub.final(self.model, step, now, self._figures())
+        else:
+            pub.offer(self.model, step, now, self._figures)
 
     def _eval_due(self) -> bool:
         last = self.evaluation.last_time
@@ -264,6 +289,12 @@ class ParameterServer(MessageHandling):
                                                                             t, v, acc))
         self.sender = Sender(self.bootstrap, self.chunk, self.plan.security, outage=self.outage,
                              stop=self.stop_event.is_set)
+        from edgestream.publish.publisher import ModelPublisher
+
+        self.publisher = ModelPublisher.of(self.plan, self.run_name, run_dir, self.bootstrap, outage=self.outage,
+                                           stop=self.stop_event.is_set)  # model versions, with `publish:`
+        if self.publisher is not None:
+            closes.append(self.publisher.close)
         receiver = Receiver(self.bootstrap, push_topic(self.run_name), f"{self.run_name}.ps", self.offset,
                             self.plan.security, outage=self.outage)
         if self.resumed:
@@ -300,6 +331,7 @@ class ParameterServer(MessageHandling):
                 if self._evaluate and self.origin_wall is not None and self._eval_due():
                     self._eval()
                     self.release()
+                self._publish()
                 t = time.monotonic()
                 if t - last_stats >= STATS_S:
                     applied = self.counts["pushes_applied"]
@@ -313,6 +345,8 @@ class ParameterServer(MessageHandling):
                     last_ckpt = t
             if status == "finished" and self._evaluate and self.origin_wall is not None:
                 self._eval(final=True)
+            if status == "finished":
+                self._publish(final=True)
         except SendInterrupted:  # a stop while a reply waited for Kafka
             status = "stopped"
         except KafkaUnavailable as exc:  # Kafka away past runtime.kafka_outage_s

@@ -448,6 +448,34 @@ class RunPlan:
             self._check(lambda: check_input(self.model_name, self.dataset.shape, self.num_outputs))
 
     @property
+    def publish(self) -> dict[str, Any] | None:
+        """publish: resolved (None: no model versions): every_s, every_steps, formats, topic (None: <run>.models),
+        chunk_bytes, keep (edgestream.publish.publisher)."""
+        p = getattr(self.cfg, "publish", None)
+        if p is None:
+            return None
+        return {"every_s": p.every_s, "every_steps": p.every_steps, "formats": tuple(p.formats), "topic": p.topic,
+                "chunk_bytes": int(p.chunk_bytes), "keep": int(p.keep)}
+
+    def model_facts(self) -> dict[str, Any]:
+        """What a model version says of its model (docs/model-format.md, metadata): its name, the task, the
+        input the records have (shape, dtype, the trainer's normalisation), the outputs (classes or target
+        size)."""
+        ds, serde = self.dataset, self.serde
+        affine = getattr(serde, "normalize", None)
+        norm = None
+        if affine is not None and hasattr(affine, "scale"):
+            norm = {"kind": "affine", "scale": [float(s) for s in affine.scale],
+                    "bias": [float(b) for b in affine.bias]}
+        names = getattr(ds, "class_names", None)
+        return {"model": {"name": self.model_name, "kwargs": self.model_kwargs},
+                "task": self.task.name,
+                "input": {"shape": [int(s) for s in ds.shape], "dtype": str(serde.spec.dtype), "normalization": norm},
+                "output": {"size": int(self.num_outputs),
+                           "classes": [str(n) for n in names] if names and self.task.labels else None,
+                           "target_shape": None if self.task.labels else list(getattr(ds, "target_shape", ()) or ())}}
+
+    @property
     def optim(self) -> dict[str, float]:
         """lr, momentum, weight_decay of the workers' SGD."""
         o = self.cfg.optim

@@ -28,7 +28,6 @@ import contextlib
 import errno
 import hashlib
 import io
-import json
 import os
 import re
 from collections import Counter
@@ -38,6 +37,7 @@ from typing import Any
 import torch
 
 from edgestream.config import RESUME_MAY_CHANGE
+from edgestream.config.pin import config_pin  # noqa: F401 - the one pin (checkpoints and model versions)
 
 FORMAT = 3
 #: bytes a file system may keep free and still count as full for a checkpoint write that failed
@@ -55,17 +55,6 @@ def checkpoint_path(run_dir: Path, rank: int) -> Path:
 def previous_path(path: Path) -> Path:
     """The checkpoint that `path` replaced (rank<i>.prev.pt beside rank<i>.pt)."""
     return path.with_name(f"{path.stem}.prev{path.suffix}")
-
-
-def config_pin(cfg: Any) -> str:
-    """A short hash of the resolved config's training-relevant part: all but the sections a resumed run
-    may change (edgestream.config.RESUME_MAY_CHANGE)."""
-    import yaml
-
-    doc = yaml.safe_load(cfg.to_yaml()) or {}
-    for section in RESUME_MAY_CHANGE:
-        doc.pop(section, None)
-    return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def identity(run: str, rank: int, pin: str) -> dict:

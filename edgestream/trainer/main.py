@@ -241,6 +241,19 @@ def _train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: bo
                                           lock=performer.model_lock, task=task,
                                           on_eval=lambda now, step, value: log.info("eval t=%.1fs step %d %s %.4f",
                                                                                     now, step, task.primary, value))
+    publisher = None
+    if env.rank == 0 and not ps_run:  # model versions, with `publish:` (edgestream.publish; a PS run: the PS's)
+        from edgestream.publish.publisher import ModelPublisher
+
+        publisher = ModelPublisher.of(plan, run, run_dir, bootstrap, outage=outage, stop=stop_event.is_set)
+
+    def version_figures() -> dict:  # the run's latest figures when a version is made (publish/metrics.py)
+        ev = evaluation.evaluation if evaluation is not None else None
+        watch = getattr(session, "watch", None)
+        return {"heldout": None if ev is None or ev.last_metrics is None else {**ev.last_metrics,
+                                                                                "time_s": ev.last_time},
+                "prequential": None if watch is None else {"device": env.rank, **watch.counter.figures()}}
+
     params = performer.params
     take_digest = DigestTaker(params)
     saved_at: dict[str, Any] = {}
@@ -282,6 +295,9 @@ def _train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: bo
             evaluation.offer(performer.now(env.rank), step)
         if schedule is not None and schedule.due(step):
             saved_at["due"] = True  # taken once this step's line is written (after_line)
+        if publisher is not None and publisher.due(step, performer.now(env.rank)):
+            with performer.model_lock:  # a copy of the parameters now; exported in the background
+                publisher.offer(model, step, performer.now(env.rank), version_figures)
 
     def after_line(line: dict) -> None:
         # step lines are buffered (EventLog live): every line up to this step's goes through before the
@@ -347,6 +363,13 @@ def _train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: bo
                 evaluation.final(performer.now(env.rank), session.ctx.step)
             else:
                 evaluation.close()
+        if publisher is not None:
+            try:  # the version of the end of the run (edgestream.publish.publisher)
+                if status == "finished":
+                    publisher.final(model, session.ctx.step, performer.now(env.rank), version_figures())
+                publisher.close()
+            except Exception as exc:  # noqa: BLE001 - a version that cannot be made must not hide the run's end
+                log.error("model version at the end of the run: %s", " ".join(str(exc).split())[:300])
         if status == "finished" and ckpts and schedule.last_step != session.ctx.step:
             checkpoint(session)  # (none when the schedule's checkpoint of this very step was the last)
         elif not ckpts:
