@@ -57,15 +57,14 @@ def config_show(file: Path = typer.Argument(..., help="experiment YAML file"),
     cfg.runtime.out = str(Path(cfg.runtime.out).absolute())
     sys.stdout.write(cfg.to_yaml())
     sys.stdout.write("".join(line + "\n" for line in config_rules(cfg.kafka.topics)))  # how kafka.topics resolves
-    if cfg.devices.drift:  # when each drift scenario's change begins and ends on each device
-        from edgestream.runner.plan import PlanError, RunPlan  # lazy: +270 ms start-up
-        from edgestream.streams.drift import drift_lines
+    from edgestream.runner.plan import PlanError, RunPlan  # lazy: +270 ms start-up
+    from edgestream.streams.drift import drift_lines
 
-        try:
-            drift = RunPlan.resolve(cfg, base_dir=file.parent).drift_scenario
-        except PlanError as exc:
-            config_problems(exc)
-        sys.stdout.write("".join(f"# {line}\n" for line in drift_lines(drift)))
+    try:  # when each drift scenario's change begins and ends on each device (nothing is loaded without one)
+        drift = RunPlan.resolve(cfg, base_dir=file.parent).drift_scenario
+    except PlanError as exc:
+        config_problems(exc)
+    sys.stdout.write("".join(f"# {line}\n" for line in drift_lines(drift)))
 
 
 # ---------------------------------------------------------------- plugins

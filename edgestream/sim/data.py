@@ -194,16 +194,23 @@ class SimData:
     def _drifted_rows(self, indices: np.ndarray, drifted: tuple[np.ndarray, np.ndarray, np.ndarray],
                       x: bool) -> tuple[Tensor | None, Tensor]:
         """`rows` of `indices` holding drifted ones: the others gathered as ever, the drifted ones normalised
-        from their drifted raw inputs, as the consumer normalises what the producer sent."""
+        from their drifted raw inputs as the consumer normalises what the producer sent (numpy, no torch op
+        on the way: small torch ops cost more than the gathering)."""
         at, xd, yd = drifted
-        inputs, targets = self.rows(np.where(indices >= self._n, 0, indices), x=x)
-        targets = targets.clone()
-        targets.view(-1, *targets.shape[indices.ndim:])[torch.from_numpy(at)] = torch.from_numpy(yd)
-        if inputs is not None:
-            inputs = inputs.clone()
-            normalized = self.dataset.normalize(torch.from_numpy(xd)).to(inputs.dtype)
-            inputs.view(-1, *inputs.shape[indices.ndim:])[torch.from_numpy(at)] = normalized
-        return inputs, targets
+        flat = np.where(indices >= self._n, 0, indices).reshape(-1)
+        targets = self._y_np[flat]
+        targets[at] = yd
+        inputs = None
+        if x:
+            if self._x_np is not None:
+                rows = self._x_np[flat]
+                rows[at] = self.dataset.normalize(xd).numpy()
+            else:
+                raw = self.dataset.x_train[flat]
+                raw[at] = xd
+                rows = self.dataset.normalize(raw).numpy()
+            inputs = torch.from_numpy(rows).view(*indices.shape, *rows.shape[1:])
+        return inputs, torch.from_numpy(targets).view(*indices.shape, *targets.shape[1:])
 
     def batch(self, device: int, indices: np.ndarray, own: int) -> SimBatch:
         """The batch of dataset `indices` (the first `own` from the device's stream, then injected); its
