@@ -23,9 +23,9 @@ starts afresh (as River's does).
 from __future__ import annotations
 
 import math
-from typing import ClassVar
+from typing import Any, ClassVar
 
-from edgestream.drift.base import Detector, not_finite
+from edgestream.drift.base import Detector, as_finite, not_finite
 from edgestream.sync.hyperparams import Param
 
 DIRECTIONS = ("up", "down", "both")
@@ -80,6 +80,47 @@ class ADWIN(Detector):
             return False
         return self._test()
 
+    def update_many(self, values: Any) -> list[int]:
+        """As `update` on each value in turn (the same arithmetic, so the same detections), with the window's
+        figures in local variables between the cut tests: about half the per-value cost of `update`."""
+        xs = as_finite(self.name, values).tolist()
+        found: list[int] = []
+        stats: list[dict[str, float]] = []
+        m, clock, grace = self.params["max_buckets"], self.params["clock"], self.params["grace_period"]
+        i, count = 0, len(xs)
+        while i < count:
+            if self.drifted:
+                self._reset()
+            w, total, var, tick = self.width, self.total, self.var, self.tick
+            level, sq = self.sums[0], self.sqdev[0]
+            hit = False
+            while i < count:
+                value = xs[i]
+                i += 1
+                w += 1
+                if w > 1:
+                    d = value - total / (w - 1)
+                    var += (w - 1) * d * d / w
+                total += value
+                level.append(value)
+                sq.append(0.0)
+                if len(level) > m:
+                    self._merge()
+                tick += 1
+                if tick % clock == 0 and w > grace and w >= 2:
+                    self.width, self.total, self.var, self.tick = w, total, var, tick
+                    if self._test():
+                        hit = True
+                        break
+                    w, total, var = self.width, self.total, self.var  # a cut the other way shrank the window
+            self.width, self.total, self.var, self.tick = w, total, var, tick
+            if hit:
+                found.append(i - 1)
+                stats.append(self.statistic())
+        self.n += count
+        self.last_statistics = stats
+        return found
+
     def _merge(self) -> None:
         """Merge the two oldest buckets of each full level into one of the next, as far as levels overflow."""
         m = self.params["max_buckets"]
@@ -126,7 +167,10 @@ class ADWIN(Detector):
                         continue
                     diff = u0 / n0 - u1 / n1          # older minus newer
                     m = 1.0 / (n0 - mwl + 1) + 1.0 / (n1 - mwl + 1)
-                    eps = math.sqrt(2.0 * m * var_w * dp) + c * m
+                    bound = 2.0 * m * var_w * dp
+                    if diff * diff <= bound:            # |diff| <= sqrt(bound) < eps: no cut, and no sqrt
+                        continue
+                    eps = math.sqrt(bound) + c * m
                     if abs(diff) > eps:
                         found = diff
                         break

@@ -48,6 +48,16 @@ def as_values(values: Any) -> np.ndarray:
     return np.asarray(values, dtype=np.float64).reshape(-1)
 
 
+def as_finite(name: str, values: Any) -> np.ndarray:
+    """`values` as `as_values` gives them; DetectorError naming the first that is not finite, and where."""
+    x = as_values(values)
+    finite = np.isfinite(x)
+    if not finite.all():
+        at = int(np.argmin(finite))
+        raise not_finite(name, float(x[at]), at)
+    return x
+
+
 class Detector:
     """The base of the built-in detectors, and of a user's when they like (the module doc): a subclass writes
     `update`, `statistic`, `_reset` and lists its state's attributes in `STATE`; `PARAMS` declares its params."""
@@ -86,11 +96,7 @@ class Detector:
     # ------------------------------------------------------------------ given
     def update_many(self, values: Any) -> list[int]:
         """The positions within `values` where `update` detects a drift (it is called on each in turn)."""
-        x = as_values(values)
-        finite = np.isfinite(x)
-        if not finite.all():
-            at = int(np.argmin(finite))
-            raise not_finite(self.name, float(x[at]), at)
+        x = as_finite(self.name, values)
         found: list[int] = []
         stats: list[dict[str, float]] = []
         update = self.update
