@@ -199,13 +199,27 @@ class StreamProducer:
             return True
         return False
 
-    def _send(self, d: int, k: int, now: float, should_stop: Callable[[], bool]) -> bool:
-        """Queue sample k of device d; False (nothing queued) if stopped while the local queue was full."""
-        idx = self.orders[d].index(k)
-        x, y = self.x[idx], self.y[idx]  # a class index (an int on the wire), or a float target as it is
-        if k >= self._drift_from.get(d, k + 1):
-            xs, ys = self.drift.apply(d, np.array([k]), x[None], np.asarray(y)[None])
-            x, y = xs[0], ys[0]
+    def _drifted(self, d: int, lo: int, hi: int) -> tuple[int, np.ndarray, np.ndarray] | None:
+        """(lo, inputs, targets) of device d's samples [lo, hi) as its drift scenarios make them, in one go per
+        pass (vectorised: the per-sample cost of a scenario is paid once per pass); None when none changes."""
+        if hi <= self._drift_from.get(d, hi):
+            return None
+        ks = np.arange(lo, hi, dtype=np.int64)
+        order = self.orders[d]
+        idx = order.indices(lo, hi) if isinstance(order, DriftedOrder) else \
+            np.fromiter((order.index(k) for k in range(lo, hi)), dtype=np.int64, count=hi - lo)
+        x, y = self.drift.apply(d, ks, self.x[idx], self.y[idx])
+        return lo, x, y
+
+    def _send(self, d: int, k: int, now: float, should_stop: Callable[[], bool],
+              drifted: tuple[int, np.ndarray, np.ndarray] | None = None) -> bool:
+        """Queue sample k of device d (taken from `drifted`, `_drifted`'s samples of the pass, when given); False
+        (nothing queued) if stopped while the local queue was full."""
+        if drifted is not None:
+            x, y = drifted[1][k - drifted[0]], drifted[2][k - drifted[0]]
+        else:
+            idx = self.orders[d].index(k)
+            x, y = self.x[idx], self.y[idx]  # a class index (an int on the wire), or a float target as it is
         value = self.encode(x, int(y) if self._class_targets else y, d, k, now)
         topic, partition = self.topics[d]
         while True:
@@ -254,8 +268,9 @@ class StreamProducer:
                 due = min(due_count(self.rates, d, tau[d] + horizon), sent[d] + max_burst)
                 if due > sent[d]:
                     wall = time.time()  # produce time stamped once per device pass
+                    drifted = self._drifted(d, sent[d], due) if self.drift is not None else None
                     for k in range(sent[d], due):
-                        if not self._send(d, k, wall, should_stop):
+                        if not self._send(d, k, wall, should_stop, drifted):
                             sent[d], due, stopped = k, k, True
                             break
                     sent[d] = due

@@ -232,8 +232,12 @@ class DriftedOrder:
         self.shard = order.shard
 
     def index(self, k: int) -> int:
-        base = np.array([self.order.index(k)], dtype=np.int64)
-        return int(self.drift.indices(self.device, np.array([k], dtype=np.int64), base)[0])
+        return int(self.indices(k, k + 1)[0])
+
+    def indices(self, start: int, stop: int) -> np.ndarray:
+        """Dataset indices of samples [start, stop) (int64)."""
+        base = np.fromiter((self.order.index(k) for k in range(start, stop)), dtype=np.int64, count=stop - start)
+        return self.drift.indices(self.device, np.arange(start, stop, dtype=np.int64), base)
 
 
 class DriftWatch:
