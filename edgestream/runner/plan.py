@@ -14,7 +14,7 @@ are built on first use and cached, so a process loads the dataset once.
 Pieces: `dataset`, `sample_spec`, `shards`, `serde`, `rate_model`, `batch` / `batch_policy()`, `buffer` /
 `buffer_policy()`, `injection`, `compression`, `algorithm` (the registry's `AlgorithmSpec`), `params`
 (its resolved params), `stop_rule()`, `worker_context(rank, ...)`, `server_context()`, `build_model()`,
-`build_optimizer(model)`, `compute` / `slowdown(rank)`, `network`, `due_time(device)`, and the Kafka
+`build_optimizer(model)`, `compute` / `slowdown(rank)`, `network`, `due_time(device)`, `drift_scenario`, and the Kafka
 pieces `stream_identity()`, `layout(run)` and `topic_settings(bootstrap)`. The plan knows no consumer or
 producer: they are built from it beside them (edgestream.consumers.from_plan: `kafka_dataset`, `eval_data`;
 edgestream.producers.from_plan: `stream_producer`). The warnings about optimizer settings a config's algorithm
