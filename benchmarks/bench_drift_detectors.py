@@ -107,7 +107,7 @@ def delay(name: str, params: dict, before_fn, after_fn, before: int, after: int,
     out = {"missed": missed, "false_alarms_before": round(float(np.mean(early)), 3)}
     if delays:
         out.update(median=float(np.median(delays)), mean=round(float(np.mean(delays)), 1),
-                   p90=float(np.percentile(delays, 90)))
+                   p90=round(float(np.percentile(delays, 90)), 1))
     return out
 
 
