@@ -18,7 +18,8 @@ from edgestream.producers.from_plan import stream_producer
 from edgestream.runner.plan import RunPlan
 from edgestream.sim.data import SimData
 
-USER = "import numpy as np\n\ndef invert(x):\n    return (np.iinfo(x.dtype).max - x).astype(x.dtype)\n"
+USER = ("import numpy as np\n\ndef invert(x):\n    return (np.iinfo(x.dtype).max - x).astype(x.dtype)\n\n"
+        "def target(x, y):\n    return np.sin(y) + x[:, 0]\n")
 
 CASES = {
     "classification, 3 devices": dict(seed=2, count=3, dataset=None, task=None, drift=[
@@ -30,7 +31,13 @@ CASES = {
     "regression, 2 devices": dict(seed=9, count=2, dataset={"dataset": "synthetic", "shape": [6]},
                                   task="regression", drift=[
         {"at_s": 0.2, "devices": "all", "kind": "label_swap", "over_s": 0.3},
-        {"at_sample": 80, "devices": [1], "kind": "input_shift", "offset": -1.5, "noise": 0.5}]),
+        {"at_sample": 80, "devices": [1], "kind": "input_shift", "offset": -1.5, "noise": 0.5},
+        {"at_sample": 200, "devices": [0], "kind": "label_swap", "target": "userdrift_kafka:target"}]),
+    "7 classes, 4 devices": dict(seed=13, count=4, dataset={"dataset": "synthetic", "shape": [12], "num_classes": 7},
+                                 task=None, drift=[
+        {"at_s": 0.3, "devices": [0, 3], "kind": "class_prior", "weights": [0, 0, 1, 0, 0, 1, 0]},
+        {"at_sample": 40, "devices": [1], "kind": "label_swap", "swap": [[0, 6], [2, 3]], "over_s": 0.5},
+        {"at_step": 4, "devices": [2], "kind": "input_shift", "scale": -2.0}]),
 }
 
 
