@@ -23,6 +23,9 @@ import numpy as np
 from edgestream.drift.base import Detector, DetectorError, as_values
 from edgestream.sync.hyperparams import Param
 
+#: batches shorter than this go value by value (numpy's per-call cost is more than the loop's below it)
+VECTOR_FROM = 32
+
 
 class DDM(Detector):
     """DDM over 0/1 prequential errors (module doc); `statistic()`: `p`, `s`, `p_plus_s`, `p_min_plus_s_min`
@@ -76,6 +79,8 @@ class DDM(Detector):
         bad = (x != 0.0) & (x != 1.0)
         if bad.any():
             raise _not_binary(float(x[int(np.argmax(bad))]), int(np.argmax(bad)))
+        if len(x) < VECTOR_FROM:
+            return super().update_many(x)
         found: list[int] = []
         stats: list[dict[str, float]] = []
         start = 0
