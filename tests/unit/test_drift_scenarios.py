@@ -364,3 +364,25 @@ def test_rates_tool_says_when_each_change_happens(tmp_path: Path) -> None:
     assert out.exit_code == 0, out.output
     lines = out.output.splitlines()
     assert lines[-5:] == WANT
+
+
+def test_a_transform_beside_the_config_file_drives_a_simulated_run(tmp_path: Path) -> None:
+    """The user's package next to the config (the config's folder is searched, as for other plugins)."""
+    import yaml
+
+    from edgestream.config import load_config
+
+    (tmp_path / "dimmer_drift").mkdir()
+    (tmp_path / "dimmer_drift" / "__init__.py").write_text("def dim(x):\n    return (x // 2).astype(x.dtype)\n")
+    raw = merge(SIM_BASE, {"devices": {"count": 2, "drift": [
+        {"at_sample": 50, "devices": [1], "kind": "input_shift", "transform": "dimmer_drift:dim"}]},
+        "stop": {"max_steps": 6}})
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump(raw))
+    cfg = load_config(tmp_path / "run.yaml")
+    _, events = simulate(cfg)
+    starts = [r for r in events.records if r.get("kind") == "drift_start"]
+    assert [(r["device"], r["seq"], r["drift"]) for r in starts] == [(1, 50, "input_shift")]
+    plan = RunPlan.resolve(cfg)
+    data, base = SimData(plan.dataset, plan.shards, plan.seed, plan.drift_scenario), _undrifted(plan)
+    raw_x = plan.dataset.x_train[base.stream_indices(1, 50, 60)]
+    assert torch.equal(data.rows(data.stream_indices(1, 50, 60))[0], plan.dataset.normalize(raw_x // 2))
