@@ -136,13 +136,18 @@ class Detector:
 
 
 def _plain(value: Any) -> Any:
-    """A copy of a state value as plain JSON-able Python (bools as ints, nested lists copied)."""
-    if isinstance(value, bool):
+    """A copy of a state value as plain JSON-able Python: bools as ints, numpy scalars (a value fed as np.float64)
+    as int / float -- a checkpoint read with weights_only=True takes no numpy object --, nested lists copied."""
+    if isinstance(value, (bool, np.bool_)):
         return int(value)
     if isinstance(value, list):
         return [_plain(v) for v in value]
-    if isinstance(value, float) and not math.isfinite(value):
-        raise DetectorError(f"a detector's state holds {value!r}: not JSON (a bug in the detector)")
+    if isinstance(value, (float, np.floating)):
+        if not math.isfinite(value):
+            raise DetectorError(f"a detector's state holds {value!r}: not JSON (a bug in the detector)")
+        return float(value)
+    if isinstance(value, (int, np.integer)):
+        return int(value)
     return value
 
 
