@@ -95,6 +95,41 @@ class Task:
         return {"loss_sum": float(per.sum()), "sse": float((diff ** 2).sum()), "sae": float(diff.abs().sum()),
                 "elements": float(diff.numel())}
 
+    # ------------------------------------------------------------------ prequential (test-then-train) scores
+    @property
+    def sum_keys(self) -> tuple[str, ...]:
+        """The columns of `sample_sums`: the keys of `metric_sums`, which `finish` reads."""
+        return ("correct", "loss_sum") if self.labels else ("sse", "sae", "elements", "loss_sum")
+
+    def sample_sums(self, output: Any, target: Any) -> Any:
+        """Each sample's share of `metric_sums`, [B, len(sum_keys)] float64 on the CPU (summing the rows gives
+        `metric_sums` of the batch): what prequential evaluation keeps per sample (edgestream.metrics.prequential).
+        `output` is the forward pass the training step takes its gradients from (scored before the update)."""
+        import torch
+        import torch.nn.functional as F
+
+        with torch.no_grad():
+            output = output.detach()
+            if self.labels:
+                cols = [(output.argmax(dim=1) == target).to(torch.float64),
+                        F.cross_entropy(output.float(), target, reduction="none").to(torch.float64)]
+            else:
+                out = self._match(output, target)
+                diff = (out - target.to(out.dtype)).reshape(len(out), -1).to(torch.float64)
+                k = float(diff.shape[1])
+                sq = diff ** 2
+                cols = [sq.sum(dim=1), diff.abs().sum(dim=1), torch.full((len(diff),), k, dtype=torch.float64),
+                        sq.mean(dim=1)]
+            return torch.stack(cols, dim=1).cpu()
+
+    def sample_errors(self, sums: Any) -> Any:
+        """The prequential error of each sample from its `sample_sums` rows (numpy [B, m] -> [B]): what drift
+        detectors read. Classification: 1 - correct (0 or 1); regression: the absolute error (mean over a
+        vector target's elements)."""
+        if self.labels:
+            return 1.0 - sums[:, 0]
+        return sums[:, 1] / sums[:, 2]
+
     def finish(self, sums: dict[str, float], n: int) -> dict[str, float]:
         """The metrics of `n` samples from accumulated `metric_sums`."""
         n = max(1, int(n))

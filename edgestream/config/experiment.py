@@ -11,6 +11,7 @@ from pydantic import Field, field_validator, model_validator
 from edgestream.config.base import SECRET_MASK, Int, _Model, is_secret_key, plugin_name
 from edgestream.config.data import DataConfig
 from edgestream.config.devices import DevicesConfig
+from edgestream.config.drift import DriftConfig, PrequentialConfig
 from edgestream.config.kafka import KafkaConfig
 from edgestream.config.publish import PublishConfig
 from edgestream.config.runtime import RuntimeConfig
@@ -45,6 +46,8 @@ class ExperimentConfig(_Model):
     streams: StreamsConfig = Field(default_factory=StreamsConfig)
     #: model versions sent back to the devices (edgestream.config.publish, docs/model-format.md); null: none
     publish: PublishConfig | None = None
+    #: drift detectors over the prequential errors and the responses (docs/stream-learning.md); null: none
+    drift: DriftConfig | None = None
 
     @field_validator("task")
     @classmethod
@@ -61,6 +64,14 @@ class ExperimentConfig(_Model):
         if v is None or (isinstance(v, dict) and not v):
             return {"target_accuracy": None, "target_metric": None, "max_time_s": None, "max_steps": None}
         return v
+
+    @model_validator(mode="after")
+    def _drift_needs_prequential(self) -> ExperimentConfig:
+        """Detectors read the prequential errors: a `drift:` section without eval.prequential turns it on with
+        its defaults (`config show` says so)."""
+        if self.drift is not None and self.eval.prequential is None:
+            self.eval.prequential = PrequentialConfig()
+        return self
 
     @model_validator(mode="after")
     def _task_fits(self) -> ExperimentConfig:

@@ -8,6 +8,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from edgestream.config.base import Float, Int, _Model, plugin_name
+from edgestream.config.drift import PrequentialConfig
 
 MEMORIES = ("none", "residual", "dgc")
 
@@ -177,6 +178,8 @@ class EvalConfig(_Model):
     the evaluator keeps the newest `holdout_max` of them)."""
 
     every_s: Float = Field(5.0, gt=0)
+    #: test-then-train figures of every training batch (edgestream.config.drift, docs/stream-learning.md)
+    prequential: PrequentialConfig | None = None
     path: str | None = Field(None, min_length=1)
     holdout: Float | None = Field(None, gt=0, lt=1)
     holdout_max: Int = Field(10000, ge=10)

@@ -11,6 +11,7 @@ from typing import Any
 
 from edgestream.launch.outage import KINDS as WAIT_KINDS
 from edgestream.launch.outage import KafkaWaits
+from edgestream.runner.report import drift_line
 
 WINDOW = 20  # steps per device that the rate and the wait/compute/comm shares are taken over
 #: the metric an eval line is shown by: the first of these it carries (classification, regression)
@@ -75,6 +76,8 @@ class LiveState:
         self.warnings: list[str] = []      # the trainers' warning lines (lag_warning) not yet shown
         self.placed: dict[int, str] = {}   # device -> where its trainer computes ("cuda:0", "cpu")
         self.backend: str | None = None    # the ranks' agreed backend and why (rank 0's "placement" line)
+        self.pool: Any = None              # the devices' prequential figures, pooled (metrics.prequential.LivePool)
+        self.drifts = 0                    # drift detections in the rank files so far
 
     def add_ps(self, records: list[dict]) -> None:
         """Records of the parameter server's ranks/ps.jsonl."""
@@ -98,6 +101,18 @@ class LiveState:
             if rec.get("kind") in WAIT_KINDS:
                 self.kafka.add(int(device), rec)
                 continue
+            if rec.get("kind") == "drift":  # a detection: counted, and said as a line of its own
+                self.drifts += 1
+                self.warnings.append(drift_line(rec))
+                continue
+            if rec.get("kind") not in (None, "step"):
+                continue
+            if "preq_n" in rec:
+                if self.pool is None:
+                    from edgestream.metrics.prequential import LivePool
+
+                    self.pool = LivePool()
+                self.pool.update(int(device), rec)
             self.devices.setdefault(int(device), DeviceState()).add(rec)
             if rec.get("lag_warning"):
                 self.warnings.append(str(rec["lag_warning"]))
@@ -135,7 +150,16 @@ class LiveState:
         acc = f"{self.accuracy:.3f} (step {self.eval_step})" if self.accuracy is not None else "-"
         wait = self.kafka.text()  # a device waiting for Kafka
         head = f"{self.run} | {self.elapsed:6.1f} s | {self.metric} {acc} | {self.shown_status}"
-        return head + (f" | {wait}" * bool(wait))
+        note = self.stream_note()
+        return head + (f" | {note}" * bool(note)) + (f" | {wait}" * bool(wait))
+
+    def stream_note(self) -> str:
+        """The all-devices prequential figure and the drifts so far ("" without prequential evaluation)."""
+        if self.pool is None:
+            return ""
+        from edgestream.runner.report import stream_note
+
+        return stream_note(self.pool.figures("preq_"), self.metric, self.drifts)
 
     def table(self) -> Any:
         from rich.table import Table
@@ -169,6 +193,8 @@ class LiveState:
                 f"buffer max {max(buf)}" if buf else "buffer -"]
         if self.kafka.text():
             part.insert(1, self.kafka.text())
+        if self.stream_note():
+            part.append(self.stream_note())
         lags = [s.lag_s for s in self.devices.values() if s.lag_s is not None]
         if lags:
             part.append(f"lag max {max(lags):.1f} s")

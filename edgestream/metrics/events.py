@@ -139,7 +139,9 @@ class EventLog:
         values = {k: _clean(v) for k, v in {"accuracy": accuracy, "loss": loss, **metrics}.items()}
         if accuracy is not None:
             self.evals.append((float(time), float(accuracy)))
-        self.eval_metrics.append((float(time), {k: v for k, v in values.items() if v is not None}))
+        # the model's metrics (not the prequential figures an eval line may carry beside them, `preq_*`)
+        self.eval_metrics.append((float(time), {k: v for k, v in values.items()
+                                                if v is not None and not k.startswith("preq_")}))
         self._write({"kind": "eval", "time": _clean(float(time)), "step": step, **values})
 
     def series(self, metric: str) -> list[tuple[float, float]]:

@@ -15,7 +15,12 @@ Scalars (tags `group/series`, one chart per tag in TensorBoard):
   `buffer/device_i` (samples buffered: the lag in samples), `lag_seconds/device_i` (the lag in seconds of
   data: how old the oldest unread sample is), `share_wait|share_compute|share_comm/device_i` (the step's
   time split), `floats_sent/device_i` (cumulative), and `staleness/device_i` for parameter-server runs;
-* `run/floats_sent` (all devices, cumulative).
+* `run/floats_sent` (all devices, cumulative);
+* with prequential evaluation (docs/stream-learning.md): `prequential/<metric>` (all devices, since the run began)
+  and `prequential_window/<metric>` (all devices, their last `window` samples) at every step line, per device
+  `prequential_window_<metric>/device_i` and `prequential_<metric>/device_i`; drift markers: `drift/device_i`
+  (1 at each detection on device i), `drift/all` (the all-devices detector) and `drift_start/device_i` (where a
+  drift scenario's change began on device i).
 
 Above 32 devices (`MAX_DEVICE_SERIES`) every per-device series is written as `group/mean`, `group/min`
 and `group/max` over the devices at each step instead (a 1,000-device run stays readable and quick).
@@ -75,11 +80,34 @@ def aggregate(points: list[tuple[str, float, int, float]]) -> list[tuple[str, fl
     return out
 
 
+def _prequential(rec: dict, dev: int, step: int, t: float, pool: Any,
+                 out: list[tuple[str, float, int, float]]) -> None:
+    """The prequential series of one step line (module doc); pool: the all-devices figures (LivePool)."""
+    fields = {k: v for k, v in rec.items() if k.startswith("preq_")}
+    pool.update(dev, fields)
+    for key, value in fields.items():
+        if key in ("preq_n", "preq_wn", "preq_err") or not isinstance(value, (int, float)):
+            continue
+        if key.startswith("preq_cum_"):
+            out.append((f"prequential_{key[9:]}/device_{dev}", float(value), step, t))
+        else:
+            out.append((f"prequential_window_{key[5:]}/device_{dev}", float(value), step, t))
+    for prefix, group in (("preq_cum_", "prequential"), ("preq_", "prequential_window")):
+        for name, value in pool.figures(prefix).items():
+            out.append((f"{group}/{name}", value, step, t))
+
+
 def _scalars(records: list[dict], rate_of: RateOf | None) -> list[tuple[str, float, int, float]]:
     out: list[tuple[str, float, int, float]] = []
     floats: dict[int, float] = {}
+    pool = None  # the devices' newest prequential fields, pooled (edgestream.metrics.prequential.LivePool)
     for rec in records:
         kind, t = rec.get("kind"), float(rec.get("time", 0.0) or 0.0)
+        if kind in ("drift", "drift_start"):
+            dev = rec.get("device")
+            series = "all" if dev is None else f"device_{dev}"
+            out.append((f"{kind}/{series}", 1.0, int(rec.get("step", 0) or 0), t))
+            continue
         if kind == "eval":
             step = int(rec.get("step", 0) or 0)
             for key, value in rec.items():
@@ -98,6 +126,12 @@ def _scalars(records: list[dict], rate_of: RateOf | None) -> list[tuple[str, flo
             if total > 0:
                 for key, part in zip(SHARES, parts, strict=True):
                     out.append((f"share_{key[:-2]}/device_{dev}", part / total, step, t))
+            if "preq_n" in rec:
+                if pool is None:
+                    from edgestream.metrics.prequential import LivePool
+
+                    pool = LivePool()
+                _prequential(rec, dev, step, t, pool, out)
             if isinstance(rec.get("floats_sent"), (int, float)):
                 floats[dev] = floats.get(dev, 0.0) + float(rec["floats_sent"])
                 out.append((f"floats_sent/device_{dev}", floats[dev], step, t))

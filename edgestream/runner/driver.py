@@ -54,6 +54,9 @@ class StepMeter:
     comm_s: float = 0.0
     counts: dict[str, float] = field(default_factory=dict)
     gauges: dict[str, Any] = field(default_factory=dict)
+    #: the step's prequential scores: (Task.sample_sums rows, the batch's own-stream seqs or None) per Compute,
+    #: in order (a run with prequential evaluation; edgestream.runner.session scores them at the Log)
+    scores: list[tuple[Any, Any]] = field(default_factory=list)
 
     def count(self, **values: float) -> None:
         for k, v in values.items():
@@ -177,6 +180,10 @@ def drive(rank: int, program: Generator[Any, Any, Any], performer: Performer,
                     meter.note_batch(facts)
                     if on_batch is not None:
                         on_batch(facts, now(rank))
+            elif timed == "compute_s":  # prequential scores of the batch, before the step that trains on it
+                scores = getattr(out, "scores", None)
+                if scores is not None:
+                    meter.scores.append((scores, getattr(getattr(req.batch, "facts", None), "seqs", None)))
         elif isinstance(req, log_type):
             sink(step_line(now(rank), rank, req.fields, meter.fields()))
             meter = meters[rank] = StepMeter()

@@ -78,7 +78,8 @@ class Evaluation:
     """
 
     def __init__(self, score: Callable[[], tuple[float, float]], events: Any, stop: StopRule, every_s: float,
-                 on_eval: Callable[[float, int, float], None] | None = None) -> None:
+                 on_eval: Callable[[float, int, float], None] | None = None,
+                 extra: Callable[[], dict[str, Any]] | None = None) -> None:
         if not every_s > 0:
             raise ValueError(f"eval.every_s must be > 0, got {every_s}")
         self.score = score
@@ -86,6 +87,7 @@ class Evaluation:
         self.stop = stop
         self.every_s = float(every_s)
         self.on_eval = on_eval
+        self.extra = extra  # fields the eval line carries beside the metrics (the prequential figures)
         self.last_time: float | None = None
         self.last_accuracy: float | None = None
         self.last_metrics: dict[str, float] | None = None
@@ -100,7 +102,7 @@ class Evaluation:
             return None
         metrics = as_metrics(score)
         now = float(now)
-        self.events.evaluation(now, step, **metrics)
+        self.events.evaluation(now, step, **metrics, **(self.extra() if self.extra is not None else {}))
         self.primary = primary_of(metrics)
         self.last_time, self.last_metrics = now, dict(metrics)
         self.last_accuracy = metrics.get("accuracy")

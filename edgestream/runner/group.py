@@ -15,6 +15,7 @@ from typing import Any
 from edgestream.runner.driver import StepMeter
 from edgestream.runner.performer import Performer
 from edgestream.runner.session import WorkerSession
+from edgestream.runner.watch import GroupWatch
 
 
 class WorkerGroup:
@@ -37,10 +38,50 @@ class WorkerGroup:
         self.sessions = [WorkerSession(plan, r, performer, stop=self.stop, events=events, meters=self.meters,
                                        param_names=param_names, on_line=self._count) for r in range(self.world)]
         self.contexts = [s.ctx for s in self.sessions]
+        self.group_watch = GroupWatch.of(plan)
+        #: the devices' newest prequential figures, pooled (edgestream.metrics.prequential.LivePool), or None: off
+        self.pool = None
+        if plan.prequential is not None:
+            from edgestream.metrics.prequential import LivePool
+
+            self.pool = LivePool()
         self.finished = 0
+
+    def stream_fields(self) -> dict[str, Any]:
+        """The all-devices prequential figures an eval line carries (`preq_<metric>`: window; `preq_cum_<metric>`:
+        since the run began) and the drift detections so far (`drifts`); {} without prequential evaluation."""
+        if self.pool is None:
+            return {}
+        out: dict[str, Any] = {f"preq_{k}": round(v, 6) for k, v in self.pool.figures("preq_").items()}
+        out.update({f"preq_cum_{k}": round(v, 6) for k, v in self.pool.figures("preq_cum_").items()})
+        drifts = self.detections()
+        if drifts is not None:
+            out["drifts"] = drifts
+        return out
+
+    def detections(self) -> int | None:
+        """Drift detections so far, every device's and the all-devices detector's (None without detectors)."""
+        if self.group_watch is None:
+            return None
+        return self.group_watch.detections + sum(s.watch.detections for s in self.sessions if s.watch is not None)
+
+    def stream_note(self, metric: str) -> str:
+        """What a progress line says of stream learning (runner.report.stream_note)."""
+        if self.pool is None:
+            return ""
+        from edgestream.runner.report import stream_note
+
+        return stream_note(self.pool.figures("preq_"), metric, self.detections())
 
     def _count(self, line: dict[str, Any]) -> None:
         self.lines += 1
+        if self.pool is not None and "preq_n" in line:
+            self.pool.update(int(line["device"]), line)
+        watch = self.group_watch
+        if watch is not None:  # the all-devices detector over the steps' mean prequential errors
+            drift = watch.line(line)
+            if drift is not None:
+                self.events.record("drift", **drift)
         if self._on_line is not None:
             self._on_line(line)
 

@@ -52,6 +52,7 @@ from edgestream.sync.requests import (
     Handle,
     Inject,
     Poll,
+    ResetOptimizer,
     SetParams,
     Sleep,
     Start,
@@ -235,6 +236,7 @@ class LockstepEngine(Performer):
     weight_decay: float = 0.0
     speeds: Sequence[float] | None = None
     task: Task = CLASSIFICATION
+    scoring: bool = False  # prequential evaluation: each Compute scores its batch (ComputeResult.scores)
     models: list[nn.Module] = field(init=False)
     optimizers: list[torch.optim.Optimizer] = field(init=False)
     clocks: list[float] = field(init=False)
@@ -273,7 +275,8 @@ class LockstepEngine(Performer):
             sources.append(ArraySource(x[index], y[index], rate=rate, seed=plan.seed + d))
         optim = plan.optim
         return cls(plan.build_model(), sources, plan.batch_policy(), momentum=optim["momentum"],
-                   weight_decay=optim["weight_decay"], speeds=speeds, task=task)
+                   weight_decay=optim["weight_decay"], speeds=speeds, task=task,
+                   scoring=plan.prequential is not None)
 
     def now(self, rank: int) -> float:
         """Worker `rank`'s clock: samples computed / speed, plus Sleep."""
@@ -305,6 +308,9 @@ class LockstepEngine(Performer):
         set_lr(self.optimizers[rank], req.lr)
         self.optimizers[rank].step()
 
+    def do_reset_optimizer(self, rank: int, req: ResetOptimizer) -> None:
+        self.optimizers[rank].state.clear()
+
     def do_get_params(self, rank: int, req: GetParams) -> list[Tensor]:
         return self.params(rank)
 
@@ -334,11 +340,13 @@ class LockstepEngine(Performer):
         model = self.models[rank]
         model.train()
         model.zero_grad(set_to_none=True)
-        loss = self.task.loss(model(batch.x), batch.y)
+        output = model(batch.x)
+        loss = self.task.loss(output, batch.y)
         loss.backward()
         speed = self.speeds[rank] if self.speeds is not None else 1.0
         self.clocks[rank] += batch.n / speed
-        return ComputeResult(grads_of(model), float(loss.detach()), batch.n)
+        scores = self.task.sample_sums(output, batch.y) if self.scoring else None
+        return ComputeResult(grads_of(model), float(loss.detach()), batch.n, scores)
 
     # ---------------------------------------------------------------- checkpoints
     def checkpoint(self, rank: int) -> dict[str, Any]:

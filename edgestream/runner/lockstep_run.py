@@ -44,7 +44,8 @@ class LockstepRun:
         ds, task = plan.dataset, plan.task
         y = torch.from_numpy(ds.y_test)
         self.x_test, self.y_test = ds.normalize(torch.from_numpy(ds.x_test)), (y.long() if task.labels else y.float())
-        self.evaluation = Evaluation(self._score, events, self.group.stop, plan.eval_every_s)
+        self.evaluation = Evaluation(self._score, events, self.group.stop, plan.eval_every_s,
+                                     extra=self.group.stream_fields)
         self.next_eval = 0.0
 
     def _model(self) -> torch.nn.Module:
@@ -93,6 +94,11 @@ def run_lockstep(cfg: Any, *, out: str | Path | None = None, run_id: str | None 
     if plan.drift_scenario is not None:
         raise PlanError(["devices.drift: the lockstep engine streams its arrays without the devices' stream model "
                          "(no sample sequence numbers); run drift scenarios on the sim or local engine"])
+    from edgestream.runner.responses import check as responses_problems
+
+    problems = responses_problems(plan, NAME)  # a drift response this engine cannot perform (checkpoint)
+    if problems:
+        raise PlanError(problems)
     return write_run(plan, NAME, lambda events: LockstepRun(plan, events), out=out, run_id=run_id, clock="virtual")
 
 

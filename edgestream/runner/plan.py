@@ -109,6 +109,13 @@ class RunPlan:
         plan._check(lambda: (plan.batch_policy(), plan.buffer_policy()))
         if getattr(cfg.devices, "drift", None):
             plan.drift_scenario  # noqa: B018 - a scenario that cannot apply: PlanError naming the field
+        if getattr(cfg, "drift", None) is not None:
+            plan.drift_detector()  # an unknown detector or a bad param: PlanError naming the field
+            from edgestream.runner.responses import check as responses_problems
+
+            problems = responses_problems(plan)
+            if problems:
+                raise PlanError(problems)
         return plan
 
     def _check(self, build: Callable[[], Any]) -> Any:
@@ -191,6 +198,38 @@ class RunPlan:
     @property
     def max_time_s(self) -> float | None:
         return self.cfg.stop.max_time_s
+
+    @property
+    def prequential(self) -> tuple[int, float | None] | None:
+        """(window, fading) of prequential evaluation (eval.prequential; a `drift:` section turns it on with the
+        defaults: edgestream.config.experiment), or None: off."""
+        pq = getattr(self.cfg.eval, "prequential", None)
+        return None if pq is None else (int(pq.window), pq.fading)
+
+    def prequential_counter(self) -> Any:
+        """A fresh device's `PrequentialCounter` (edgestream.metrics.prequential), or None when off."""
+        spec = self.prequential
+        if spec is None:
+            return None
+        from edgestream.metrics.prequential import PrequentialCounter
+
+        return PrequentialCounter(self.task, *spec)
+
+    @property
+    def drift_responses(self) -> dict[str, dict[str, Any]]:
+        """drift.on_detect as {response: params} ({} without a `drift:` section)."""
+        d = getattr(self.cfg, "drift", None)
+        return d.responses() if d is not None else {}
+
+    def drift_detector(self) -> Any:
+        """A fresh drift detector of `drift:` (edgestream.drift.detectors.make_detector), or None without one;
+        PlanError naming the field for an unknown detector or a bad param."""
+        d = getattr(self.cfg, "drift", None)
+        if d is None:
+            return None
+        from edgestream.drift.detectors import make_detector
+
+        return self._check(lambda: make_detector(d.detector, dict(d.params), self.task.labels))
 
     def stop_rule(self) -> StopRule:
         """A fresh stop rule (one per host: the in-process engines share one, a trainer has its own)."""
@@ -322,7 +361,7 @@ class RunPlan:
                                  "devices send): nothing to configure; remove devices.drift"])
             drift = None
             if entries:
-                from edgestream.streams.drift import resolve_drift
+                from edgestream.streams.drift_resolve import resolve_drift
                 from edgestream.streams.policies import FixedBatch
 
                 policy = self.batch_policy()

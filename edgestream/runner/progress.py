@@ -44,35 +44,40 @@ class RunProgress:
         self._every = plain_every_s() if every_s is None else float(every_s)
         self._last_line: float | None = None
         self._value: float | None = None
+        self._note = ""
         if self.active and self._plain is None:
             self._progress = Progress(
                 TextColumn("[bold]{task.description}"), BarColumn(),
                 TextColumn(clock + " {task.completed:,.1f}/{task.fields[total_s]} s"),
                 TextColumn(("acc" if metric == "accuracy" else metric) + " {task.fields[acc]}"),
-                TextColumn("steps {task.fields[steps]:,}"),
+                TextColumn("steps {task.fields[steps]:,}"), TextColumn("{task.fields[note]}"),
                 TimeElapsedColumn(), console=console, transient=False)
             self._task = self._progress.add_task(label, total=total_s, total_s=(f"{total_s:,.0f}" if total_s
-                                                                                else "?"), acc="-", steps=0)
+                                                                                else "?"), acc="-", steps=0,
+                                                note="")
             self._progress.start()
 
-    def update(self, time_s: float, steps: int, accuracy: float | None = None) -> None:
-        """accuracy: the latest value of the bar's metric (None: unchanged)."""
+    def update(self, time_s: float, steps: int, accuracy: float | None = None, note: str | None = None) -> None:
+        """accuracy: the latest value of the bar's metric (None: unchanged); note: what follows it (the prequential
+        figure and the drifts: runner.report.stream_note; None: unchanged)."""
         if accuracy is not None:
             self._value = accuracy
+        if note is not None:
+            self._note = note
         if self._plain is not None:
             now = time.monotonic()
             if self._last_line is None or now - self._last_line >= self._every:
                 self._last_line = now
                 try:
                     self._plain.write(progress_line(self._label, time_s, self._total, steps, self._metric,
-                                                    self._value, self._clock) + "\n")
+                                                    self._value, self._clock, self._note) + "\n")
                     self._plain.flush()
                 except (OSError, ValueError):  # a closed pipe: the run goes on without its progress lines
                     self._plain = None
             return
         if self._progress is None:
             return
-        fields: dict[str, Any] = {"steps": steps}
+        fields: dict[str, Any] = {"steps": steps, "note": self._note}
         if accuracy is not None:
             fields["acc"] = f"{accuracy:.3f}"
         self._progress.update(self._task, completed=time_s, **fields)

@@ -84,12 +84,35 @@ def print_end(summary: Mapping[str, Any], run_dir: Any, as_json: bool = False) -
 
 
 def progress_line(label: str, time_s: float, total_s: float | None, steps: int, metric: str,
-                  value: float | None, clock: str = "virtual") -> str:
+                  value: float | None, clock: str = "virtual", note: str = "") -> str:
     """One plain progress line, e.g. `tiny-ddl-20261122-211530-3fa2: virtual 12.0/60 s, steps 340, accuracy
-    0.812`."""
+    0.812`; `note` follows (`stream_note`: the prequential figure and the drifts)."""
     total = f"/{total_s:g}" if total_s else ""
     shown = f"{value:.3f}" if value is not None else "-"
-    return f"{label}: {clock} {time_s:.1f}{total} s, steps {steps}, {metric} {shown}"
+    return f"{label}: {clock} {time_s:.1f}{total} s, steps {steps}, {metric} {shown}" + (f", {note}" if note else "")
+
+
+def drift_line(rec: dict) -> str:
+    """The line a drift detection is said in: `drift on device 2 at sample 1216 (seq 1215, step 18): adwin
+    width=704 mean_new=0.448 ...`."""
+    where = "all devices" if rec.get("device") is None else f"device {rec['device']}"
+    at = f" at sample {rec['samples']}" if rec.get("samples") is not None else ""
+    seq = f"seq {rec['seq']}, " if rec.get("seq") is not None else ""
+    stat = " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                    for k, v in (rec.get("statistic") or {}).items())
+    return f"drift on {where}{at} ({seq}step {rec.get('step')}): {rec.get('detector')} {stat}".rstrip()
+
+
+def stream_note(window: dict[str, float], metric: str, drifts: int | None) -> str:
+    """`prequential <metric> 0.812 (window), drifts 2`: what a progress or status line says of stream learning
+    (window: the all-devices window figures, edgestream.metrics.prequential.LivePool; drifts: detections so far,
+    None without detectors); "" when the run has neither."""
+    parts = []
+    if metric in window:
+        parts.append(f"prequential {metric} {window[metric]:.3f} (window)")
+    if drifts is not None:
+        parts.append(f"drifts {drifts}")
+    return ", ".join(parts)
 
 
 # ---------------------------------------------------------------- comparison tables
@@ -121,13 +144,27 @@ def _cell(summary: dict, key: str) -> str:
     return _fmt(summary.get(key))
 
 
+def _prequential_cells(summary: dict) -> list[str]:
+    """The prequential columns of a run: its task's primary metric over the last window and since the start (all
+    devices), and its drift detections ("-" where the run has none of it)."""
+    pq = summary.get("prequential") or {}
+    window, cum = pq.get("window") or {}, pq.get("cumulative") or {}
+    metric = next((m for m in ("accuracy", "rmse") if m in window), None)
+    drift = summary.get("drift")
+    return [_fmt(window.get(metric)) if metric else "-", _fmt(cum.get(metric)) if metric else "-",
+            str(drift.get("detections", 0) + drift.get("all_devices", 0)) if drift else "-"]
+
+
 def markdown_table(summaries: Mapping[str, dict], baseline: str | None = None) -> str:
-    """Markdown table of summaries; with a baseline, a speedup column (baseline time / time)."""
-    head = ["run"] + [h for _, h in COLUMNS] + (["speedup vs " + baseline] if baseline else [])
+    """Markdown table of summaries; with a baseline, a speedup column (baseline time / time). Runs with prequential
+    evaluation add its columns (`_prequential_cells`)."""
+    preq = any(s.get("prequential") for s in summaries.values())
+    head = (["run"] + [h for _, h in COLUMNS] + (["preq window", "preq cumulative", "drifts"] if preq else [])
+            + (["speedup vs " + baseline] if baseline else []))
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     base_t = summaries.get(baseline, {}).get("time_to_target_s") if baseline else None
     for name, s in summaries.items():
-        row = [name] + [_cell(s, k) for k, _ in COLUMNS]
+        row = [name] + [_cell(s, k) for k, _ in COLUMNS] + (_prequential_cells(s) if preq else [])
         if baseline:
             t = s.get("time_to_target_s")
             row.append(f"{base_t / t:.2f}x" if base_t and t else "n/a")

@@ -79,11 +79,18 @@ def finish(path: Path, plan: Any, log: EventLog, records: Iterable[dict], *, eng
     from edgestream.metrics.tensorboard import log_mlflow, write_tensorboard
 
     task = plan.task
+    records = list(records)
+    if plan.prequential is not None:  # pooled over the devices' counters (edgestream.metrics.prequential)
+        from edgestream.metrics.prequential import summary_of
+
+        extra["prequential"], drift = summary_of(task, records, plan.prequential[1] is not None,
+                                                 detecting=getattr(plan.cfg, "drift", None) is not None)
+        if drift is not None:
+            extra["drift"] = drift
     aggregates = log.summary(target=plan.target, wall_s=wall_s, engine=engine)
     summary = build_summary(aggregates, plan=plan, run=run, engine=engine, clock=clock, time_s=time_s, **extra)
     RunDir(path.parent, path.name).write_summary(summary)
     label = plan.algorithm.name
-    records = list(records)
     metric = task.primary
     xlabel = "virtual time (s)" if clock == "virtual" else "time (s)"
     accuracy_plot({label: log.series(metric)}, path / f"{metric}.png", title=run, xlabel=xlabel,
@@ -355,6 +362,10 @@ def write_local_rundir(path: Path, plan: Any, run: str, *, wall_s: float, stop_r
     `device_steps`: each rank's steps, by its summary or by its step lines (`steps_reached`), whichever
     went further: a rank that failed or was killed wrote no summary, or only an earlier session's."""
     records = merged_events(path / "ranks")
+    if getattr(plan.cfg, "drift", None) is not None:  # the all-devices detector over the merged step lines
+        from edgestream.runner.watch import with_group_detections
+
+        records = with_group_detections(plan, records)
     log = EventLog(path / "events.jsonl")
     try:
         for rec in records:

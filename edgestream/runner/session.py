@@ -19,7 +19,9 @@ from typing import Any
 
 from edgestream.runner.driver import StepMeter, drive, run_blocking
 from edgestream.runner.performer import Performer
+from edgestream.runner.responses import attach as attach_responses
 from edgestream.runner.stop import StopRule
+from edgestream.runner.watch import DeviceWatch
 from edgestream.streams.drift import drift_watch
 from edgestream.sync.requests import Log
 
@@ -50,6 +52,11 @@ class WorkerSession:
         self.finished = False
         #: writes `drift_start` when a drift scenario's change began in this worker's batches (None: none here)
         self.drift_watch = drift_watch(getattr(plan, "drift_scenario", None), rank, events)
+        #: prequential counters and drift detector of this device (edgestream.runner.watch), or None: off
+        self.watch = DeviceWatch.of(plan, rank)
+        #: called with each drift record after it is written (the host's responses: edgestream.runner.responses)
+        self.on_drift: list[Callable[[WorkerSession, dict[str, Any]], None]] = []
+        attach_responses(plan, self)
 
     # ------------------------------------------------------------------ the stop test
     def should_stop(self, completed: int) -> bool:
@@ -66,8 +73,20 @@ class WorkerSession:
 
     # ------------------------------------------------------------------ the loop
     def sink(self, line: dict[str, Any]) -> None:
-        """Write one step line (the driver's sink)."""
+        """Write one step line (the driver's sink): with prequential evaluation, the step's scores are added to
+        the device's counters first and its detections written as `drift` lines after it."""
+        drifts: list[dict] = []
+        watch = self.watch
+        if watch is not None:
+            meter = self.meters.get(self.rank)
+            if meter is not None and meter.scores:
+                fields, drifts = watch.step(meter.scores, time=line["time"], step=line.get("step", self.ctx.step))
+                line.update(fields)
         self.events.step(**line)
+        for drift in drifts:
+            self.events.record("drift", **drift)
+            for respond in self.on_drift:
+                respond(self, drift)
         self.lines += 1
         if self.on_line is not None:
             self.on_line(line)
@@ -99,7 +118,36 @@ class WorkerSession:
                                on_request=before if (hooks or on_request is not None) else None, profile=profile,
                                on_batch=self._noted if self.drift_watch is not None else None)
         self.finished = True
+        self.write_prequential()
         return out
+
+    def watch_state(self) -> dict[str, Any] | None:
+        """What a checkpoint keeps of stream learning: the device's prequential counters and detector, the group's
+        drift agreement and a reweighting in progress (plain values), or None when the run has none of it."""
+        if self.watch is None:
+            return None
+        ctx = self.ctx
+        return {**self.watch.state_dict(), "group": None if ctx.drift is None else ctx.drift.state_dict(),
+                "reweight": None if ctx.reweight is None else list(ctx.reweight)}
+
+    def load_watch_state(self, state: dict[str, Any]) -> None:
+        """Continue from `watch_state()` (a resumed trainer): the same later scores and detections."""
+        if self.watch is None:
+            return
+        self.watch.load_state_dict(state)
+        if self.ctx.drift is not None and state.get("group") is not None:
+            self.ctx.drift.load_state_dict(state["group"])
+        if state.get("reweight") is not None:
+            self.ctx.reweight = (float(state["reweight"][0]), int(state["reweight"][1]))
+
+    def write_prequential(self) -> None:
+        """A `prequential` line with the device's counters (their sums and figures): what summary.json pools over
+        devices (edgestream.metrics.prequential.pooled). At the worker's end and at each checkpoint."""
+        watch = self.watch
+        if watch is not None:
+            self.events.record("prequential", time=float(self.performer.now(self.rank)), device=self.rank,
+                               step=self.ctx.step, sums=watch.counter.sums(), figures=watch.counter.figures(),
+                               detections=watch.detections)
 
     def _noted(self, facts: Any, time: float) -> None:
         self.drift_watch.note(facts.seqs, time)
@@ -116,5 +164,9 @@ class WorkerSession:
         reason = self.stop.reason
         if reason is None and self.signal is not None and self.signal():
             reason = "signal"
-        return {"rank": self.rank, "algorithm": self.plan.algorithm.name,
-                "stop_reason": reason or "finished", "steps": self.ctx.step}
+        out = {"rank": self.rank, "algorithm": self.plan.algorithm.name,
+               "stop_reason": reason or "finished", "steps": self.ctx.step}
+        if self.watch is not None:
+            out["prequential"] = self.watch.counter.figures()
+            out["drift_detections"] = self.watch.detections
+        return out

@@ -126,14 +126,16 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0][:200] if text else ""
 
 
-def vmapped(model: nn.Module, task: Task, stacked_params: bool, weighted: bool) -> Callable[..., Any]:
+def vmapped(model: nn.Module, task: Task, stacked_params: bool, weighted: bool,
+            outputs: bool = False) -> Callable[..., Any]:
     """vmap over the devices of grad of the task's loss of functional_call(model, params, x): per-device
-    gradients and losses (module doc); params stacked [K, ...] or shared, w: per-sample loss weights."""
+    gradients and losses (module doc); params stacked [K, ...] or shared, w: per-sample loss weights.
+    outputs: the losses come as (losses, the model's outputs [K, b, ...]) (prequential scores)."""
 
     def loss(params: dict[str, Tensor], x: Tensor, y: Tensor, w: Tensor | None = None) -> Any:
         output = torch.func.functional_call(model, params, (x,))
         value = task.loss(output, y) if w is None else (task.per_sample_loss(output, y) * w).sum()
-        return value, value.detach()
+        return value, ((value.detach(), output.detach()) if outputs else value.detach())
 
     grad = torch.func.grad(loss, has_aux=True)
     dims = (0 if stacked_params else None, 0, 0) + ((0,) if weighted else ())

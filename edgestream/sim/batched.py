@@ -130,6 +130,7 @@ class DenseStack:
     def __init__(self, layers: list[tuple[str, nn.Module]]) -> None:
         self.layers = layers
         self.buffers = GradBuffers()
+        self.last_output: Tensor | None = None  # the newest call's outputs (prequential scores)
 
     @classmethod
     def of(cls, model: nn.Module) -> DenseStack | None:
@@ -168,6 +169,7 @@ class DenseStack:
                 h = out
             else:
                 h = module(h)
+        self.last_output = h.detach()  # the batch's outputs: prequential scores (BatchedCompute.scoring)
         per = task.per_sample_loss(h, y.reshape(k * b, *y.shape[2:])).view(k, b)
         losses = per.mean(1) if w is None else (per * w).sum(1)
         douts = torch.autograd.grad(losses.sum(), [out for _, _, out in saved])
@@ -199,6 +201,7 @@ class LinearHooks:
 
     def __init__(self, names: list[str]) -> None:
         self.names = names  # the Linear modules' names
+        self.last_output: Tensor | None = None  # the newest call's outputs (prequential scores)
 
     @classmethod
     def of(cls, model: nn.Module) -> LinearHooks | None:
@@ -235,6 +238,7 @@ class LinearHooks:
                 handle.remove()
         if len(saved) != len(linears) or any(i._version != vi or o._version != vo for i, o, vi, vo in saved.values()):
             raise _NotDense("a Linear was skipped, or its input or output changed in place")
+        self.last_output = output.detach()  # the batch's outputs: prequential scores (BatchedCompute.scoring)
         per = task.per_sample_loss(output, y.reshape(k * b, *y.shape[2:])).view(k, b)
         losses = per.mean(1) if w is None else (per * w).sum(1)
         douts = torch.autograd.grad(losses.sum(), [saved[n][1] for n in self.names])
@@ -267,6 +271,20 @@ class BatchedCompute:
         self.dense: Any = DenseStack.of(self.model)
         self.hooks = LinearHooks.of(self.model) if self.dense is None else None
         self._hooks_checked = False
+        self.last_output: Tensor | None = None
+
+    @property
+    def scoring(self) -> bool:
+        """Whether each device's batch is scored (prequential evaluation: the replicas' `scoring`)."""
+        return bool(getattr(self.replicas, "scoring", False))
+
+    def _outputs(self) -> Tensor:
+        """The outputs of the newest pass, [K * b, ...], from whichever path computed it."""
+        for owner in (self.dense, self.hooks, self):
+            out = getattr(owner, "last_output", None) if owner is not None else None
+            if out is not None:
+                return out
+        raise RuntimeError("batched compute: no outputs kept for prequential scores")
 
     # ------------------------------------------------------------------ requests
     def post(self, rank: int, batch: Any) -> None:
@@ -317,10 +335,19 @@ class BatchedCompute:
         return groups
 
     def _fn(self, stacked_params: bool, weighted: bool) -> Callable[..., Any]:
-        key = (stacked_params, weighted)
+        """The vmap path's function: (grads, losses); with `scoring` the outputs are kept in `last_output`."""
+        key = (stacked_params, weighted, self.scoring)
         fn = self._fns.get(key)
         if fn is None:  # only the model's structure: the parameters come in as arguments
-            fn = self._fns[key] = vmapped(self.model, self.task, stacked_params, weighted)
+            raw = vmapped(self.model, self.task, stacked_params, weighted, outputs=self.scoring)
+            if self.scoring:
+                def fn(*args: Any, _raw: Callable[..., Any] = raw) -> tuple[Any, Tensor]:
+                    grads, (losses, outputs) = _raw(*args)
+                    self.last_output = outputs.reshape(-1, *outputs.shape[2:])
+                    return grads, losses
+            else:
+                fn = raw
+            self._fns[key] = fn
         return fn
 
     def _hooked(self, model: nn.Module, params: dict[str, Tensor], x: Tensor, y: Tensor,
@@ -374,6 +401,9 @@ class BatchedCompute:
             x = torch.stack([batch.x for _, batch in group])
             y = torch.stack([batch.y for _, batch in group])
             w = None
+        for owner in (self.dense, self.hooks, self):  # the outputs this pass keeps (prequential scores)
+            if owner is not None:
+                owner.last_output = None
         if self.dense is not None and not stacked:
             grads, losses = self.dense(params, x, y, w, self.task)
         elif self.hooks is not None and not stacked:
@@ -383,7 +413,11 @@ class BatchedCompute:
         else:
             grads, losses = self._fn(stacked, False)(params, x, y)
         per_device = zip(*(grads[n].unbind(0) for n in self.names), strict=True)
-        for (r, _), g, loss, n in zip(group, per_device, losses.tolist(), sizes, strict=True):
-            self.ready[r] = ComputeResult(list(g), loss, n)
+        scores: list[Any] = [None] * len(group)
+        if self.scoring:  # each device's rows of the pass's outputs (padding dropped), scored as the per-device path
+            out = self._outputs().reshape(len(group), b, *self._outputs().shape[1:])
+            scores = [self.task.sample_sums(out[k, :n], y[k, :n]) for k, n in enumerate(sizes)]
+        for (r, _), g, loss, n, sc in zip(group, per_device, losses.tolist(), sizes, scores, strict=True):
+            self.ready[r] = ComputeResult(list(g), loss, n, sc)
         self.passes += 1
         self.served += len(group)

@@ -94,6 +94,7 @@ from edgestream.sync.requests import (
     Compute,
     GetParams,
     Inject,
+    ResetOptimizer,
     SetParams,
     TakeBatch,
 )
@@ -174,6 +175,7 @@ class SimEngine(SimComm, Performer):
         self.replicas = Replicas(model, self.data.shape, plan.num_outputs, m, **plan.optim, seed=plan.seed,
                                  shared=self.spec.synchronous if share_replicas is None else share_replicas,
                                  task=self.task)
+        self.replicas.scoring = plan.prequential is not None  # prequential evaluation: Compute scores its batch
         self.batcher, self.compute_reason = self._batcher(batch_compute)
         self.group = WorkerGroup(plan, self, self.events, param_names=list(self.replicas.names), on_line=self._on_line)
         self.contexts = self.group.contexts
@@ -201,7 +203,7 @@ class SimEngine(SimComm, Performer):
         self.progress = RunProgress(f"{plan.name} ({self.spec.name}, {m} devices)", plan.max_time_s,
                                     enabled=progress, metric=self.task.primary)
         self.evaluation = Evaluation(self._score, self.events, self.group.stop, plan.eval_every_s,
-                                     on_eval=self._on_eval)
+                                     on_eval=self._on_eval, extra=self.group.stream_fields)
 
     # ------------------------------------------------------------------ run state
     @property
@@ -292,11 +294,12 @@ class SimEngine(SimComm, Performer):
         return out
 
     def _on_eval(self, now: float, step: int, value: float) -> None:
-        self.progress.update(now, self.stats.device_steps, value)
+        self.progress.update(now, self.stats.device_steps, value, note=self.group.stream_note(self.task.primary))
 
     def _on_line(self, line: dict[str, Any]) -> None:
         if self.progress.active and self.group.lines % 64 == 0:
-            self.progress.update(float(self.env.now), self.stats.device_steps)
+            self.progress.update(float(self.env.now), self.stats.device_steps,
+                                 note=self.group.stream_note(self.task.primary))
 
     def _waits(self, schedule: Generator[float, None, None]) -> Generator[Any, Any, None]:
         """Host a schedule of waits (runner.Evaluation.periodic) as a SimPy process."""
@@ -377,6 +380,9 @@ class SimEngine(SimComm, Performer):
     def do_apply(self, rank: int, req: Apply) -> None:
         self.replicas.apply(rank, req.update, req.lr)
 
+    def do_reset_optimizer(self, rank: int, req: ResetOptimizer) -> None:
+        self.replicas.reset_optimizer(rank)
+
     def do_get_params(self, rank: int, req: GetParams) -> list[torch.Tensor]:
         return self.replicas.get_params(rank)
 
@@ -421,6 +427,11 @@ def run_sim(cfg: Any, *, out: str | Path | None = None, run_id: str | None = Non
     except EngineError as exc:
         raise SimConfigError(exc.problems) from None
     unbounded_problem(plan.cfg)  # before the run directory is written
+    from edgestream.runner.responses import check as responses_problems
+
+    problems = responses_problems(plan, "sim")  # a drift response the simulator cannot perform (checkpoint)
+    if problems:
+        raise SimConfigError(problems)
     path, summary = write_run(plan, "sim", lambda events: SimEngine(plan, events, progress=progress), out=out,
                               run_id=run_id, clock="virtual")
     if summary.get("stop_reason") == "diverged":  # the run directory is written; the run failed

@@ -75,6 +75,8 @@ class Replicas:
         self.unshared: str | None = BUFFERS_REASON if shared and world > 1 and has_buffers else None
         self._scratch: nn.Module | None = None
         self.wall = {"forward_backward": 0.0, "optimizer": 0.0, "eval": 0.0}
+        #: score every Compute's batch before its step (prequential evaluation: ComputeResult.scores)
+        self.scoring = False
         for m in self.models:
             m.train()
 
@@ -150,10 +152,12 @@ class Replicas:
         model, params = self.models[slot], self.params[slot]
         for p in params:
             p.grad = None
-        loss = self.task.loss(model(x), y)
+        output = model(x)
+        loss = self.task.loss(output, y)
         loss.backward()
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-        result = ComputeResult(grads, float(loss.detach()), int(y.shape[0]))
+        scores = self.task.sample_sums(output, y) if self.scoring else None
+        result = ComputeResult(grads, float(loss.detach()), int(y.shape[0]), scores)
         self.wall["forward_backward"] += time.perf_counter() - t0
         return result
 
@@ -186,6 +190,12 @@ class Replicas:
         # (edgestream.sim.collectives.ReduceResult.derive), equal without comparing their elements
         return float(lr) == ref_lr and len(update) == len(ref) and all(
             a is b or torch.equal(a, b) for a, b in zip(update, ref, strict=True))
+
+    def reset_optimizer(self, rank: int) -> None:
+        """Forget worker `rank`'s optimizer state (momentum buffers): a drift response. On the shared replica
+        every worker resets at the same step, before any of them applies it (edgestream.sync.drift), so the
+        one optimizer is reset once in effect, as each of M separate machines resets its own."""
+        self.optimizers[0 if self.shared else rank].state.clear()
 
     def get_params(self, rank: int) -> list[Tensor]:
         """Detached copies of worker `rank`'s trainable parameters."""

@@ -100,6 +100,16 @@ class WorkerContext:
     step: int = 0
     state: dict[str, Any] = field(default_factory=dict)
     max_steps: int | None = None
+    #: a drift response (`drift.on_detect: reweight`): (factor, until_step): this worker's exchange weight w_i is
+    #: multiplied by factor until it completes until_step (edgestream.runner.responses); None: no reweighting
+    reweight: tuple[float, int] | None = None
+    #: the group's drift responses (edgestream.sync.drift.GroupDrift) when the run agrees on them, else None
+    drift: Any = None
+
+    def weight_factor(self) -> float:
+        """The factor on this worker's exchange weight now (1.0 unless a drift response reweights it)."""
+        rw = self.reweight
+        return rw[0] if rw is not None and self.step < rw[1] else 1.0
 
     def __post_init__(self) -> None:
         self.should_stop = _takes_completed(self.should_stop)
@@ -109,8 +119,10 @@ class WorkerContext:
             raise ValueError(f"rank {self.rank} is out of range 0..{self.world_size - 1}")
 
     def lr_now(self) -> float:
-        """eta at the current step: lr * gamma ** (milestones passed)."""
-        return lr_at(self.step, self.lr, self.milestones, self.gamma)
+        """eta at the current step: lr * gamma ** (milestones passed), times a drift response's boost while it
+        lasts (`drift.on_detect: lr_boost`, agreed by the group: edgestream.sync.drift)."""
+        eta = lr_at(self.step, self.lr, self.milestones, self.gamma)
+        return eta if self.drift is None else eta * self.drift.lr_factor(self.step)
 
     def names(self, count: int) -> list[str]:
         """Per-tensor names for `count` gradients: `param_names` when given, else "0", "1", ..."""

@@ -59,6 +59,8 @@ class ExchangeResult:
     nbytes: int
     stop: bool
     votes: int | None = None
+    #: workers that voted drift at this step (`exchange(drift=...)`: the run agrees on drift responses), else 0
+    drift_votes: int = 0
 
 
 @dataclass
@@ -104,13 +106,14 @@ class Codec:
                 part.load_state_dict(state[key])
 
 
-def _meta(weight: float, flag: float, dtype: torch.dtype, device: Any) -> Tensor:
+def _meta(weight: float, flag: float, dtype: torch.dtype, device: Any, drift: float | None = None) -> Tensor:
     """The [w, stop] tensor that rides along with the dense payload (see `_meta_pair`)."""
-    return _meta_pair(weight, flag, dtype, device)[0]
+    return _meta_pair(weight, flag, dtype, device, drift)[0]
 
 
 @functools.lru_cache(maxsize=1024)
-def _meta_pair(weight: float, flag: float, dtype: torch.dtype, device: Any) -> tuple[Tensor, tuple[float, ...]]:
+def _meta_pair(weight: float, flag: float, dtype: torch.dtype, device: Any,
+               drift: float | None = None) -> tuple[Tensor, tuple[float, ...]]:
     """The [w, stop] tensor that rides along with the dense payload, and its values as read back on the host
     (`tolist()` of it: the dtype's rounding). Cached: every worker sends one per step and there are few
     distinct values (building a tensor costs more than the step's other bookkeeping); safe to share because
@@ -119,7 +122,8 @@ def _meta_pair(weight: float, flag: float, dtype: torch.dtype, device: Any) -> t
     sent, reading a GPU tensor back: a wait for everything queued on the device, once per step."""
     import torch
 
-    host = torch.tensor([weight, flag], dtype=dtype, device="cpu")  # read back here once, then moved
+    # [w, stop], and this worker's drift vote when the run agrees on drift responses (`exchange(drift=...)`)
+    host = torch.tensor([weight, flag] if drift is None else [weight, flag, drift], dtype=dtype, device="cpu")
     return (host if device is None else host.to(device)), tuple(host.tolist())
 
 
@@ -170,12 +174,16 @@ def exchange(
     names: Sequence[str] | None = None,
     adaptive: AdaptiveTopKState | None = None,
     stop: bool = False,
+    drift: bool | None = None,
 ) -> Generator[AllReduce | AllGather, Any, ExchangeResult]:
     """Aggregate this worker's gradients with the group's: sum_i w_i t_i / sum_i w_i (see module doc).
 
     grads: mean-loss gradients of this worker; weight: w_i (b_i for ScaDLES, 1.0 for a plain mean);
     compressor/memory: None for dense; names: per-tensor keys for the memory (default "0", "1", ...);
     adaptive: this worker's adaptive Top-k statistic (then `compressor` must be Top-k-like).
+    drift: this worker's drift vote, summed with the group's like the stop flag (`ExchangeResult.drift_votes`), so
+    that every worker performs a drift response at the same step (edgestream.runner.responses); None (runs without
+    such responses): nothing extra is sent.
     """
     import torch
 
@@ -189,16 +197,20 @@ def exchange(
     sent = 0
     votes: int | None = None
     compress = compressor is not None and compressor.name != "none"
-    meta_known: tuple[float, bool] | None = None  # (W, any stop) once reduced
+    meta_known: tuple[float, bool, int] | None = None  # (W, any stop, drift votes) once reduced
+    dv = None if drift is None else (1.0 if drift else 0.0)
+    extra = [] if dv is None else [dv]
 
     if compress and adaptive is not None:
         adaptive.observe(_compression_loss(compressor, memory, grads, names))
-        meta = torch.tensor([float(adaptive.vote()), 1.0, float(weight), flag], dtype=torch.float64, device=device)
+        meta = torch.tensor([float(adaptive.vote()), 1.0, float(weight), flag, *extra], dtype=torch.float64,
+                            device=device)
         sent += payload_nbytes([meta])
         (reduced,) = yield AllReduce([meta], op="sum")
         votes, m = int(round(float(reduced[0]))), int(round(float(reduced[1])))
         compress = 2 * votes >= m
-        meta_known = (float(reduced[2]), bool(float(reduced[3]) > 0))
+        meta_known = (float(reduced[2]), bool(float(reduced[3]) > 0),
+                      int(round(float(reduced[4]))) if dv is not None else 0)
 
     if not compress:
         ts = [g if memory is None else memory.compensate(g, n) for g, n in zip(grads, names, strict=True)]
@@ -214,7 +226,7 @@ def exchange(
             out = _scale(ts, weight)
         meta = None
         if meta_known is None:
-            meta, meta_host = _meta_pair(float(weight), flag, dtype, device)
+            meta, meta_host = _meta_pair(float(weight), flag, dtype, device, dv)
             out.append(meta)
         reduced = yield AllReduce(out, op="sum")
         derive = getattr(reduced, "derive", None)
@@ -223,16 +235,16 @@ def exchange(
         sent += payload_nbytes(out) if derive is None else derive(("nbytes", len(out)), lambda: payload_nbytes(out))
         if meta_known is None:
             if derive is not None:  # the simulator's result: read once per operation, never copied per worker
-                w_sum, stop_sum = derive(("meta",), lambda: tuple(reduced[-1].tolist()))
+                values = derive(("meta",), lambda: tuple(reduced[-1].tolist()))
             else:
                 back = reduced[-1]
                 if back.data_ptr() == meta.data_ptr() and back.dtype == meta.dtype and back.numel() == meta.numel():
                     # a sum of one is (a view of) what it sent, which nothing writes into: its values are known
-                    w_sum, stop_sum = meta_host
+                    values = meta_host
                 else:
-                    w_sum, stop_sum = reduced[-1].tolist()
-            meta_known = (float(w_sum), bool(stop_sum > 0))
-        total, any_stop = meta_known
+                    values = reduced[-1].tolist()
+            meta_known = (float(values[0]), bool(values[1] > 0), int(round(values[2])) if dv is not None else 0)
+        total, any_stop, drift_votes = meta_known
         n = len(ts)
         if derive is not None:
             # the simulator's all-reduce result (edgestream.sim.collectives.ReduceResult): every worker
@@ -246,7 +258,7 @@ def exchange(
             shared = any(r.data_ptr() == o.data_ptr() and r.numel()  # (empty: no memory)
                          for r, o in zip(sums, out, strict=False))
             update = _divide(sums, total, in_place=not shared)
-        return ExchangeResult(update, total, False, wire_floats(sent), sent, any_stop, votes)
+        return ExchangeResult(update, total, False, wire_floats(sent), sent, any_stop, votes, drift_votes)
 
     assert compressor is not None
     sent_compressed: list[Compressed] = []
@@ -258,12 +270,13 @@ def exchange(
             memory.update(t, n, compressor, c)
         sent_compressed.append(c)
         payload.extend(c.payload)
-    payload.append(_meta(float(weight), flag, dtype, device))
+    payload.append(_meta(float(weight), flag, dtype, device, dv))
     sent += payload_nbytes(payload)
     gathered = yield AllGather(payload)
     weights = [float(p[-1][0]) for p in gathered]
     total = sum(weights)
     any_stop = any(float(p[-1][1]) > 0 for p in gathered)
+    drift_votes = sum(int(round(float(p[-1][2]))) for p in gathered) if dv is not None else 0
     if meta_known is not None:
         total = meta_known[0]
     update = []
@@ -280,7 +293,7 @@ def exchange(
                 dense = compressor.decompress(Compressed(list(part), c.ctx, 0, 0))
                 acc += w_j * dense.reshape(-1).to(g.dtype)
         update.append((acc / total).reshape(g.shape))
-    return ExchangeResult(update, total, True, wire_floats(sent), sent, any_stop, votes)
+    return ExchangeResult(update, total, True, wire_floats(sent), sent, any_stop, votes, drift_votes)
 
 
 def synchronous_step(ctx: Any, codec: Any, grads: Sequence[Tensor], weight: float, batch: Any,
@@ -289,8 +302,13 @@ def synchronous_step(ctx: Any, codec: Any, grads: Sequence[Tensor], weight: floa
     weight w_i (the step's stop flag rides along), apply the aggregate at the step's learning rate
     (`lr_of(exchange result)`, default the context's schedule), ack the batch, count the step; returns
     (the exchange result, lr). `codec` holds the worker's compressor, memory and adaptive state."""
+    weight = weight * ctx.weight_factor()  # a drift response's reweighting (1.0 without one)
+    group = ctx.drift  # the group's drift responses (edgestream.sync.drift), when the run agrees on them
     ex = yield from exchange(grads, weight, codec.compressor, codec.memory, names=ctx.names(len(grads)),
-                             adaptive=codec.adaptive, stop=ctx.should_stop(ctx.step + 1))
+                             adaptive=codec.adaptive, stop=ctx.should_stop(ctx.step + 1),
+                             drift=None if group is None else group.take_vote())
+    if group is not None:
+        yield from group.agreed(ex.drift_votes, ctx.step)
     lr = ctx.lr_now() if lr_of is None else lr_of(ex)
     yield Apply(ex.update, lr)
     yield Ack(batch)

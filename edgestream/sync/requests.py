@@ -84,6 +84,9 @@ class ComputeResult:
     grads: list[Tensor]
     loss: float
     n: int
+    #: the batch's per-sample prequential scores (`Task.sample_sums` of the forward pass these gradients
+    #: come from, taken before the step that trains on it), when the run evaluates prequentially; else None
+    scores: Any = None
 
 
 @dataclass(frozen=True)
@@ -241,6 +244,12 @@ class Apply:
 
 
 @dataclass(frozen=True)
+class ResetOptimizer:
+    """Forget the worker's optimizer state (SGD's momentum buffers): a drift response that every worker of a
+    synchronous group performs at the same step (edgestream.sync.drift). Result: None."""
+
+
+@dataclass(frozen=True)
 class GetParams:
     """Result: detached copies of the trainable parameters, in `parameters()` order."""
 
@@ -289,13 +298,13 @@ class Log:
 
 Request = (
     TakeBatch | Compute | Ack | Inject | AllReduce | AllGather | Start | Poll | Wait | Push | Pull | Apply
-    | GetParams | SetParams | Now | Sleep | Log
+    | GetParams | SetParams | Now | Sleep | Log | ResetOptimizer
 )
 COLLECTIVES = (AllReduce, AllGather)
 
 #: request kinds every worker may send, whatever its family
 BASE_REQUESTS: frozenset[type] = frozenset({TakeBatch, Compute, Ack, Inject, Start, Poll, Wait, Apply, GetParams,
-                                            SetParams, Now, Sleep, Log})
+                                            SetParams, Now, Sleep, Log, ResetOptimizer})
 #: what the collective family adds / what the parameter-server family adds
 COLLECTIVE_REQUESTS: frozenset[type] = frozenset(COLLECTIVES)
 PS_REQUESTS: frozenset[type] = frozenset({Push, Pull})

@@ -71,12 +71,15 @@ def _fsync_dir(path: Path) -> None:
 
 
 def save_checkpoint(path: Path, *, model, optimizer, step: int, state: dict, stream: dict, elapsed_s: float,
-                    samples: int, ident: dict | None = None) -> None:
+                    samples: int, ident: dict | None = None, watch: dict | None = None) -> None:
     """Write the checkpoint atomically and durably (see module doc); CheckpointError naming the file when
-    the disk refuses (full, read-only): the previous checkpoint stays whole."""
+    the disk refuses (full, read-only): the previous checkpoint stays whole. watch: the device's prequential
+    counters and drift detector (edgestream.runner.watch, plain lists and numbers), when the run has them."""
     payload = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": int(step),
                "state": state, "stream": stream, "elapsed_s": float(elapsed_s), "samples": int(samples),
                "identity": {**(ident or {}), "step": int(step)}}
+    if watch is not None:
+        payload["watch"] = watch
     buf = io.BytesIO()
     torch.save(payload, buf)
     body = buf.getbuffer()

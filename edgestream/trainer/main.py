@@ -224,7 +224,8 @@ def _train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: bo
                                  time_offset=ckpt["elapsed_s"] if ckpt else 0.0, stop_event=stop_event,
                                  due_time=None if ckpt else plan.due_time(env.rank), ps=ps_client, task=plan.task,
                                  graphed=GraphedForward(model, env.rank)
-                                 if graphs_wanted(takes_fixed_batches(plan), device) else None)
+                                 if graphs_wanted(takes_fixed_batches(plan), device) else None,
+                                 scoring=plan.prequential is not None)
     if ckpt is not None:
         performer.samples = int(ckpt.get("samples", 0))
     stop = plan.stop_rule()
@@ -280,7 +281,8 @@ def _train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: bo
         try:
             save_checkpoint(ckpt_file, model=model, optimizer=optimizer, step=ctx.step, state=ctx.state,
                             stream=dataset.state_dict(), elapsed_s=performer.now(env.rank),
-                            samples=performer.samples, ident=ckpt_ident)
+                            samples=performer.samples, ident=ckpt_ident,
+                            watch=session.watch_state())
         except CheckpointError as exc:  # a full or read-only disk: one line naming the file and the device
             raise TrainerError(str(exc)) from None
         performer.commit_pending()  # acks become durable only with the checkpoint that holds their model
@@ -293,8 +295,9 @@ def _train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: bo
             meters[env.rank].gauge(digest=take_digest())  # hashed off the step (trainer/digest.py)
         if evaluation is not None:
             evaluation.offer(performer.now(env.rank), step)
-        if schedule is not None and schedule.due(step):
-            saved_at["due"] = True  # taken once this step's line is written (after_line)
+        group = session.ctx.drift
+        if schedule is not None and (schedule.due(step) or (group is not None and group.checkpoint_step == step)):
+            saved_at["due"] = True  # taken once this step's line is written (after_line); a drift response's too
         if publisher is not None and publisher.due(step, performer.now(env.rank)):
             with performer.model_lock:  # a copy of the parameters now; exported in the background
                 publisher.offer(model, step, performer.now(env.rank), version_figures)
@@ -318,6 +321,8 @@ def _train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: bo
     performer.step = lambda: session.ctx.step  # the step an error names (as the step lines count it)
     if ckpt is not None:
         session.resume(ckpt["step"], ckpt["state"])
+        if ckpt.get("watch") is not None:
+            session.load_watch_state(ckpt["watch"])  # prequential counters and detector continue exactly
     t_start = time.monotonic()
     status = "finished"
     flush_error: OSError | None = None

@@ -69,6 +69,7 @@ from edgestream.sync.requests import (
     Pull,
     Pulled,
     Push,
+    ResetOptimizer,
     SetParams,
     Sleep,
     Start,
@@ -147,8 +148,9 @@ class TrainerPerformer(Performer):
                  time_offset: float = 0.0, stop_event: threading.Event | None = None,
                  take_timeout_s: float = 1.0, due_time: Callable[[int], float] | None = None,
                  ps: Any = None, push_id: Callable[[], int] | None = None, task: Task = CLASSIFICATION,
-                 graphed: GraphedForward | None = None, lazy_loss: bool | None = None) -> None:
+                 graphed: GraphedForward | None = None, lazy_loss: bool | None = None, scoring: bool = False) -> None:
         self.rank, self.model, self.optimizer, self.dataset = rank, model, optimizer, dataset
+        self.scoring = scoring  # prequential evaluation: each Compute scores its batch (ComputeResult.scores)
         self.graphed = graphed  # the model's CUDA-graph replay, or None: the model (edgestream.trainer.graphs)
         self.task = task
         self.collectives, self.meters, self.device = collectives, meters, device
@@ -293,8 +295,11 @@ class TrainerPerformer(Performer):
             for p in self.params:
                 p.grad = None
             graphed = self.graphed
-            loss = self.task.loss((self.model if graphed is None else graphed)(batch.x), batch.y)
+            output = (self.model if graphed is None else graphed)(batch.x)
+            loss = self.task.loss(output, batch.y)
             loss.backward()
+            # prequential evaluation: the batch scored by this forward, i.e. by the model before the step
+            scores = self.task.sample_sums(output, batch.y) if self.scoring else None
             grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
             if graphed is not None and graphed.active:
                 grads = graphed.fresh(grads)  # out of the graph's static buffers
@@ -312,7 +317,7 @@ class TrainerPerformer(Performer):
         extra = emulated_sleep(dt, int(batch.n), factor, self.curve)
         if extra > 0:
             time.sleep(extra)
-        return ComputeResult(grads, loss_value, batch.n)
+        return ComputeResult(grads, loss_value, batch.n, scores)
 
     def settle(self) -> None:
         """Check every loss not checked yet, waiting for the device (lazy losses: edgestream.trainer.losses);
@@ -332,6 +337,11 @@ class TrainerPerformer(Performer):
             set_lr(self.optimizer, req.lr)
             self.optimizer.step()
             self._check_params("after the update of step")
+
+    def do_reset_optimizer(self, rank: int, req: ResetOptimizer) -> None:
+        """A drift response agreed by the group (edgestream.sync.drift): the optimizer's state (momentum) cleared."""
+        with self.model_lock:
+            self.optimizer.state.clear()
 
     def _check_params(self, when: str) -> None:
         """Diverged when a parameter is non-finite, checked at every PARAM_CHECK_EVERY-th change: one fused
