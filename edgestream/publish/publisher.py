@@ -82,6 +82,7 @@ class ModelPublisher:
         last = json.loads((have[max(have)] / META_FILE).read_text()) if have else {}
         self.last_step, self.last_time = int(last.get("step", 0)), float(last.get("run_time_s", 0.0))
         self.published = list(sorted(have))
+        self.made_step: int | None = None  # the step of the last version made by this publisher
         self.errors: list[str] = []
         self._scratch: Any = None
         self._busy = threading.Lock()
@@ -154,7 +155,7 @@ class ModelPublisher:
     def final(self, model: Any, step: int, now: float, metrics: Mapping[str, Any] | None) -> int | None:
         """The version of the end of the run (unless the last one was of this very step); returns its number."""
         self.wait()
-        if self.published and self.last_step == int(step) and self.last_time >= float(now) - 1e-9:
+        if self.made_step == int(step):  # the model of this very step is out already
             return None
         self._snapshot(model)
         self.last_step, self.last_time = int(step), float(now)
@@ -187,6 +188,7 @@ class ModelPublisher:
             (self.dir / f"v{v}" / PUBLISHED_FILE).write_text(json.dumps({"topic": self.topic, "chunks": len(msgs)}))
             self._retire()
         self.published.append(v)
+        self.made_step = int(step)
         log.info("model version %d (step %d, %s) in %s%s", v, step, ", ".join(made.files), self.dir / f"v{v}",
                  f" and on {self.topic}" if self.writer is not None else "")
         return v
