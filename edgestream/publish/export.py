@@ -15,6 +15,7 @@ them (the metadata's input.normalization says it).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import io
 import warnings
@@ -84,7 +85,8 @@ def onnx_bytes(model: nn.Module, shape: tuple[int, ...], dtype: str, norm: dict[
     example = torch.from_numpy(_records(shape, dt, 2, seed=1))
     buf = io.BytesIO()
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), \
+                contextlib.redirect_stderr(io.StringIO()):  # the exporter prints its graph on a failure
             warnings.simplefilter("ignore")
             torch.onnx.export(wrapped, (example,), buf, input_names=["input"], output_names=["output"],
                               dynamic_axes={"input": {0: "batch"}, "output": {0: "batch"}}, opset_version=OPSET,
