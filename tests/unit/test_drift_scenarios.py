@@ -303,6 +303,17 @@ def _problems(raw: dict) -> list[str]:
      "devices.drift[0].at_step: batch policy 'rate' sizes each batch as the stream goes, so a step has no fixed "
      "sample; use at_s or at_sample (or a fixed batch policy)"),
     ({"at_s": 1, "kind": "label_swap", "over_s": 0}, {}, "devices.drift.0.over_s: 0 is not allowed; must be > 0"),
+    ({"at_s": 1, "kind": "label_swap", "target": "pkg.mod:fn"}, {},
+     "devices.drift[0].target: a new target function is for regression; a classification label_swap takes "
+     "permutation or swap"),
+    ({"at_s": 1, "kind": "label_swap", "swap": [[0, 1]]}, REGRESSION,
+     "devices.drift[0].swap: a regression task has no classes to swap; give target"),
+    ({"at_s": 1, "kind": "label_swap", "swap": [[0, 1]], "permutation": [1, 0]}, {},
+     "devices.drift[0].permutation: give one of permutation, swap (classification) or target (regression)"),
+    ({"at_s": 1, "kind": "input_shift", "transform": "pkg.mod:fn", "scale": 2}, {},
+     "devices.drift[0].transform: give a transform alone (not with scale, offset or noise)"),
+    ({"at_s": 1, "devices": [], "kind": "label_swap"}, {},
+     'devices.drift[0].devices: an empty list; give device numbers or "all"'),
 ])
 def test_bad_settings_are_refused_in_one_line(entry: dict, over: dict, line: str) -> None:
     problems = _problems(merge(SIM_BASE, merge(over, {"devices": {"drift": [entry]}})))
