@@ -39,7 +39,7 @@ def describe_error(err: dict, model: type[BaseModel]) -> str:
     """One pydantic error (of validating `model`) as one problem line: the field path, the bad value and what is
     allowed."""
     loc = tuple(p for p in err["loc"] if p not in ("function-after",) and not str(p).startswith("function"))
-    path = ".".join(str(p) for p in loc) or "(top level)"
+    path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc).lstrip(".") or "(top level)"
     typ, ctx, value = err["type"], err.get("ctx", {}), err.get("input")
     shown = yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("...").strip() \
         if isinstance(value, (int, float, str, bool, list)) or value is None else repr(value)

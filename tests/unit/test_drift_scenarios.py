@@ -302,7 +302,7 @@ def _problems(raw: dict) -> list[str]:
     ({"at_step": 3, "kind": "label_swap"}, {"algorithm": {"name": "scadles", "batch": {"policy": "rate"}}},
      "devices.drift[0].at_step: batch policy 'rate' sizes each batch as the stream goes, so a step has no fixed "
      "sample; use at_s or at_sample (or a fixed batch policy)"),
-    ({"at_s": 1, "kind": "label_swap", "over_s": 0}, {}, "devices.drift.0.over_s: 0 is not allowed; must be > 0"),
+    ({"at_s": 1, "kind": "label_swap", "over_s": 0}, {}, "devices.drift[0].over_s: 0 is not allowed; must be > 0"),
     ({"at_s": 1, "kind": "label_swap", "target": "pkg.mod:fn"}, {},
      "devices.drift[0].target: a new target function is for regression; a classification label_swap takes "
      "permutation or swap"),
