@@ -203,3 +203,57 @@ def test_a_subscriber_rides_out_a_kafka_outage_and_keeps_predicting(broker, tmp_
     said = [r.getMessage() for r in caplog.records]
     assert any(m.startswith(f"waiting for Kafka at {bs} since ") and "outage_s" in m for m in said), said
     assert any(m.startswith(f"Kafka at {bs} answers again after ") for m in said), said
+
+
+def test_the_spec_reader_reads_the_vectors_and_a_publishers_versions_off_a_topic(bootstrap, run_prefix, tmp_path):
+    """docs/model-format.md's reader (tests/support/spec_reader.py: confluent-kafka, numpy, onnxruntime, no edgestream)
+    on a real topic: the committed vectors produced as they are, and versions a ModelPublisher sent."""
+    from pathlib import Path
+
+    from confluent_kafka import Consumer, TopicPartition
+    from support import spec_reader
+
+    from edgestream.kafka.admin import create_topics
+
+    vectors = Path(__file__).resolve().parents[1] / "vectors" / "model_format"
+    doc = json.loads((vectors / "vectors.json").read_text())
+    topic = f"{run_prefix}.vectors"
+    create_topics(bootstrap, {topic: 1}, config={"cleanup.policy": "compact"})
+    _produce(bootstrap, topic, [(m["key"].encode(), (vectors / m["file"]).read_bytes() if m["file"] else None,
+                                 [(k, v.encode()) for k, v in m["headers"]]) for m in doc["messages"]])
+    plan = _plan()
+    run = f"{run_prefix}-ddl-r1"
+    model = plan.build_model()
+    pub = ModelPublisher.of(plan, run, tmp_path, bootstrap)
+    pub.final(model, 1, 1.0, {})
+    _nudge(model, 1)
+    pub.final(model, 2, 2.0, {})
+    pub.close()
+
+    def read(topic_name: str, run_name: str) -> dict:
+        c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{topic_name}.spec", "enable.auto.commit": False})
+        tp = TopicPartition(topic_name, 0, 0)
+        c.assign([tp])
+        end = c.get_watermark_offsets(tp, timeout=10)[1]
+        reader, good, pos = spec_reader.Reader(run_name), {}, 0
+        while pos < end:
+            for m in c.consume(100, timeout=1.0):
+                if m.error() is None:
+                    pos = m.offset() + 1
+                    try:
+                        got = reader.add(m.value())
+                    except spec_reader.Refused:
+                        continue
+                    if got is not None:
+                        good[got["version"]] = got
+        c.close()
+        return good
+
+    good = read(topic, doc["expect"]["run"])
+    assert sorted(good) == [1, 2]
+    x = np.array(doc["expect"]["input"], dtype=np.uint8)
+    assert spec_reader.predict(good[2], x).argmax(1).tolist() == doc["expect"]["versions"]["2"]["predictions"]
+    published = read(models_topic(run), run)
+    assert sorted(published) == [1, 2]
+    xs = plan.dataset.x_test[:10]
+    assert np.abs(spec_reader.predict(published[2], xs) - _torch_out(plan, model, xs)).max() <= 1e-4

@@ -237,3 +237,20 @@ def test_the_device_side_imports_no_torch():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["ok", "ModelSubscriber", "[]"]
+
+
+def test_the_device_requirements_are_pyprojects_ranges():
+    """requirements-device.txt (the torch-free install: pip install --no-deps edgestream, then these) names the
+    device side's packages with pyproject.toml's own ranges, so the two cannot drift apart."""
+    import tomllib
+    from pathlib import Path
+
+    from packaging.requirements import Requirement
+
+    root = Path(__file__).resolve().parents[2]
+    core = {Requirement(r).name: Requirement(r).specifier
+            for r in tomllib.loads((root / "pyproject.toml").read_text())["project"]["dependencies"]}
+    device = [Requirement(line) for line in (root / "requirements-device.txt").read_text().splitlines()
+              if line.strip() and not line.startswith("#")]
+    assert sorted(r.name for r in device) == ["confluent-kafka", "numpy", "onnxruntime"]
+    assert all(r.specifier == core[r.name] for r in device), [(r.name, r.specifier, core[r.name]) for r in device]
