@@ -1,9 +1,9 @@
 """The `edgestream` command (typer). Thin: every command calls into the package.
 
 One module per command group: config (config validate/show, plugins), broker (broker start/status/stop/fetch;
-cluster: the --nodes N instance), topics, produce, workers (train, ps), devices (rates, profile), status,
-runs (run, compare, collect, demo, reproduce); common holds what they share. The commands are registered
-here, in the order `edgestream --help` lists them.
+cluster: the --nodes N instance), topics, models (a run's model versions) and infer, produce, workers (train,
+ps), devices (rates, profile), status, runs (run, compare, collect, demo, reproduce); common holds what they share.
+The commands are registered here, in the order `edgestream --help` lists them.
 
 Start-up: every command pays for what these modules import at their top (~0.17 s, no torch), so an import
 that would add 5 ms or more to that is made inside the command that needs it, with its measured cost."""
@@ -18,6 +18,7 @@ from typer.main import get_command
 from edgestream.cli import devices, produce, runs, status, workers
 from edgestream.cli.broker import broker_app
 from edgestream.cli.config import config_app, plugins_list
+from edgestream.cli.models import models_app
 from edgestream.cli.topics import topics_app
 
 __all__ = ["app", "main"]
@@ -27,6 +28,7 @@ app = typer.Typer(help="edgestream: train models on data streaming in from heter
 app.add_typer(config_app, name="config")
 app.add_typer(broker_app, name="broker")
 app.add_typer(topics_app, name="topics")
+app.add_typer(models_app, name="models")
 for _name, _command in (("plugins", plugins_list), ("produce", produce.produce), ("train", workers.train_cmd),
                         ("ps", workers.ps_cmd), ("rates", devices.rates_cmd), ("profile", devices.profile_cmd),
                         ("reproduce", runs.reproduce_cmd), ("status", status.status_cmd),

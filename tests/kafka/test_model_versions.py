@@ -257,3 +257,46 @@ def test_the_spec_reader_reads_the_vectors_and_a_publishers_versions_off_a_topic
     assert sorted(published) == [1, 2]
     xs = plan.dataset.x_test[:10]
     assert np.abs(spec_reader.predict(published[2], xs) - _torch_out(plan, model, xs)).max() <= 1e-4
+
+
+def _cli(*args: str) -> tuple[int, str, str]:
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "edgestream.cli", *args], capture_output=True, text=True, timeout=120)
+    return done.returncode, done.stdout, done.stderr
+
+
+def test_models_list_show_pull_from_the_topic_and_the_run_directory(bootstrap, run_prefix, tmp_path):
+    plan = _plan()
+    run = f"{run_prefix}-ddl-r1"
+    run_dir = tmp_path / run
+    model = plan.build_model()
+    pub = ModelPublisher.of(plan, run, run_dir, bootstrap)
+    pub.final(model, 10, 4.0, {"heldout": {"accuracy": 0.5, "loss": 1.2}})
+    _nudge(model, 1)
+    pub.final(model, 20, 8.0, {"heldout": {"accuracy": 0.75, "loss": 0.6}})
+    pub.close()
+    for where in (run, str(run_dir)):  # the topic, the run directory
+        code, out, err = _cli("models", "list", where, "--bootstrap", bootstrap, "--json")
+        assert code == 0, err
+        rows = [json.loads(line) for line in out.splitlines()]
+        assert [(r["version"], r["step"], r["metrics"]["heldout"]["accuracy"]) for r in rows] == [(1, 10, 0.5),
+                                                                                                  (2, 20, 0.75)]
+        code, out, err = _cli("models", "show", where, "1", "--bootstrap", bootstrap)
+        assert code == 0 and json.loads(out)["version"] == 1 and json.loads(out)["run"] == run, err
+        dest = tmp_path / f"pulled-{where == run}"
+        code, out, err = _cli("models", "pull", where, "--out", str(dest), "--bootstrap", bootstrap)
+        assert code == 0, err
+        for name in (ONNX_FILE, WEIGHTS_FILE, META_FILE):
+            assert (dest / "v2" / name).read_bytes() == (run_dir / "models" / "v2" / name).read_bytes()
+    code, out, err = _cli("models", "list", run, "--bootstrap", bootstrap)
+    assert code == 0 and "accuracy 0.7500" in out, err
+    assert _cli("models", "show", run, "9", "--bootstrap", bootstrap)[2].strip() == \
+        f"VERSION: 9 is not in {models_topic(run)} (there: 1, 2)"
+    code, _, err = _cli("models", "list", f"{run_prefix}-none-r1", "--bootstrap", bootstrap)
+    assert code == 2 and err.strip() == (f"RUN: no topic {run_prefix}-none-r1.models on {bootstrap} (the run has "
+                                         "published no version)")
+    (tmp_path / "empty").mkdir()
+    code, _, err = _cli("models", "list", str(tmp_path / "empty"))
+    assert code == 2 and err.strip().startswith(f"RUN: {tmp_path / 'empty'} holds no model versions")
