@@ -59,31 +59,17 @@ class ADWIN(Detector):
 
     # ------------------------------------------------------------------ values in
     def update(self, value: float) -> bool:
-        if self.drifted:
-            self._reset()
         if not math.isfinite(value):
             raise not_finite(self.name, value)
-        self.n += 1
-        w = self.width + 1
-        self.width = w
-        if w > 1:
-            d = value - self.total / (w - 1)
-            self.var += (w - 1) * d * d / w
-        self.total += value
-        level = self.sums[0]
-        level.append(value)
-        self.sqdev[0].append(0.0)
-        if len(level) > self.params["max_buckets"]:
-            self._merge()
-        self.tick += 1
-        if self.tick % self.params["clock"] or w <= self.params["grace_period"] or w < 2:
-            return False
-        return self._test()
+        return bool(self._feed([float(value)])[0])
 
     def update_many(self, values: Any) -> list[int]:
-        """As `update` on each value in turn (the same arithmetic, so the same detections), with the window's
-        figures in local variables between the cut tests: about half the per-value cost of `update`."""
-        xs = as_finite(self.name, values).tolist()
+        found, self.last_statistics = self._feed(as_finite(self.name, values).tolist())
+        return found
+
+    def _feed(self, xs: list[float]) -> tuple[list[int], list[dict[str, float]]]:
+        """Take `xs` in turn (the one insertion of both `update` and `update_many`): the positions of the
+        detections and `statistic()` at each. The window's figures stay in local variables between cut tests."""
         found: list[int] = []
         stats: list[dict[str, float]] = []
         m, clock, grace = self.params["max_buckets"], self.params["clock"], self.params["grace_period"]
@@ -118,8 +104,7 @@ class ADWIN(Detector):
                 found.append(i - 1)
                 stats.append(self.statistic())
         self.n += count
-        self.last_statistics = stats
-        return found
+        return found, stats
 
     def _merge(self) -> None:
         """Merge the two oldest buckets of each full level into one of the next, as far as levels overflow."""

@@ -23,9 +23,6 @@ import numpy as np
 from edgestream.drift.base import Detector, DetectorError, as_values
 from edgestream.sync.hyperparams import Param
 
-#: batches shorter than this go value by value (numpy's per-call cost is more than the loop's below it)
-VECTOR_FROM = 32
-
 
 class DDM(Detector):
     """DDM over 0/1 prequential errors (module doc); `statistic()`: `p`, `s`, `p_plus_s`, `p_min_plus_s_min`
@@ -73,57 +70,12 @@ class DDM(Detector):
         return False
 
     def update_many(self, values: Any) -> list[int]:
-        """As `update` on each value in turn (the same arithmetic, so the same detections), in numpy: the running
-        error rate and the running minimum of p + s over the values up to the next detection, then afresh."""
         x = as_values(values)
         bad = (x != 0.0) & (x != 1.0)
         if bad.any():
-            raise _not_binary(float(x[int(np.argmax(bad))]), int(np.argmax(bad)))
-        if len(x) < VECTOR_FROM:
-            return super().update_many(x)
-        found: list[int] = []
-        stats: list[dict[str, float]] = []
-        start = 0
-        while start < len(x):
-            if self.drifted:
-                self._reset()
-            hit = self._block(x[start:])
-            if hit is None:
-                break
-            found.append(start + hit)
-            stats.append(self.statistic())
-            start += hit + 1
-        self.last_statistics = stats
-        return found
-
-    def _block(self, x: np.ndarray) -> int | None:
-        """Take `x` (no detection pending) up to and including its first detection; its position, or None."""
-        warm, d = self.params["warm_start"], self.params["drift_threshold"]
-        k = self.count + np.arange(1, len(x) + 1, dtype=np.float64)
-        errors = np.cumsum(np.concatenate(([self.errors], x)))[1:]
-        p = errors / k
-        s = np.sqrt(p * (1.0 - p) / k)
-        tested = k > warm
-        ps = np.where(tested, p + s, np.inf)
-        prior = self.p_min + self.s_min if self.armed else np.inf
-        before = np.minimum.accumulate(np.concatenate(([prior], ps)))[:-1]   # the minimum before each value
-        new_min = tested & (ps <= before)
-        at = np.maximum.accumulate(np.where(new_min, np.arange(len(x)), -1))  # where the minimum was taken
-        p_min = np.where(at >= 0, p[at], self.p_min)
-        s_min = np.where(at >= 0, s[at], self.s_min)
-        hits = np.flatnonzero(tested & (ps > p_min + d * s_min))
-        end = int(hits[0]) if len(hits) else len(x) - 1
-        self.n += end + 1
-        self.count = int(k[end])
-        self.errors = float(errors[end])
-        self.p, self.s = float(p[end]), float(s[end])
-        if at[end] >= 0 or self.armed:
-            self.armed, self.p_min, self.s_min = True, float(p_min[end]), float(s_min[end])
-        if not len(hits):
-            return None
-        self.drifted = True
-        self.detections += 1
-        return end
+            at = int(np.argmax(bad))
+            raise _not_binary(float(x[at]), at)
+        return super().update_many(x)
 
     def statistic(self) -> dict[str, float]:
         ps = self.p + self.s
