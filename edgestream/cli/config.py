@@ -68,8 +68,8 @@ def config_show(file: Path = typer.Argument(..., help="experiment YAML file"),
 
 
 # ---------------------------------------------------------------- plugins
-def plugins_list(kind: str = typer.Argument(None, help="models, datasets, algorithms, compressors, tasks or "
-                                            "decoders (default: all)"),
+def plugins_list(kind: str = typer.Argument(None, help="models, datasets, algorithms, compressors, tasks, "
+                                            "decoders or detectors (default: all)"),
                  as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
     """List what each pluggable kind offers and where it comes from: built-ins and installed entry points
     (group edgestream.<kind>). Any 'package.module:attribute' import path works too."""

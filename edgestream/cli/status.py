@@ -79,8 +79,8 @@ def _learning(folder: Path | None) -> dict | None:
     """Stream learning's figures from the run directory's rank files (or its merged events.jsonl)."""
     if folder is None:
         return None
-    from edgestream.metrics.prequential import learning_of
     from edgestream.metrics.events import read_events
+    from edgestream.metrics.prequential import learning_of
     from edgestream.runner.rundir import merged_events
 
     try:

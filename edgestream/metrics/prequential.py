@@ -148,10 +148,13 @@ def pooled(task: Any, parts: dict[int, dict[str, Any]], fading: bool) -> dict[st
 def line_fields(task: Any, counter: PrequentialCounter) -> dict[str, Any]:
     """What a step line carries: `preq_<metric>` over the device's window, `preq_cum_<metric>` since the run
     began, `preq_n` samples scored so far and `preq_wn` in the window."""
-    figures = counter.figures()
     fields: dict[str, Any] = {}
-    for prefix, part in (("preq_", figures["window"]), ("preq_cum_", figures["cumulative"])):
-        for k, v in (part or {}).items():
+    keys, finish = counter.keys, task.finish
+    # the two figures straight from the counter's sums (what `figures()` pools, without its generality: per step)
+    for prefix, sums, n in (("preq_", counter.window_sums(), counter.filled), ("preq_cum_", counter.cum, counter.n)):
+        if n <= 0:
+            continue
+        for k, v in finish(dict(zip(keys, sums.tolist(), strict=True)), n).items():
             fields[prefix + k] = round(v, 6) if math.isfinite(v) else v
     fields["preq_n"], fields["preq_wn"] = counter.n, counter.filled
     return fields

@@ -64,12 +64,15 @@ class DeviceWatch:
             err_n += len(errors)
             if self.detector is None:
                 continue
-            for pos in self.detector.update_many(errors):
+            positions = self.detector.update_many(errors)
+            # each detection's own figures (a later one in the same batch would overwrite statistic()'s)
+            stats = getattr(self.detector, "last_statistics", None) or [self.detector.statistic()] * len(positions)
+            for pos, stat in zip(positions, stats, strict=False):
                 self.detections += 1
                 seq = int(seqs[pos]) if seqs is not None and pos < len(seqs) else None
                 drifts.append({"time": float(time), "device": self.device, "step": int(step),
                                "samples": before + int(pos) + 1, "seq": seq, "detector": self.detector_name,
-                               "scope": "device", "statistic": _plain(self.detector.statistic())})
+                               "scope": "device", "statistic": _plain(stat)})
         fields = line_fields(self.task, self.counter)
         if err_n:
             fields["preq_err"] = round(err_sum / err_n, 6)
@@ -96,8 +99,15 @@ class GroupWatch:
 
     @classmethod
     def of(cls, plan: Any) -> GroupWatch | None:
+        """The run's all-devices detector, or None: no `drift:` section, or a detector that reads 0/1 errors only
+        (ddm: a step's mean error is not one; its devices' detectors still run)."""
         drift = getattr(plan.cfg, "drift", None)
-        return None if drift is None else cls(plan.drift_detector(), str(drift.detector))
+        if drift is None:
+            return None
+        detector = plan.drift_detector()
+        if getattr(detector, "BINARY", False):
+            return None
+        return cls(detector, str(drift.detector))
 
     def line(self, line: dict[str, Any]) -> dict | None:
         err = line.get("preq_err")
