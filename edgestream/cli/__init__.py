@@ -15,7 +15,7 @@ import sys
 import typer
 from typer.main import get_command
 
-from edgestream.cli import devices, produce, runs, status, workers
+from edgestream.cli import devices, infer, produce, runs, status, workers
 from edgestream.cli.broker import broker_app
 from edgestream.cli.config import config_app, plugins_list
 from edgestream.cli.models import models_app
@@ -33,7 +33,7 @@ for _name, _command in (("plugins", plugins_list), ("produce", produce.produce),
                         ("ps", workers.ps_cmd), ("rates", devices.rates_cmd), ("profile", devices.profile_cmd),
                         ("reproduce", runs.reproduce_cmd), ("status", status.status_cmd),
                         ("collect", runs.collect_cmd), ("demo", runs.demo), ("run", runs.run_cmd),
-                        ("compare", runs.compare_cmd)):
+                        ("compare", runs.compare_cmd), ("infer", infer.infer_cmd)):
     app.command(_name)(_command)
 
 

@@ -102,7 +102,8 @@ class ModelSubscriber:
                 self._cv.wait(0.5 if left is None else min(0.5, left))
             return self._current.version
 
-    def _runnable(self) -> Runnable:
+    def runnable(self) -> Runnable:
+        """The version in use, ready to run (RuntimeError before the first one)."""
         cur = self._current
         if cur is None:
             raise RuntimeError(f"no model version yet on {self.topic} (wait_for() first)")
@@ -111,11 +112,11 @@ class ModelSubscriber:
     def predict(self, x: Any) -> Any:
         """Class indices (classification) or values (regression) of the latest version for `x` (one sample of
         the version's input shape, or a batch of them)."""
-        return self._runnable().predict(x)
+        return self.runnable().predict(x)
 
     def outputs(self, x: Any) -> Any:
         """The latest version's raw outputs (logits, or values) for `x`."""
-        return self._runnable().outputs(x)
+        return self.runnable().outputs(x)
 
     def close(self) -> None:
         self._closed.set()

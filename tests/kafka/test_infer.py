@@ -1,0 +1,113 @@
+"""`edgestream infer` (issue 57, item 5; edgestream/edge/infer.py): a run's latest model version on a stream of records;
+every input offset answered once, across a version change mid-stream; undecodable records answered with their
+reason; the command line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import torch
+from support.streams import _read_all
+
+from edgestream import DeviceProducer, ModelSubscriber
+from edgestream.config import load_dict
+from edgestream.edge.infer import StreamInference
+from edgestream.edge.onnx_model import Runnable
+from edgestream.kafka.topic_names import device_topic
+from edgestream.kafka.topic_provision import ensure_run_topics
+from edgestream.publish.publisher import ModelPublisher
+
+LIMIT_S = 90
+
+
+def _setup(bootstrap: str, run: str, tmp_path, n: int, garbage_at: tuple[int, ...] = ()):
+    from edgestream.runner.plan import RunPlan
+
+    plan = RunPlan.resolve(load_dict({"name": "inf", "data": {"dataset": "digits"}, "model": {"name": "cnn-small"},
+                                      "publish": {}}))
+    ds = plan.dataset
+    ensure_run_topics(bootstrap, run, [0])
+    with DeviceProducer(bootstrap, run, 0) as dev:
+        for k in range(n):
+            if k in garbage_at:
+                dev.flush(30)
+                from confluent_kafka import Producer
+
+                p = Producer({"bootstrap.servers": bootstrap})
+                p.produce(device_topic(run, 0), b"not a sample", key=b"0")
+                assert p.flush(30) == 0
+            dev.send(ds.x_test[k % len(ds.x_test)], int(ds.y_test[k % len(ds.y_test)]))
+    pub = ModelPublisher.of(plan, run, tmp_path, bootstrap)
+    model = plan.build_model()
+    pub.final(model, 1, 1.0, {})
+    return plan, pub, model
+
+
+def test_every_offset_is_answered_once_across_a_version_change_mid_stream(bootstrap, run_prefix, tmp_path):
+    run = f"{run_prefix}-ddl-r1"
+    plan, pub, model = _setup(bootstrap, run, tmp_path, 300, garbage_at=(70,))
+    out_topic = f"{run}.answers"
+    with ModelSubscriber(bootstrap, run) as sub:
+        sub.wait_for(1, timeout=LIMIT_S)
+        inf = StreamInference(bootstrap, sub, device_topic(run, 0), out_topic, batch=64)
+        while inf.stats.answered < 150:
+            inf.step()
+        with torch.no_grad():
+            for p in model.parameters():
+                p.mul_(-1.0)  # another model: other predictions
+        pub.final(model, 2, 2.0, {})
+        sub.wait_for(2, timeout=LIMIT_S)
+        while inf.stats.answered < 301:
+            inf.step()
+        assert inf.step(timeout_s=1.0) == 0  # nothing more: every record answered
+        inf.close()
+    pub.close()
+    answers = [json.loads(m.value()) for m in _read_all(bootstrap, out_topic, 301, f"{run}.check")]
+    assert sorted(a["offset"] for a in answers) == list(range(301))  # every offset once: none dropped or repeated
+    assert [a["offset"] for a in answers] == list(range(301))  # in order (one partition)
+    versions = [a["version"] for a in answers]
+    assert versions == sorted(versions) and set(versions) == {1, 2}  # the change fell between batches
+    assert inf.stats.versions[1] >= 150 and inf.stats.versions[2] >= 1
+    bad = [a for a in answers if "error" in a]
+    assert [a["offset"] for a in bad] == [70] and "prediction" not in bad[0] and bad[0]["error"]
+    good = [a for a in answers if "error" not in a]
+    ds = plan.dataset
+    x = np.stack([ds.x_test[k % len(ds.x_test)] for k in range(300)])
+    y = [int(ds.y_test[k % len(ds.y_test)]) for k in range(300)]
+    assert [a["label"] for a in good] == y
+    with ModelSubscriber(bootstrap, run) as sub:  # each answer is its version's prediction
+        v2 = Runnable.of(sub.wait_for(2, timeout=LIMIT_S))
+        by_version = {2: v2.predict(x)}
+    v1 = Runnable.of(_version(tmp_path, 1))
+    by_version[1] = v1.predict(x)
+    assert all(a["prediction"] == int(by_version[a["version"]][i]) for i, a in enumerate(good))
+    assert (by_version[1] != by_version[2]).any()
+
+
+def _version(tmp_path, v: int):
+    from edgestream.edge.versions import from_dir
+
+    return from_dir(tmp_path)[0][v]
+
+
+def test_the_command_line_answers_and_says_its_figures(bootstrap, run_prefix, tmp_path):
+    run = f"{run_prefix}-ddl-r1"
+    _, pub, _ = _setup(bootstrap, run, tmp_path, 100)
+    pub.close()
+    out_topic = f"{run}.answers"
+    done = subprocess.run([sys.executable, "-m", "edgestream.cli", "infer", f"{run}.models", "--topic",
+                           device_topic(run, 0), "--out-topic", out_topic, "--bootstrap", bootstrap, "--batch", "32",
+                           "--max-records", "100"], capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr
+    figures = json.loads(done.stdout)
+    assert figures["answered"] == 100 and figures["errors"] == 0 and figures["versions"] == {"1": 100}
+    answers = [json.loads(m.value()) for m in _read_all(bootstrap, out_topic, 100, f"{run}.check")]
+    assert [a["offset"] for a in answers] == list(range(100))
+    bad = subprocess.run([sys.executable, "-m", "edgestream.cli", "infer", run, "--topic", "x", "--out-topic", "y",
+                          "--bootstrap", bootstrap, "--field", "colour=red"], capture_output=True, text=True,
+                         timeout=60)
+    assert bad.returncode == 2 and bad.stderr.strip() == ("--field: 'colour=red' is not allowed; must be NAME=VALUE "
+                                                          "with NAME one of input, target, target_from, schema, dtype")
