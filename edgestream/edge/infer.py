@@ -46,6 +46,19 @@ class InferStats:
     batches: int = 0
     versions: dict[int, int] = field(default_factory=dict)  # version -> records it answered
     seconds: float = 0.0
+    #: version -> [records with a label, correct (classification) or squared-error sum (regression)] since the
+    #: last `figures()`: how each version does on this stream's own data
+    scores: dict[int, list[float]] = field(default_factory=dict)
+
+    def figures(self) -> list[dict[str, Any]]:
+        """Per version since the last call: records scored and accuracy (classification) or rmse (regression)."""
+        out = []
+        for v, (n, s, labels) in sorted(self.scores.items()):
+            if n:
+                out.append({"version": v, "records": int(n),
+                            **({"accuracy": round(s / n, 4)} if labels else {"rmse": round(float(np.sqrt(s / n)), 4)})})
+        self.scores = {}
+        return out
 
 
 def _spec_of(runnable: Runnable) -> Any:
@@ -131,6 +144,12 @@ class StreamInference:
                 i = rows.get(id(m))
                 if i is not None:
                     answers[j] = {"prediction": preds[i].tolist(), "label": labels[i].tolist()}
+            score = self.stats.scores.setdefault(version, [0, 0.0, runnable.labels])
+            score[0] += len(preds)
+            if runnable.labels:
+                score[1] += float((preds == labels).sum())
+            else:
+                score[1] += float(((preds - labels.reshape(preds.shape)) ** 2).mean(axis=1).sum())
         for j, reason in rejected:
             answers[j] = {"error": reason}
         commit: dict[tuple[str, int], int] = {}
@@ -156,15 +175,26 @@ class StreamInference:
         return len(msgs)
 
     def run(self, stop: Callable[[], bool] = lambda: False, *, max_records: int | None = None,
-            version_timeout_s: float | None = None) -> InferStats:
-        """Answer batches until `stop()` or `max_records` answered; waits first for a model version."""
+            version_timeout_s: float | None = None, report_s: float | None = None,
+            report: Callable[[list[dict[str, Any]]], Any] | None = None) -> InferStats:
+        """Answer batches until `stop()` or `max_records` answered; waits first for a model version. Every
+        `report_s` seconds (and at the end) `report(stats.figures())` when there are figures."""
         self.subscriber.wait_for(timeout=version_timeout_s)
-        t0 = time.monotonic()
+        t0 = last = time.monotonic()
         try:
             while not stop() and (max_records is None or self.stats.answered < max_records):
                 self.step(limit=None if max_records is None else max_records - self.stats.answered)
+                if report is not None and report_s and time.monotonic() - last >= report_s:
+                    last = time.monotonic()
+                    figures = self.stats.figures()
+                    if figures:
+                        report(figures)
         finally:
             self.stats.seconds = time.monotonic() - t0
+            if report is not None:
+                figures = self.stats.figures()
+                if figures:
+                    report(figures)
         return self.stats
 
     def close(self) -> None:

@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 import torch
 from support.streams import _read_all
 
@@ -111,3 +112,29 @@ def test_the_command_line_answers_and_says_its_figures(bootstrap, run_prefix, tm
                          timeout=60)
     assert bad.returncode == 2 and bad.stderr.strip() == ("--field: 'colour=red' is not allowed; must be NAME=VALUE "
                                                           "with NAME one of input, target, target_from, schema, dtype")
+
+
+def test_a_device_scores_the_versions_on_its_own_stream(bootstrap, run_prefix, tmp_path):
+    """The testbed's `devices` profile: `infer --config CFG --run-id ID --device 0 --report-s S` finds the run and
+    device 0's own stream from the config, and says each version's accuracy on that device's data."""
+    from factories import write_config
+
+    from edgestream.config import load_config
+    from edgestream.runner.plan import RunPlan
+
+    rid = run_prefix.rsplit("-", 1)[1]
+    cfg = write_config(tmp_path / "c.yaml", {"name": "devs", "data": {"dataset": "digits"},
+                                             "model": {"name": "cnn-small"}, "publish": {}})
+    run = RunPlan.resolve(load_config(cfg)).run_name(rid)
+    _setup(bootstrap, run, tmp_path, 100)[1].close()
+    done = subprocess.run([sys.executable, "-m", "edgestream.cli", "infer", "--config", str(cfg), "--run-id", rid,
+                           "--device", "0", "--bootstrap", bootstrap, "--max-records", "100", "--report-s", "0.01"],
+                          capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr
+    *reports, final = [json.loads(line) for line in done.stdout.splitlines()]
+    assert final["answered"] == 100
+    assert sum(r["records"] for r in reports) == 100 and {r["version"] for r in reports} == {1}
+    answers = [json.loads(m.value()) for m in _read_all(bootstrap, f"{run}.answers.0", 100, f"{run}.check")]
+    right = sum(a["prediction"] == a["label"] for a in answers)
+    assert sum(r["accuracy"] * r["records"] for r in reports) == pytest.approx(right, abs=0.01)
+    assert all(r["topic"] == device_topic(run, 0) for r in reports)

@@ -199,19 +199,19 @@ def test_compose_commands_are_real_edgestream_commands(path):
         senv = env | ({"EXPERIMENT": "testbed-external.yaml"} if name.startswith("external-") else {})
         cmd = [_interpolate(x, senv) for x in s["command"]]
         sub = cmd[0]
-        assert sub in {"produce", "train", "ps", "collect"}, f"{name}: {sub}"
+        assert sub in {"produce", "train", "ps", "collect", "infer"}, f"{name}: {sub}"
         text = _help(sub)
         flags = [x for x in cmd if x.startswith("--")]
         assert flags, name
         for flag in flags:
             assert re.search(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", text), f"{name}: `edgestream {sub}` has no {flag}"
         # every --set names a config field that loads with the config the command reads
-        config = cmd[cmd.index("--config") + 1] if sub == "collect" else cmd[1]
+        config = cmd[cmd.index("--config") + 1] if sub in ("collect", "infer") else cmd[1]
         assert config.startswith("/config/"), f"{name}: {config}"
         sets = [cmd[i + 1] for i, x in enumerate(cmd) if x == "--set"]
         cfg = load_config(ROOT / "examples" / config.removeprefix("/config/"), sets)
         assert cfg.devices.count == int(env["TRAINERS"])
-        if sub in ("produce", "train", "ps"):
+        if sub in ("produce", "train", "ps", "infer"):
             assert "--run-id" in cmd and "--bootstrap" in cmd
             boot = cmd[cmd.index("--bootstrap") + 1]
             assert not re.match(r"(localhost|127\.)", boot), f"{name}: bootstrap {boot} inside a container"
@@ -239,6 +239,22 @@ def test_compose_every_variable_is_defined(path):
     env = _env_example() | {"RANK": "0", "MASTER_ADDR": "h", "KAFKA_ADVERTISED_HOST": "h", "KAFKA_BOOTSTRAP": "h:1"}
     for s in _strings(doc):
         assert "${" not in _interpolate(s, env), s
+
+
+def test_compose_devices_profile_follows_the_models_of_the_run():
+    """devices: one device container per device of the default world (TRAINERS), each answering its own stream with
+    the run's model versions (`edgestream infer --config --run-id --device i`), on an EXPERIMENT that publishes."""
+    doc = _load(COMPOSE)
+    devs = {n: s for n, s in doc["services"].items() if "devices" in (s.get("profiles") or [])}
+    env = _env_example()
+    assert sorted(devs) == [f"device-{i}" for i in range(int(env["TRAINERS"]))]
+    for name, s in devs.items():
+        cmd = [_interpolate(x, env | {"EXPERIMENT": "testbed-devices.yaml"}) for x in s["command"]]
+        assert cmd[0] == "infer" and cmd[cmd.index("--device") + 1] == name.rsplit("-", 1)[1]
+        assert "--report-s" in cmd and s["profiles"] == ["devices"]
+        sets = [cmd[i + 1] for i, x in enumerate(cmd) if x == "--set"]
+        assert load_config(ROOT / "examples" / cmd[cmd.index("--config") + 1].removeprefix("/config/"),
+                           sets).publish is not None
 
 
 EXTERNAL_VARS = {"STREAMS_TOPIC": "topic", "STREAMS_FORMAT": "format", "STREAMS_START": "start",
