@@ -254,3 +254,34 @@ def test_the_device_requirements_are_pyprojects_ranges():
               if line.strip() and not line.startswith("#")]
     assert sorted(r.name for r in device) == ["confluent-kafka", "numpy", "onnxruntime"]
     assert all(r.specifier == core[r.name] for r in device), [(r.name, r.specifier, core[r.name]) for r in device]
+
+
+def test_publish_config_lines_and_defaults():
+    """`publish: {}` turns versions on with every_s 30; a bad field is one line naming it; the simulator writes no
+    versions (it has no Kafka and a virtual clock: docs/model-format.md)."""
+    from edgestream.config import ConfigError, validate_dict
+
+    base = {"name": "pub", "data": {"dataset": "digits"}}
+    assert RunPlan.resolve(load_dict(base)).publish is None
+    assert RunPlan.resolve(load_dict({**base, "publish": {}})).publish == {
+        "every_s": 30.0, "every_steps": None, "formats": ("onnx", "safetensors"), "topic": None,
+        "chunk_bytes": 1048576, "keep": 2}
+    assert RunPlan.resolve(load_dict({**base, "publish": {"every_steps": 5}})).publish["every_s"] is None
+    for bad, line in [({"formats": ["tflite"]}, "publish.formats[0]: tflite is not allowed; must be one of 'onnx' or "
+                                                "'safetensors'"),
+                      ({"every_s": 0}, "publish.every_s: 0 is not allowed; must be > 0"),
+                      ({"formats": ["onnx", "onnx"]}, "publish.formats: [onnx, onnx] is not allowed; each format once "
+                                                      "(allowed: onnx, safetensors)")]:
+        with pytest.raises(ConfigError) as err:
+            validate_dict({**base, "publish": bad})
+        assert err.value.problems == [line]
+
+
+def test_the_simulator_writes_no_versions(tmp_path):
+    import edgestream
+
+    cfg = edgestream.load_config({"name": "pubsim", "data": {"dataset": "digits"}, "model": {"name": "mlp"},
+                                  "devices": {"count": 2}, "stop": {"max_steps": 3, "target_accuracy": None},
+                                  "publish": {"every_steps": 1}})
+    result = edgestream.run(cfg, engine="sim", out=tmp_path, progress=False)
+    assert result.summary["steps"] >= 3 and not (result.run_dir / "models").exists()
