@@ -51,13 +51,17 @@ def ensure_run_topics(bootstrap: str, run: str, devices: Iterable[int],
     return list(names)
 
 
-def run_topics(run: str, devices: int, layout: StreamLayout | None = None, *, ps: bool = False) -> dict[str, int]:
+def run_topics(run: str, devices: int, layout: StreamLayout | None = None, *, ps: bool = False,
+               models: str | None = None) -> dict[str, int]:
     """Every topic run `run` of `devices` devices uses -> its partition count: the streams and injection topics
-    of its layout, `<run>.dlq`, `<run>.meta` (compacted), and for a parameter-server run `<run>.ps.push` and
-    `<run>.ps.pull.<i>` (edgestream.ps.transport's names)."""
+    of its layout, `<run>.dlq`, `<run>.meta` (compacted), for a parameter-server run `<run>.ps.push` and
+    `<run>.ps.pull.<i>` (edgestream.ps.transport's names), and `models`, the run's models topic when it publishes
+    model versions (compacted; edgestream.publish)."""
     names = dict((layout or StreamLayout(run, devices)).topics())
     names[dlq_topic(run)] = 1
     names[meta_topic(run)] = 1
+    if models:
+        names[models] = 1
     if ps:
         names[ps_topic(run, "push")] = 1
         names.update({ps_topic(run, f"pull.{i}"): 1 for i in range(devices)})
@@ -65,13 +69,14 @@ def run_topics(run: str, devices: int, layout: StreamLayout | None = None, *, ps
 
 
 def prepare_run_topics(bootstrap: str, run: str, devices: int, security: Mapping[str, str] | None = None, *,
-                       settings: TopicSettings, layout: StreamLayout | None = None, ps: bool = False) -> list[str]:
+                       settings: TopicSettings, layout: StreamLayout | None = None, ps: bool = False,
+                       models: str | None = None) -> list[str]:
     """The orchestrator's step: create the run's stream, injection and DLQ topics with `settings` (the meta
-    and PS topics are created by the producer and the PS, sized for the model); with `settings.create` false,
-    check every topic the run needs (`run_topics`) instead: TopicMismatch names each one missing or
-    mis-partitioned."""
+    and PS topics are created by the producer and the PS, sized for the model; the models topic by its
+    publisher); with `settings.create` false, check every topic the run needs (`run_topics`, `models` included)
+    instead: TopicMismatch names each one missing or mis-partitioned."""
     if not settings.create:
-        wanted = run_topics(run, devices, layout, ps=ps)
+        wanted = run_topics(run, devices, layout, ps=ps, models=models)
         create_topics(bootstrap, wanted, security=security, settings=settings)
         return list(wanted)
     return ensure_run_topics(bootstrap, run, range(devices), security, layout, settings=settings)

@@ -32,7 +32,8 @@ def create_run_topics(plan: Any, bootstrap: str, run_name: str, path: Path, resu
         if not resumed:
             _check_no_topics(plan, bootstrap, run_name, topic_settings.create)
         prepare_run_topics(bootstrap, run_name, plan.world, plan.security, settings=topic_settings,
-                           layout=plan.layout(run_name, bootstrap), ps=plan.algorithm.family == "ps")
+                           layout=plan.layout(run_name, bootstrap), ps=plan.algorithm.family == "ps",
+                           models=_models_topic(plan, run_name))
     except TopicSettingsError as exc:
         raise LaunchError(str(exc), 2) from None
     except (ExternalTopicError, TopicMismatch) as exc:
@@ -78,3 +79,12 @@ def _check_no_topics(plan: Any, bootstrap: str, run_name: str, create: bool) -> 
         raise LaunchError(f"run {run_name} already has topics on {bootstrap} ({sorted(found)[0]}, ...): "
                           "an earlier run used this run id; choose another --run-id (or --resume its run "
                           "directory)", 2)
+
+
+def _models_topic(plan: Any, run_name: str) -> str | None:
+    """The run's models topic when it publishes model versions (publish:; edgestream.publish), else None."""
+    if plan.publish is None:
+        return None
+    from edgestream.kafka.topic_names import models_topic
+
+    return plan.publish["topic"] or models_topic(run_name)

@@ -285,3 +285,16 @@ def test_the_simulator_writes_no_versions(tmp_path):
                                   "publish": {"every_steps": 1}})
     result = edgestream.run(cfg, engine="sim", out=tmp_path, progress=False)
     assert result.summary["steps"] >= 3 and not (result.run_dir / "models").exists()
+
+
+def test_a_publishing_run_names_its_models_topic_among_the_topics_to_provision():
+    """kafka.topics.create: false -- an administrator provisions every topic the run uses, the models topic too."""
+    from edgestream.kafka.topic_provision import run_topics
+    from edgestream.launch.run_topics import _models_topic
+
+    base = {"name": "pub", "data": {"dataset": "digits"}}
+    assert _models_topic(RunPlan.resolve(load_dict(base)), "pub-ddl-r1") is None
+    plan = RunPlan.resolve(load_dict({**base, "publish": {}}))
+    assert run_topics("pub-ddl-r1", 2, models=_models_topic(plan, "pub-ddl-r1"))["pub-ddl-r1.models"] == 1
+    mine = RunPlan.resolve(load_dict({**base, "publish": {"topic": "plant.models"}}))
+    assert _models_topic(mine, "pub-ddl-r1") == "plant.models"
