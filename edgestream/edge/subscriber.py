@@ -61,7 +61,9 @@ class ModelSubscriber:
         self.bootstrap, self.security, self.on_version, self.providers = bootstrap, security, on_version, providers
         from edgestream.kafka.outage import Outage
 
-        self.outage = Outage(bootstrap, outage_s, field="outage_s") if outage_s is not None else None
+        self.outage = Outage(bootstrap, outage_s, field="outage_s", listener=self._outage_event) \
+            if outage_s is not None else None
+        self.unavailable: str | None = None  # the give-up line of an outage past outage_s, until Kafka answers
         self.refused: list[str] = []
         self.error: str | None = None  # an error no wait cures (the thread ended)
         self._current: Runnable | None = None
@@ -91,8 +93,13 @@ class ModelSubscriber:
             while not ok():
                 if self.error is not None:
                     raise RuntimeError(self.error)
-                if self.outage is not None and self.outage.waiting and self.outage.left() <= 0:
-                    raise KafkaUnavailable(self.outage.message(f"reading {self.topic}"))
+                if self.unavailable is not None:  # past outage_s: unless Kafka answers now, say so
+                    from edgestream.kafka.outage_calls import fresh_answers
+
+                    line = self.unavailable
+                    if not fresh_answers(self.bootstrap, self.security):
+                        raise KafkaUnavailable(line)
+                    self.unavailable = None
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     have = self.latest()
@@ -129,6 +136,15 @@ class ModelSubscriber:
         self.close()
 
     # ------------------------------------------------------------------ the reader's thread
+    def _outage_event(self, state: str, info: Any) -> None:
+        """The outage's listener: past the budget `wait_for` raises (the reader keeps trying); its end clears it."""
+        if state == "gave_up":
+            self.unavailable = self.outage.message(info.what)
+            with self._cv:
+                self._cv.notify_all()
+        elif state == "end":
+            self.unavailable = None
+
     def _refuse(self, line: str) -> None:
         cur = self.latest()
         line = f"{self.topic}: refused: {line} (keeping {'version ' + str(cur.version) if cur else 'no version'})"
@@ -174,6 +190,7 @@ class ModelSubscriber:
                     return True
                 if self.outage is not None:
                     self.outage.up()
+                self.unavailable = None  # Kafka answers
             except KafkaException as exc:
                 if self.outage is not None:
                     try:
@@ -204,6 +221,7 @@ class ModelSubscriber:
             while not self._closed.is_set():
                 try:
                     for raw in rx.poll(0.5):
+                        self.unavailable = None  # a message: Kafka answers
                         if raw.value is None:
                             continue  # a tombstone: an old version's chunk deleted
                         try:
@@ -213,10 +231,7 @@ class ModelSubscriber:
                             continue
                         if version is not None:
                             got[version.version] = version
-                except KafkaUnavailable as exc:  # the budget ran out: said; the reader keeps trying
-                    log.error("%s", exc)
-                    with self._cv:
-                        self._cv.notify_all()
+                except KafkaUnavailable:  # the budget ran out (said by the outage, `unavailable` set): keep trying
                     continue
                 if got and rx.position >= end:
                     self._take(got)

@@ -15,7 +15,7 @@ import torch
 from confluent_kafka import Producer
 from support.streams import _read_all
 
-from edgestream import ModelSubscriber
+from edgestream import KafkaUnavailable, ModelSubscriber
 from edgestream.config import load_dict
 from edgestream.edge.model_format import (
     META_FILE,
@@ -300,3 +300,23 @@ def test_models_list_show_pull_from_the_topic_and_the_run_directory(bootstrap, r
     (tmp_path / "empty").mkdir()
     code, _, err = _cli("models", "list", str(tmp_path / "empty"))
     assert code == 2 and err.strip().startswith(f"RUN: {tmp_path / 'empty'} holds no model versions")
+
+
+def test_past_outage_s_wait_for_raises_one_line_and_versions_flow_again_after(broker, tmp_path):
+    plan = _plan()
+    bs, run = broker.bootstrap, "gone-ddl-r1"
+    model = plan.build_model()
+    ModelPublisher.of(plan, run, tmp_path, bs).final(model, 1, 1.0, {})
+    with ModelSubscriber(bs, run, outage_s=3) as sub:
+        sub.wait_for(1, timeout=LIMIT_S)
+        broker.stop()
+        with pytest.raises(KafkaUnavailable) as err:
+            sub.wait_for(newer_than=1, timeout=240)
+        assert str(err.value) == f"no answer from Kafka at {bs} for 3 s (outage_s) while reading {models_topic(run)}"
+        assert sub.latest().version == 1 and sub.predict(plan.dataset.x_test[:3]).shape == (3,)
+        broker.start()
+        _nudge(model, 9)
+        pub = ModelPublisher.of(plan, run, tmp_path, bs)
+        assert pub.final(model, 2, 2.0, {}) == 2
+        assert sub.wait_for(2, timeout=240).version == 2 and sub.unavailable is None
+        pub.close()
