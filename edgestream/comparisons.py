@@ -177,9 +177,61 @@ def run_compare(cfg: Any, variants: list[Variant], out: str | Path | None = None
         t = engine_time_s(s)
         lines.append(f"- {label}: batch {s['batch']}, stop {s.get('stop_reason')}"
                      + (f" at {t:.4g} s" if t is not None else "") + f", run {Path(s['run_dir']).name}")
+    if cfg.eval.prequential is not None:
+        lines += ["", *_prequential_section(cfg, summaries, folder, engine)]
     (folder / "compare.md").write_text("\n".join(lines) + "\n")
     accuracy_plot(curves, folder / "compare.png", title=f"{cfg.name}: test {metric}")
     return folder, summaries, table
+
+
+def _prequential_section(cfg: Any, summaries: dict[str, dict], folder: Path, engine: str) -> list[str]:
+    """compare.md's lines on stream learning, and prequential.png: each run's all-devices prequential window
+    metric over time with the drift scenario's first change marked; per run, how it came back after that change
+    (edgestream.metrics.prequential.recovery) and its drift detections."""
+    from edgestream.metrics.plots import prequential_plot
+    from edgestream.metrics.prequential import recovery, window_curve
+    from edgestream.tasks import DIRECTIONS
+
+    metric = get_task(cfg.task).primary
+    curves: dict[str, list[tuple[float, float]]] = {}
+    starts: dict[str, float] = {}
+    for label, s in summaries.items():
+        records = read_events(Path(s["run_dir"]) / "events.jsonl")
+        curves[label] = window_curve(records, metric)
+        begun = [float(e["time"]) for e in records if e.get("kind") == "drift_start"]
+        if begun:
+            starts[label] = min(begun)
+    unit, _ = _time_words(engine)
+    lines = [f"## Stream learning: the prequential {metric} over each run's last {cfg.eval.prequential.window} "
+             f"samples a device (all devices; prequential.png)", ""]
+    marks = {}
+    if starts:
+        at = min(starts.values())
+        marks = {f"drift begins ({at:.4g} s)": at}
+        lines += [f"| run | {metric} before | worst after | final | back within 0.02 after ({unit}) | drifts |",
+                  "|---|---|---|---|---|---|"]
+        for label, curve in curves.items():
+            drift = summaries[label].get("drift") or {}
+            if label not in starts:  # the run never trained on a changed sample (it lagged behind its streams)
+                lines.append(f"| {label} | - | - | - | its batches never reached the change (the run lagged "
+                             f"{_lag_text(summaries[label])}) | {drift.get('detections', '-')} |")
+                continue
+            r = recovery(curve, starts[label], higher=DIRECTIONS.get(metric, True))
+            back = ("never" if r["recovered_s"] is None else
+                    r["recovered_s"] if r["dipped"] else "no dip (still learning when it came)")
+            lines.append(f"| {label} | {r['before']} | {r['dip']} | {r['final']} | {back} | "
+                         f"{drift.get('detections', '-')} |")
+    else:
+        lines.append("No drift scenario in these runs: prequential.png shows the window metric alone.")
+    prequential_plot(curves, folder / "prequential.png", marks=marks, title=f"{cfg.name}: prequential {metric}",
+                     xlabel=f"time ({unit})", ylabel=f"prequential {metric} (window, all devices)")
+    return lines
+
+
+def _lag_text(summary: dict) -> str:
+    """How far a run was behind its streams, from its summary (its largest buffer)."""
+    buf = summary.get("buffer_max_samples")
+    return f"by up to {buf:,} buffered samples" if isinstance(buf, int) else "behind its streams"
 
 
 def _limits(stop: Any) -> str:

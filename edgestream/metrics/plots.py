@@ -13,13 +13,16 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 
 def _line_plot(series: Mapping[str, list[tuple[float, float]]], path: str | Path, *, title: str, xlabel: str,
-               ylabel: str, log_y: bool = False, floor: float | None = None) -> Path:
-    """One line per label of (x, y) points, saved as a PNG."""
+               ylabel: str, log_y: bool = False, floor: float | None = None,
+               marks: Mapping[str, float] | None = None) -> Path:
+    """One line per label of (x, y) points, saved as a PNG; marks: {label: x} drawn as dashed vertical lines."""
     fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=110)
     for label, pts in series.items():
         if pts:
             ys = [p[1] if floor is None else max(p[1], floor) for p in pts]
             ax.plot([p[0] for p in pts], ys, label=label, linewidth=1.4)
+    for label, x in (marks or {}).items():
+        ax.axvline(x, color="0.3", linestyle="--", linewidth=1.0, label=label)
     if log_y:
         ax.set_yscale("log")
     ax.set_xlabel(xlabel)
@@ -38,6 +41,13 @@ def accuracy_plot(series: Mapping[str, list[tuple[float, float]]], path: str | P
                   xlabel: str = "virtual time (s)", ylabel: str = "test accuracy") -> Path:
     """A test metric (accuracy unless `ylabel` names another) against time, one line per label."""
     return _line_plot(series, path, title=title, xlabel=xlabel, ylabel=ylabel)
+
+
+def prequential_plot(series: Mapping[str, list[tuple[float, float]]], path: str | Path, *, marks: Mapping[str, float],
+                     title: str = "", xlabel: str = "virtual time (s)", ylabel: str = "prequential accuracy") -> Path:
+    """The all-devices prequential window metric against time, one line per run, the drifts marked (`marks`:
+    {"drift (device 3)": time})."""
+    return _line_plot(series, path, title=title, xlabel=xlabel, ylabel=ylabel, marks=marks)
 
 
 def buffer_plot(series: Mapping[str, list[tuple[int, float]]], path: str | Path, title: str = "") -> Path:

@@ -258,3 +258,37 @@ def summary_of(task: Any, records: Iterable[dict], fading: bool,
                  "events": [{k: d.get(k) for k in ("time", "device", "step", "samples", "seq", "scope")}
                             for d in drifts[:1000]]}
     return preq, drift
+
+
+def window_curve(records: Iterable[dict], metric: str) -> list[tuple[float, float]]:
+    """(time, all-devices window value of `metric`) at every step line of a run's event lines (time order): the
+    curve `compare` plots for a drift scenario (`LivePool`)."""
+    pool = LivePool()
+    out: list[tuple[float, float]] = []
+    for rec in records:
+        if rec.get("kind", "step") == "step" and "preq_n" in rec:
+            pool.update(int(rec.get("device", 0)), rec)
+            value = pool.figures("preq_").get(metric)
+            if value is not None:
+                out.append((float(rec.get("time") or 0.0), value))
+    return out
+
+
+def recovery(curve: list[tuple[float, float]], at: float, *, higher: bool = True, tol: float = 0.02,
+             after_s: float = 0.0) -> dict[str, Any]:
+    """How a window curve came back after a change at time `at`: `before` (its value at the last point before
+    `at`), `dip` (its worst value after), `final` (its last value), and `recovered_s`: the time from `at` until
+    it was back within `tol` of `before` (after `after_s` at least, so that the window holds post-change samples:
+    None when it never was; 0 when it never fell more than `tol` below `before`: `dipped` False, a model still
+    learning when the change came). `higher`: the metric improves upwards (accuracy); rmse and loss do not."""
+    before = next((v for t, v in reversed(curve) if t < at), None)
+    after = [(t, v) for t, v in curve if t >= at]
+    if before is None or not after:
+        return {"before": before, "dip": None, "final": None, "recovered_s": None, "dipped": None}
+    dip = min(v for _, v in after) if higher else max(v for _, v in after)
+    dipped = dip < before - tol if higher else dip > before + tol
+    dipped_at = next(t for t, v in after if v == dip)
+    back = next((t for t, v in after if t >= max(dipped_at, at + after_s)
+                 and (v >= before - tol if higher else v <= before + tol)), None)
+    return {"before": round(before, 4), "dip": round(dip, 4), "final": round(after[-1][1], 4),
+            "recovered_s": None if back is None else (round(back - at, 3) if dipped else 0.0), "dipped": dipped}
