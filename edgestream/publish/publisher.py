@@ -93,9 +93,18 @@ class ModelPublisher:
             from edgestream.kafka.topic_writer import TopicWriter
 
             chunk = int(spec["chunk_bytes"])
-            create_topics(bootstrap, {self.topic: 1}, security=security, settings=settings,
-                          config={"cleanup.policy": "compact"},
-                          max_message_bytes=max(MIN_TOPIC_BYTES, chunk + HEADER_ROOM))
+
+            def create() -> None:
+                create_topics(bootstrap, {self.topic: 1}, security=security, settings=settings,
+                              config={"cleanup.policy": "compact"},
+                              max_message_bytes=max(MIN_TOPIC_BYTES, chunk + HEADER_ROOM))
+
+            if outage is not None:  # through an outage, as the run's other topics (KafkaUnavailable past it)
+                from edgestream.kafka.outage_calls import call_through
+
+                call_through(outage, create, f"creating the models topic {self.topic}")
+            else:
+                create()
             self.writer = TopicWriter(bootstrap, chunk, security, outage=outage, stop=stop, who="model publisher")
 
     @classmethod
