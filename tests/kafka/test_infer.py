@@ -138,3 +138,42 @@ def test_a_device_scores_the_versions_on_its_own_stream(bootstrap, run_prefix, t
     right = sum(a["prediction"] == a["label"] for a in answers)
     assert sum(r["accuracy"] * r["records"] for r in reports) == pytest.approx(right, abs=0.01)
     assert all(r["topic"] == device_topic(run, 0) for r in reports)
+
+
+def test_a_version_published_while_infer_runs_swaps_in_between_batches(bootstrap, run_prefix, tmp_path):
+    """The version changes while `run` answers in another thread: every offset answered once, the versions in
+    order, and the records that arrive once version 2 is in use are answered by it."""
+    import threading
+    import time
+    from collections import Counter
+
+    run = f"{run_prefix}-ddl-r1"
+    plan, pub, model = _setup(bootstrap, run, tmp_path, 500)
+    out_topic = f"{run}.answers"
+    with ModelSubscriber(bootstrap, run) as sub:
+        sub.wait_for(1, timeout=LIMIT_S)
+        inf = StreamInference(bootstrap, sub, device_topic(run, 0), out_topic, batch=16)
+        worker = threading.Thread(target=inf.run, kwargs={"max_records": 1000})
+        worker.start()
+        deadline = time.monotonic() + LIMIT_S
+        while inf.stats.answered < 100:  # mid-stream (a bound for a regression, not a figure)
+            assert time.monotonic() < deadline and worker.is_alive()
+            time.sleep(0.01)
+        with torch.no_grad():
+            for p in model.parameters():
+                p.mul_(-1.0)
+        pub.final(model, 2, 2.0, {})
+        sub.wait_for(2, timeout=LIMIT_S)
+        ds = plan.dataset
+        with DeviceProducer(bootstrap, run, 0, start_seq=500) as dev:  # what arrives once version 2 is in use
+            for k in range(500, 1000):
+                dev.send(ds.x_test[k % len(ds.x_test)], int(ds.y_test[k % len(ds.y_test)]))
+        worker.join(timeout=300)
+        assert not worker.is_alive()
+        inf.close()
+    pub.close()
+    answers = [json.loads(m.value()) for m in _read_all(bootstrap, out_topic, 1000, f"{run}.check")]
+    assert [a["offset"] for a in answers] == list(range(1000))
+    versions = [a["version"] for a in answers]
+    assert versions == sorted(versions) and versions[0] == 1 and set(versions[500:]) == {2}
+    assert inf.stats.versions == dict(Counter(versions))
