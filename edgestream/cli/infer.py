@@ -45,10 +45,13 @@ def infer_cmd(source: str | None = typer.Argument(None, help="the run (its topic
               outage_s: float = typer.Option(300.0, "--outage-s", help="how long to wait through a Kafka outage")
               ) -> None:
     """Answer every record of a topic with the run's latest model version, into another topic (JSON per record)."""
+    from confluent_kafka import KafkaException
+
     from edgestream.cli.common import check_run_id
     from edgestream.cli.topics import _connect
     from edgestream.edge.infer import StreamInference
     from edgestream.edge.subscriber import ModelSubscriber
+    from edgestream.kafka.admin import KafkaUnavailable
     from edgestream.kafka.topic_names import run_of_topic
 
     fields = {}
@@ -101,6 +104,9 @@ def infer_cmd(source: str | None = typer.Argument(None, help="the run (its topic
                               report=report if report_s else None)
         except ValueError as exc:  # a format that does not fit the version's input
             bad_input(" ".join(str(exc).split()))
+        except (RuntimeError, KafkaException, KafkaUnavailable, TimeoutError) as exc:  # Kafka trouble: one line
+            typer.echo(f"error: {' '.join(str(exc).split())}", err=True)
+            raise typer.Exit(1) from None
         finally:
             infer.close()
     finally:

@@ -19,8 +19,10 @@ Versions change only between batches (each batch is answered by one version, whi
 version change never drops or repeats a record. Delivery is at-least-once: every input offset is answered;
 a crash between a batch's answers and its commit answers that batch again after the restart (the same
 partition/offset, perhaps by a newer version), so a reader that must see each offset once keeps the last answer
-per (partition, offset). Kafka away: the subscriber and the clients wait through it (runtime.kafka_outage_s as
-everywhere; `outage_s` here).
+per (partition, offset). Kafka away: the subscriber waits through it (`outage_s`) and the input consumer retries;
+the answers stay queued in the producer for librdkafka's message timeout (300 s), after which a batch whose answers
+were not delivered ends `step` with one line (RuntimeError) and its inputs, not committed, are answered again by
+the next run.
 """
 
 from __future__ import annotations
