@@ -152,3 +152,39 @@ def test_a_response_the_run_cannot_perform_is_refused_naming_the_field(algorithm
         run_config(validate_dict(raw), "sim", out=tmp_path, progress=False)
     problems = err.value.problems
     assert len(problems) == 1 and problems[0].startswith("drift.on_detect") and words in problems[0], problems
+
+
+def test_what_a_user_reads_tensorboard_compare_and_status(tmp_path) -> None:
+    """The figures reach every surface: TensorBoard's prequential series and drift markers, compare's recovery
+    table and prequential.png, the status text, the progress line's note."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from typer.testing import CliRunner
+
+    from edgestream.cli import app
+    from edgestream.comparisons import parse_variants, run_compare
+    from edgestream.metrics.events import read_events
+    from edgestream.metrics.prequential import learning_of
+    from edgestream.runner.report import stream_note
+
+    folder, summaries, table = run_compare(validate_dict(_raw(1, steps=110)), parse_variants("ddl,scadles"),
+                                           out=tmp_path, progress=False)
+    assert "preq window" in table and "drifts" in table
+    text = (folder / "compare.md").read_text()
+    assert "## Stream learning" in text and "| ddl | " in text and (folder / "prequential.png").stat().st_size > 0
+    run_dir = Path(summaries["ddl"]["run_dir"])
+    acc = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={"scalars": 0})
+    acc.Reload()
+    tags = set(acc.Tags()["scalars"])
+    assert {"prequential/accuracy", "prequential_window/accuracy", "prequential_window_accuracy/device_0",
+            "prequential_accuracy/device_3", "drift/device_0", "drift_start/device_1"} <= tags, sorted(tags)
+    learning = learning_of(read_events(run_dir / "events.jsonl"))
+    assert learning["drifts"] == summaries["ddl"]["drift"]["detections"] + summaries["ddl"]["drift"]["all_devices"]
+    assert set(learning["devices"]) == {"0", "1", "2", "3"} and 0 < learning["window"]["accuracy"] <= 1
+    assert stream_note(learning["window"], "accuracy", 3).startswith("prequential accuracy ")
+    from edgestream.cli.status import _learning, _learning_text
+
+    said = _learning_text(_learning(run_dir))
+    assert "prequential (all devices): window accuracy" in said and "drift detections:" in said, said
+    assert "drift on device" in said  # the newest detections, each in a line
+    result = CliRunner().invoke(app, ["status", "--help"])
+    assert "--run-dir" in result.output
