@@ -216,10 +216,11 @@ def test_a_ps_reader_that_stalls_is_reopened_at_its_position(bootstrap, run_pref
     """A consumer that returns nothing while messages wait (here: its partition paused behind its back), or
     gets no answer while Kafka answers a new client, is reopened where it was: the messages come, once
     each, in order."""
+    from edgestream.kafka import topic_reader
     from edgestream.ps import transport
     from edgestream.ps.wire import Envelope
 
-    monkeypatch.setattr(transport, "STALL_S", 1.0)
+    monkeypatch.setattr(topic_reader, "STALL_S", 1.0)  # the PS's reader is kafka.topic_reader's Receiver
     transport.ensure_ps_topics(bootstrap, run_prefix, 1, 1000)
     topic = transport.push_topic(run_prefix)
     rx = transport.Receiver(bootstrap, topic, f"{run_prefix}.ps", "beginning")
