@@ -15,6 +15,8 @@ with real producer / PS / trainer children against a real broker, and what the t
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -83,6 +85,20 @@ def wait_steps(run_dir: Path, proc: subprocess.Popen, devices: int, steps: int) 
             return
         time.sleep(0.2)
     pytest.fail("the trainers did not start training")
+
+
+def kill_run(run_dir: Path, proc: subprocess.Popen) -> None:
+    """SIGKILL the orchestrator `proc`, then every trainer it started that is still there (its parent watch may
+    be quicker): a run killed mid-way, for `--resume`."""
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(HANG_S)
+    pids = pids_of(run_dir)["trainers"]
+    for pid in pids.values() if isinstance(pids, dict) else pids:
+        try:
+            os.kill(int(pid), signal.SIGKILL)
+        except (ProcessLookupError, TypeError, ValueError):
+            pass
+    time.sleep(1.0)
 
 
 def pids_of(run_dir: Path) -> dict:

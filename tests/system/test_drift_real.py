@@ -9,9 +9,6 @@ Real broker (the session's `bootstrap`), real `edgestream run --engine local` or
 from __future__ import annotations
 
 import json
-import os
-import signal
-import time
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +16,7 @@ import pytest
 import yaml
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
-from support.runs import HANG_S, finish, resume_ckpts, run, start, wait_steps
+from support.runs import finish, kill_run, resume_ckpts, run, start, wait_steps
 
 W = np.array([[1.5, -1.0, 0.5, 0.0], [-0.5, 1.0, 1.0, -1.0], [0.0, 0.5, -1.5, 1.5]], np.float32)  # 3 classes
 CHANGE = 640          # device 1's records from this offset on have their labels permuted
@@ -112,15 +109,7 @@ def test_kill_and_resume_give_the_same_later_detections(bootstrap, run_prefix, t
     proc = start(cfg, bootstrap, out=out)
     run_dir = out / f"{run_prefix}k-ddl-r1"
     wait_steps(run_dir, proc, 2, 16)  # before device 1's change (step 40) and device 0's (step 68)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait(HANG_S)
-    pids = json.loads((run_dir / "pids.json").read_text())["trainers"]
-    for pid in pids.values() if isinstance(pids, dict) else pids:
-        try:
-            os.kill(int(pid), signal.SIGKILL)
-        except (ProcessLookupError, TypeError, ValueError):
-            pass
-    time.sleep(1.0)
+    kill_run(run_dir, proc)
     ck = resume_ckpts(run_dir, 2)
     before = {r: len((run_dir / "ranks" / f"{r}.jsonl").read_text().splitlines()) for r in range(2)}
     code, _, err = finish(start(cfg, bootstrap, "--resume", str(run_dir)))

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import re
-import signal
 import subprocess
 import time
 from pathlib import Path
@@ -20,7 +19,7 @@ import pytest
 import yaml
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
-from support.runs import HANG_S, finish, resume_ckpts, run, start, step_lines, wait_steps
+from support.runs import finish, kill_run, resume_ckpts, run, start, step_lines, wait_steps
 
 from edgestream.config import ConfigError, load_config, load_dict
 from edgestream.consumers.from_plan import eval_data, kafka_dataset
@@ -383,17 +382,7 @@ def test_kill_and_resume_continue_at_the_checkpointed_offsets(bootstrap, run_pre
     proc = start(cfg, bootstrap, out=out)
     run_dir = out / f"{run_prefix}-ddl-r1"
     wait_steps(run_dir, proc, 2, 10)
-    proc.send_signal(signal.SIGKILL)  # the orchestrator dies; its trainers follow (parent watch) or are killed
-    proc.wait(HANG_S)
-    pids = json.loads((run_dir / "pids.json").read_text())["trainers"]
-    for pid in pids.values() if isinstance(pids, dict) else pids:
-        try:
-            import os
-
-            os.kill(int(pid), signal.SIGKILL)
-        except (ProcessLookupError, TypeError, ValueError):
-            pass
-    time.sleep(1.0)
+    kill_run(run_dir, proc)  # the orchestrator dies; its trainers follow (parent watch) or are killed
     ck = resume_ckpts(run_dir, 2)  # a rank killed before writing a step's checkpoint: the other goes back one
     first = {r: step_lines(run_dir / "ranks" / f"{r}.jsonl") for r in range(2)}
     code, _, err = finish(start(cfg, bootstrap, "--resume", str(run_dir)))
