@@ -177,3 +177,34 @@ def test_a_version_published_while_infer_runs_swaps_in_between_batches(bootstrap
     versions = [a["version"] for a in answers]
     assert versions == sorted(versions) and versions[0] == 1 and set(versions[500:]) == {2}
     assert inf.stats.versions == dict(Counter(versions))
+
+
+def test_json_records_of_a_users_topic_are_answered(bootstrap, run_prefix, tmp_path):
+    """Any supported record format: JSON records ({"pixels": [...], "digit": k}) on a topic a plain client wrote,
+    answered like the wire's (the same predictions as the version on the same inputs)."""
+    from confluent_kafka import Producer
+
+    from edgestream.kafka.admin import create_topics
+
+    run = f"{run_prefix}-ddl-r1"
+    plan, pub, _ = _setup(bootstrap, run, tmp_path, 0)
+    pub.close()
+    ds = plan.dataset
+    topic, out_topic = f"{run_prefix}.plant", f"{run_prefix}.plant.answers"
+    create_topics(bootstrap, {topic: 1})
+    p = Producer({"bootstrap.servers": bootstrap})
+    for k in range(50):
+        p.produce(topic, json.dumps({"pixels": ds.x_test[k].tolist(), "digit": int(ds.y_test[k])}).encode(),
+                  key=str(k % 3).encode())
+    assert p.flush(30) == 0
+    with ModelSubscriber(bootstrap, run) as sub:
+        version = sub.wait_for(1, timeout=LIMIT_S)
+        inf = StreamInference(bootstrap, sub, topic, out_topic, fmt="json", fields={"input": "pixels",
+                                                                                    "target": "digit"})
+        inf.run(max_records=50)
+        inf.close()
+    answers = [json.loads(m.value()) for m in _read_all(bootstrap, out_topic, 50, f"{run}.check")]
+    assert [a["offset"] for a in answers] == list(range(50)) and not any("error" in a for a in answers)
+    assert [a["prediction"] for a in answers] == Runnable.of(version).predict(ds.x_test[:50]).tolist()
+    assert [a["label"] for a in answers] == ds.y_test[:50].tolist()
+    assert [a["key"] for a in answers] == [str(k % 3) for k in range(50)]
