@@ -139,9 +139,9 @@ class EventLog:
         values = {k: _clean(v) for k, v in {"accuracy": accuracy, "loss": loss, **metrics}.items()}
         if accuracy is not None:
             self.evals.append((float(time), float(accuracy)))
-        # the model's metrics (not the prequential figures an eval line may carry beside them, `preq_*`)
+        # the model's metrics (not the stream-learning figures an eval line may carry beside them: `preq_*`, drifts)
         self.eval_metrics.append((float(time), {k: v for k, v in values.items()
-                                                if v is not None and not k.startswith("preq_")}))
+                                                if v is not None and not is_stream_key(k)}))
         self._write({"kind": "eval", "time": _clean(float(time)), "step": step, **values})
 
     def series(self, metric: str) -> list[tuple[float, float]]:
@@ -248,6 +248,12 @@ class EventLog:
             "engine": engine,
             **extra,
         }
+
+
+def is_stream_key(key: str) -> bool:
+    """Whether an eval line's `key` is a stream-learning figure (the prequential figures, the drifts so far) rather
+    than a metric of the evaluated model."""
+    return key.startswith("preq_") or key == "drifts"
 
 
 def read_events(path: str | Path) -> list[dict]:

@@ -40,6 +40,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from edgestream.metrics.events import is_stream_key
+
 FOLDER = "tensorboard"
 RateOf = Callable[[int, float], float]
 #: step-line fields written per device: (field, tag group)
@@ -111,7 +113,8 @@ def _scalars(records: list[dict], rate_of: RateOf | None) -> list[tuple[str, flo
         if kind == "eval":
             step = int(rec.get("step", 0) or 0)
             for key, value in rec.items():
-                if key not in EVAL_KEYS and isinstance(value, (int, float)) and not isinstance(value, bool):
+                if (key not in EVAL_KEYS and not is_stream_key(key) and isinstance(value, (int, float))
+                        and not isinstance(value, bool)):  # the prequential series come from the step lines
                     out.append((f"eval/{key}", float(value), step, t))
         elif kind == "step" and "device" in rec:
             dev, step = int(rec["device"]), int(rec.get("step", 0) or 0)
