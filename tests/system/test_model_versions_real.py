@@ -158,3 +158,39 @@ def test_a_killed_trainer_and_resume_number_on_and_never_reuse_a_version(bootstr
     assert set(got) <= set(after)
     for v, mv in got.items():
         assert mv.files["model.onnx"] == (run_dir / "models" / f"v{v}" / "model.onnx").read_bytes()
+
+
+@pytest.mark.timeout(600)
+def test_a_parameter_server_killed_mid_run_numbers_on_and_never_reuses_a_version(bootstrap, run_prefix, tmp_path,
+                                                                                monkeypatch):
+    """The PS publishes (ssp); SIGKILL to it once two versions are out: the orchestrator restarts it from its
+    checkpoint, its versions number on from the run directory, and the topic holds each number once, with the bytes
+    the run directory holds."""
+    monkeypatch.setenv("EDGESTREAM_PS_CHECKPOINT_S", "0.7")
+    cfg = _cfg(tmp_path, run_prefix, "ssp", stop={"target_accuracy": None, "max_time_s": 300, "max_steps": 150})
+    out = tmp_path / "runs"
+    run = f"{run_prefix}-ssp-r1"
+    run_dir = out / run
+    proc = start(cfg, bootstrap, out=out)
+    deadline = time.monotonic() + 240
+    while not (run_dir / "models" / "v2" / META_FILE).exists():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
+        time.sleep(0.2)
+    killed = pids_of(run_dir)["ps"]
+    os.kill(killed, signal.SIGKILL)
+    code, _, err = finish(proc)
+    assert code == 0, err
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["ps"]["restarts"] == 1 and pids_of(run_dir)["ps"] != killed
+    versions = _versions(run_dir)
+    assert list(versions) == list(range(1, max(versions) + 1)) and max(versions) > 2
+    msgs = _read_all(bootstrap, models_topic(run), 1, f"{run}.check", limit_s=60)
+    bodies: dict[int, set] = {}
+    for m in msgs:
+        if m.value() is not None:
+            bodies.setdefault(int(m.key().split(b".")[0][1:]), set()).add(m.value()[32:64])
+    assert all(len(b) == 1 for b in bodies.values()), bodies
+    got, refused = read_all((m.value() for m in msgs), run)
+    assert not refused and set(got) <= set(versions) and max(got) == max(versions)
+    for v, mv in got.items():
+        assert mv.files["model.onnx"] == (run_dir / "models" / f"v{v}" / "model.onnx").read_bytes()
