@@ -214,12 +214,16 @@ class ModelSubscriber:
             with self._cv:
                 self._cv.notify_all()
             return
+        from confluent_kafka import KafkaException
+
         asm = Assembler(self.run)
         got: dict[int, ModelVersion] = {}
+        end: int | None = None  # what was there when we joined: caught up before a version is loaded
         try:
-            end = rx.end()  # what was there when we joined: caught up before a version is loaded
             while not self._closed.is_set():
                 try:
+                    if end is None:
+                        end = rx.end()
                     for raw in rx.poll(0.5):
                         self.unavailable = None  # a message: Kafka answers
                         if raw.value is None:
@@ -233,7 +237,11 @@ class ModelSubscriber:
                             got[version.version] = version
                 except KafkaUnavailable:  # the budget ran out (said by the outage, `unavailable` set): keep trying
                     continue
-                if got and rx.position >= end:
+                except KafkaException as exc:  # outage_s=None: no wait is watched; said, and tried again
+                    log.warning("%s: %s", self.topic, " ".join(str(exc).split())[:200])
+                    self._closed.wait(1.0)
+                    continue
+                if got and end is not None and rx.position >= end:
                     self._take(got)
                     got = {}
         finally:
