@@ -81,7 +81,8 @@ def _on_topic(bootstrap: str, run: str, run_dir: Path, want: int) -> dict:
 @pytest.mark.parametrize("case", ["ddl", "ssp", "regression"])
 def test_a_real_run_publishes_versions_that_a_device_without_torch_follows_and_that_improve(
         bootstrap, run_prefix, tmp_path, case):
-    cfg = _cfg(tmp_path, run_prefix, case)
+    # with prequential evaluation (rank 0's device figures ride in each version; the PS has none of its own)
+    cfg = _cfg(tmp_path, run_prefix, case, eval={"every_s": 1, "prequential": {"window": 200}})
     xs, ys = _heldout(cfg, tmp_path)
     run = f"{run_prefix}-{'ssp' if case == 'ssp' else 'ddl'}-r1"
     out = tmp_path / "device.jsonl"
@@ -103,6 +104,13 @@ def test_a_real_run_publishes_versions_that_a_device_without_torch_follows_and_t
     assert list(versions) == list(range(1, last + 1)) and last >= 3, steps
     assert all(b - a >= EVERY for a, b in zip(steps[:-2], steps[1:-1], strict=True)), steps
     assert steps[0] >= EVERY and versions[last]["metrics"]["heldout"] is not None
+    preq = [m["metrics"]["prequential"] for m in versions.values()]
+    if case == "ssp":
+        assert preq == [None] * last
+    else:  # rank 0's device: samples scored before training on them, growing with the versions
+        samples = [q["samples"] for q in preq]
+        assert samples == sorted(samples) and samples[0] > 0 and preq[-1]["device"] == 0, preq[-1]
+        assert ("accuracy" if case == "ddl" else "rmse") in preq[-1]["window"], preq[-1]
     if case != "ssp":  # rank 0's steps (a PS run's versions count the PS's model versions)
         assert steps[-1] == 60 and last >= 60 // EVERY - 1, steps
     # every version on the topic, byte for byte what the run directory holds
