@@ -77,8 +77,8 @@ def _run_folder(run: str, config: Path | None) -> Path | None:
 
 def _learning(folder: Path | None) -> dict | None:
     """Stream learning's figures from the run directory's rank files (or its merged events.jsonl)."""
-    if folder is None:
-        return None
+    if folder is None or not _prequential(folder):
+        return None  # a run without prequential evaluation: nothing to read
     from edgestream.metrics.events import read_events
     from edgestream.metrics.prequential import learning_of
     from edgestream.runner.rundir import merged_events
@@ -91,6 +91,17 @@ def _learning(folder: Path | None) -> dict | None:
     except (OSError, ValueError):
         return None
     return learning_of(records)
+
+
+def _prequential(folder: Path) -> bool:
+    """Whether the run directory's config.yaml (its resolved config) evaluates prequentially (`eval.prequential`)."""
+    import yaml
+
+    try:
+        cfg = yaml.safe_load((folder / "config.yaml").read_text()) or {}
+    except (OSError, ValueError):
+        return False
+    return isinstance(cfg, dict) and bool((cfg.get("eval") or {}).get("prequential"))
 
 
 def _learning_text(learning: dict | None) -> str:

@@ -101,8 +101,12 @@ class PrequentialCounter:
             raise ValueError(f"prequential state version {state.get('version')!r}; this edgestream reads "
                              f"{STATE_VERSION}")
         if tuple(state["keys"]) != self.keys or int(state["window"]) != self.window:
-            raise ValueError(f"prequential state of window {state['window']} over {state['keys']}; this run has "
-                             f"eval.prequential.window {self.window} over {list(self.keys)}")
+            raise ValueError(f"eval.prequential.window: the checkpoint's counters keep a window of {state['window']} "
+                             f"over {state['keys']}; this config has {self.window} over {list(self.keys)} (resume "
+                             "with the window the run began with)")
+        if state.get("fading") != self.fading:
+            raise ValueError(f"eval.prequential.fading: the checkpoint's counters fade with {state.get('fading')}; "
+                             f"this config has {self.fading} (resume with the fading the run began with)")
         self.n = int(state["n"])
         self.cum = np.asarray(state["cum"], dtype=np.float64)
         ring = np.asarray(state["ring"], dtype=np.float64).reshape(-1, len(self.keys))

@@ -59,11 +59,19 @@ class WorkerGroup:
             out["drifts"] = drifts
         return out
 
+    def write_unfinished(self) -> None:
+        """The `prequential` line of every worker that did not end by itself (a hard limit, a divergence, an
+        interruption): summary.json pools every device's counters (a finished worker wrote its own)."""
+        for s in self.sessions:
+            if not s.finished:
+                s.write_prequential()
+
     def detections(self) -> int | None:
         """Drift detections so far, every device's and the all-devices detector's (None without detectors)."""
-        if self.group_watch is None:
+        if getattr(self.plan.cfg, "drift", None) is None:
             return None
-        return self.group_watch.detections + sum(s.watch.detections for s in self.sessions if s.watch is not None)
+        own = sum(s.watch.detections for s in self.sessions if s.watch is not None)
+        return own + (self.group_watch.detections if self.group_watch is not None else 0)
 
     def stream_note(self, metric: str) -> str:
         """What a progress line says of stream learning (runner.report.stream_note)."""

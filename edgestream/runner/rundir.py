@@ -131,6 +131,9 @@ def write_run(plan: Any, engine: str, build: Callable[[EventLog], InProcessEngin
     except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: the summary of what the run reached, then re-raised
         interrupted = exc
     finally:
+        group = getattr(eng, "group", None)  # an in-process engine's workers (runner.group.WorkerGroup)
+        if group is not None:
+            group.write_unfinished()
         events.close()
     run_wall = time.perf_counter() - t_run
     try:

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from edgestream.metrics.prequential import line_fields
+from edgestream.runner.divergence import ADVICE, Diverged
 
 
 class DeviceWatch:
@@ -60,6 +61,10 @@ class DeviceWatch:
             before = self.counter.n
             self.counter.update(rows)
             errors = np.asarray(self.task.sample_errors(rows), dtype=np.float64)
+            if not np.isfinite(errors).all():  # the model's outputs are: the run diverged (a GPU's lazy loss check
+                # may not have said so yet), one line naming the device and the step, as check_loss does
+                raise Diverged(f"device {self.device}: the model's predictions are non-finite at step {step}: "
+                               f"training diverged ({ADVICE})")
             err_sum += float(errors.sum())
             err_n += len(errors)
             if self.detector is None:

@@ -146,6 +146,12 @@ def _train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: bo
         except (RuntimeError, ValueError, KeyError) as exc:  # a state that does not fit this model/optimizer
             raise TrainerError(f"device {env.rank}: {ckpt_file}: does not fit this run's model or optimizer "
                                f"({' '.join(str(exc).split())[:160]})") from None
+        check = plan.prequential_counter()
+        if check is not None and ckpt.get("watch") is not None:
+            try:  # the config's eval.prequential (which a resume may change) against the counters checkpointed
+                check.load_state_dict(ckpt["watch"]["counter"])
+            except ValueError as exc:
+                raise TrainerError(f"device {env.rank}: cannot resume from {ckpt_file}: {exc}") from None
 
     stop_event = threading.Event()
     signalled: list[int] = []  # the first signal's number (the exit status says which: 128 + it)
@@ -286,6 +292,7 @@ def _train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: bo
         except CheckpointError as exc:  # a full or read-only disk: one line naming the file and the device
             raise TrainerError(str(exc)) from None
         performer.commit_pending()  # acks become durable only with the checkpoint that holds their model
+        session.write_prequential()  # the counters as checkpointed: summary.json's figures if the rank dies later
         schedule.saved(ctx.step)
         log.info("checkpoint: step %d", ctx.step)
 
@@ -363,6 +370,8 @@ def _train(cfg: Any, *, run_id: str, bootstrap: str, out: str | Path, resume: bo
     finally:
         if status != "finished":  # ending in failure: close the Kafka clients without waiting for Kafka
             dataset.hurry()
+            if session.watch is not None and not session.finished:
+                session.write_prequential()  # its counters so far, for summary.json (a finished worker wrote them)
         if evaluation is not None:
             if status == "finished":
                 evaluation.final(performer.now(env.rank), session.ctx.step)

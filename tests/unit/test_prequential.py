@@ -93,7 +93,7 @@ def test_a_restored_counter_continues_exactly_through_a_weights_only_checkpoint(
         whole.update(rows)
         resumed.update(rows)
     assert resumed.figures() == whole.figures()
-    with pytest.raises(ValueError, match="window 25"):
+    with pytest.raises(ValueError, match="eval.prequential.window"):
         PrequentialCounter(REGRESSION, 30).load_state_dict(state)
 
 
