@@ -115,7 +115,7 @@ def test_floats_are_finite_everywhere(tmp_path):
            "devices": {"compute": {"static": [1.0, float("inf")]}}, "stop": {"max_time_s": float("inf")}}
     problems = problems_of(write(tmp_path / "c.yaml", raw))
     assert sorted(p.split(":")[0] for p in problems) == [
-        "devices.compute.static.1", "optim.lr", "optim.milestones.1", "stop.max_time_s"]
+        "devices.compute.static[1]", "optim.lr", "optim.milestones[1]", "stop.max_time_s"]
     assert all("finite" in p for p in problems), problems
 
 
@@ -125,7 +125,7 @@ def test_floats_are_finite_everywhere(tmp_path):
     ({"algorithm": {"name": "ddl", "batch": {"policy": "fixed", "size": True}}}, "algorithm.batch.size"),
     ({"stop": {"max_steps": True}}, "stop.max_steps"),
     ({"optim": {"lr": True}}, "optim.lr"),
-    ({"devices": {"compute": {"static": [True]}}}, "devices.compute.static.0"),
+    ({"devices": {"compute": {"static": [True]}}}, "devices.compute.static[0]"),
 ])
 def test_booleans_are_not_numbers(tmp_path, raw, field):
     line = one_problem(write(tmp_path / "c.yaml", {"name": "b", **raw}), field, "true/false")

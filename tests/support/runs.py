@@ -40,10 +40,14 @@ def write_truncating_cfg(path: Path, name: str, *, max_steps: int, max_time_s: f
                                buffer="truncate")
 
 
-def start(cfg: Path, bootstrap: str, *args: str, out: Path | None = None, run_id: str = "r1") -> subprocess.Popen:
+def start(cfg: Path, bootstrap: str, *args: str, out: Path | None = None, run_id: str = "r1",
+          env: dict[str, str] | None = None) -> subprocess.Popen:
+    """`edgestream run CFG --engine local` in the background; env: variables added to this process's for it (and
+    the trainers it starts: EDGESTREAM_TEST_FAIL_AT_STEP ends them at a chosen step)."""
     where = ["--out", str(out), "--run-id", run_id] if out is not None else []
     return subprocess.Popen([*CLI, "run", str(cfg), "--engine", "local", "--bootstrap", bootstrap, "--quiet",
-                             *where, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             *where, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, **env} if env else None)
 
 
 def start_run(cfg: Path, bootstrap: str, out: Path, *extra: str, new_session: bool = False) -> subprocess.Popen:
