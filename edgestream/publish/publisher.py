@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from edgestream.edge.model_format import META_FILE, chunk_key, encode, metadata
+from edgestream.files import fsync_dir
 from edgestream.kafka.topic_names import models_topic
 from edgestream.publish.export import export
 from edgestream.publish.metrics import version_metrics
@@ -56,14 +57,6 @@ def version_dirs(models: Path) -> dict[int, Path]:
             if d.is_dir() and d.name.startswith("v") and d.name[1:].isdigit() and (d / META_FILE).exists():
                 out[int(d.name[1:])] = d
     return out
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class ModelPublisher:
@@ -214,7 +207,7 @@ class ModelPublisher:
                 f.flush()
                 os.fsync(f.fileno())
         os.replace(tmp, final)
-        _fsync_dir(self.dir)
+        fsync_dir(self.dir)
 
     def _retire(self) -> None:
         """Tombstones for the chunks of every version older than the `keep` newest still on the topic."""

@@ -38,6 +38,7 @@ import torch
 
 from edgestream.config import RESUME_MAY_CHANGE
 from edgestream.config.pin import config_pin  # noqa: F401 - the one pin (checkpoints and model versions)
+from edgestream.files import fsync_dir
 
 FORMAT = 3
 #: bytes a file system may keep free and still count as full for a checkpoint write that failed
@@ -60,14 +61,6 @@ def previous_path(path: Path) -> Path:
 def identity(run: str, rank: int, pin: str) -> dict:
     """What a checkpoint must match to be resumed: the run, the rank, the config pin."""
     return {"run": str(run), "rank": int(rank), "pin": str(pin)}
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def save_checkpoint(path: Path, *, model, optimizer, step: int, state: dict, stream: dict, elapsed_s: float,
@@ -99,7 +92,7 @@ def save_checkpoint(path: Path, *, model, optimizer, step: int, state: dict, str
             os.link(path, prev_tmp)
             os.replace(prev_tmp, previous_path(path))
         os.replace(tmp, path)
-        _fsync_dir(path.parent)
+        fsync_dir(path.parent)
     except (OSError, RuntimeError) as exc:  # torch's zip writer reports a failed write as RuntimeError
         reason = _write_failure(exc, path.parent, len(body))  # before the partial file is removed
         with contextlib.suppress(OSError):
@@ -248,5 +241,5 @@ def agree_checkpoints(run_dir: Path, world: int, *, run: str, pin: str) -> tuple
     for r in back:  # the newer checkpoint is one no other rank reached: its steps are trained again
         os.replace(held[r][step], checkpoint_path(run_dir, r))
     if back:
-        _fsync_dir(run_dir / "checkpoints")
+        fsync_dir(run_dir / "checkpoints")
     return {r: step for r in range(world)}, back
