@@ -89,7 +89,7 @@ def infer_cmd(source: str | None = typer.Argument(None, help="the run (its topic
     try:
         try:
             infer = StreamInference(bootstrap, sub, topic, out_topic, fmt=fmt, fields=fields, batch=batch, group=group,
-                                    security=security)
+                                    security=security, echo=lambda line: typer.echo(line, err=True))
         except ValueError as exc:
             bad_input(str(exc))
         typer.echo(f"answering {topic} -> {out_topic} with run {run}'s latest model version (waiting for one)",

@@ -7,7 +7,8 @@ of up to `batch` records with the run's record decoders (edgestream.data.records
 samples' shape and dtype from the version's metadata), runs the version in use on the batch (ONNX Runtime,
 `ModelSubscriber`: it follows the models topic and swaps in a new version whenever one is complete and checked),
 writes one JSON answer per input record to the output topic (keyed like the input record; the topic is created
-with the input's partition count when it is not there):
+with the input's partition count when it is not there). An input topic that does not exist yet is waited for
+(`subscribe`: the testbed's device containers start before the producer that creates their streams):
 
     {"partition": 0, "offset": 812, "key": "3", "version": 7, "prediction": 4, "label": 4}
 
@@ -81,27 +82,53 @@ class StreamInference:
 
     def __init__(self, bootstrap: str, subscriber: Any, in_topic: str, out_topic: str, *, fmt: str = "edgestream",
                  fields: Mapping[str, Any] | None = None, batch: int = 64, group: str | None = None,
-                 security: Mapping[str, str] | None = None) -> None:
+                 security: Mapping[str, str] | None = None, echo: Callable[[str], Any] | None = None) -> None:
         from confluent_kafka import Consumer, Producer
 
+        from edgestream.kafka.admin import admin_client
         from edgestream.kafka.clients import consumer_config, producer_config
 
         if not isinstance(batch, int) or batch < 1:
             raise ValueError(f"--batch: {batch!r} is not allowed; must be an int >= 1")
         self.subscriber, self.in_topic, self.out_topic = subscriber, in_topic, out_topic
         self.fmt, self.fields, self.batch = fmt, dict(fields or {}), batch
-        from edgestream.kafka.admin import admin_client, create_topics
-
-        md = admin_client(bootstrap, security).list_topics(timeout=30)
-        if out_topic not in md.topics:  # made like the input (its partition count), unless it is there
-            parts = len(md.topics[in_topic].partitions) if in_topic in md.topics else 1
-            create_topics(bootstrap, {out_topic: max(1, parts)}, security=security)
+        self.bootstrap, self.security, self.echo = bootstrap, security, echo or log.warning
+        self._admin = admin_client(bootstrap, security)
+        self._subscribed = False
         self.consumer = Consumer(consumer_config(bootstrap, group or f"{out_topic}.infer", security))
-        self.consumer.subscribe([in_topic])
         self.producer = Producer(producer_config(bootstrap, security, **{"linger.ms": 2}))
         self.stats = InferStats()
         self._decoders: dict[tuple, Any] = {}
         self._failed: list[str] = []
+
+    def subscribe(self, stop: Callable[[], bool] = lambda: False) -> bool:
+        """Waits until the input topic exists (a device's stream is created by its producer, which may start after
+        this: the testbed's device containers do; saying every 10 s what it waits for), makes the output topic like
+        it (its partition count) unless it is there, and subscribes. False when `stop()` ended the wait."""
+        from edgestream.kafka.admin import create_topics
+
+        if self._subscribed:
+            return True
+        t0 = said = time.monotonic()
+        while True:
+            md = self._admin.list_topics(timeout=30)
+            topic = md.topics.get(self.in_topic)
+            if topic is not None and topic.error is None and topic.partitions:
+                break
+            if stop():
+                return False
+            if time.monotonic() - said >= 10:
+                said = time.monotonic()
+                self.echo(f"still waiting for the input topic {self.in_topic} to exist ({said - t0:.0f} s; is its "
+                          "producer running?)")
+            time.sleep(0.5)
+        if self.out_topic not in md.topics:  # made like the input (its partition count), unless it is there
+            create_topics(self.bootstrap, {self.out_topic: len(topic.partitions)}, security=self.security)
+        # subscribed only once the topic is there: a subscription to a missing topic fails at the first consume
+        # (UNKNOWN_TOPIC_OR_PART) and would see the topic only at librdkafka's next metadata refresh
+        self.consumer.subscribe([self.in_topic])
+        self._subscribed = True
+        return True
 
     def _decoder(self, runnable: Runnable) -> Any:
         from edgestream.data.records import RecordFormat, build_decoder
@@ -123,6 +150,8 @@ class StreamInference:
 
         from edgestream.data.validate import DeviceRule
 
+        if not self.subscribe():
+            return 0
         msgs = []
         for m in self.consumer.consume(min(self.batch, limit or self.batch), timeout=timeout_s):
             err = m.error()
@@ -181,6 +210,8 @@ class StreamInference:
             report: Callable[[list[dict[str, Any]]], Any] | None = None) -> InferStats:
         """Answer batches until `stop()` or `max_records` answered; waits first for a model version. Every
         `report_s` seconds (and at the end) `report(stats.figures())` when there are figures."""
+        if not self.subscribe(stop):
+            return self.stats
         self.subscriber.wait_for(timeout=version_timeout_s)
         t0 = last = time.monotonic()
         try:

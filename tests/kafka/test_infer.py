@@ -208,3 +208,27 @@ def test_json_records_of_a_users_topic_are_answered(bootstrap, run_prefix, tmp_p
     assert [a["prediction"] for a in answers] == Runnable.of(version).predict(ds.x_test[:50]).tolist()
     assert [a["label"] for a in answers] == ds.y_test[:50].tolist()
     assert [a["key"] for a in answers] == [str(k % 3) for k in range(50)]
+
+
+def test_infer_started_before_its_input_topic_waits_for_it(bootstrap, run_prefix, tmp_path):
+    """A device container starts before the producer that creates its stream (the testbed's `devices` profile):
+    `run` waits for the input topic to exist instead of failing on the subscription (UNKNOWN_TOPIC_OR_PART, exit 1
+    before), then answers every record; the output topic is made like the input once it is there."""
+    import threading
+
+    from edgestream.kafka.admin import admin_client
+
+    run = f"{run_prefix}-ddl-late"
+    out_topic = f"{run}.answers"
+    sub = ModelSubscriber(bootstrap, run)
+    inf = StreamInference(bootstrap, sub, device_topic(run, 0), out_topic, batch=16)
+    worker = threading.Thread(target=inf.run, kwargs={"max_records": 50, "version_timeout_s": LIMIT_S})
+    worker.start()
+    assert not inf._subscribed and out_topic not in admin_client(bootstrap).list_topics(timeout=30).topics
+    _setup(bootstrap, run, tmp_path, 50)[1].close()  # the stream's topic, its records, version 1
+    worker.join(timeout=LIMIT_S)
+    assert not worker.is_alive() and inf.stats.answered == 50 and inf.stats.errors == 0
+    inf.close()
+    sub.close()
+    answers = [json.loads(m.value()) for m in _read_all(bootstrap, out_topic, 50, f"{run}.check")]
+    assert sorted(a["offset"] for a in answers) == list(range(50))

@@ -5,6 +5,8 @@ port published on the host, the project's network internal), on a small config:
 - the `cpu` profile (broker, producer, trainer-0, trainer-1) trains ScaDLES to its target accuracy, the producer
   is stopped (its summary line), `collect` writes the run directory and its summary is read and checked;
 - the `cpu` + `ps` profiles train SSP through the Kafka parameter server, `collect` merges the PS;
+- the `cpu` + `devices` profiles: the run publishes model versions, device-0 and device-1 follow them and
+  report each version's accuracy on their own streams, rising to well above chance for the final version;
 - a copy of the compose file with a wrong argument in the trainers' command fails, and the failure carries
   the trainer container's own log line;
 - after each, `down -v` leaves no container, network or volume with the project's label.
@@ -107,7 +109,7 @@ class ComposeRun:
     """One compose project of the testbed: its own name, run id, config folder and env file."""
 
     def __init__(self, tmp_path: Path, images: dict[str, str], experiment: str, config: dict, profiles: list[str],
-                 compose_file: Path = COMPOSE):
+                 compose_file: Path = COMPOSE, env: dict[str, str] | None = None):
         self.project = f"edgestream-test-{os.getpid()}-{int(time.time() * 1000) % 10**7}"
         self.run_id = f"t{int(time.time() * 1000) % 10**9}"
         self.experiment = experiment
@@ -119,7 +121,7 @@ class ComposeRun:
         self.run_name = f"{config['name']}-{config['algorithm']['name']}-{self.run_id}"
         env = {"COMPOSE_PROJECT_NAME": self.project, "RUN_ID": self.run_id, "EXPERIMENT": experiment,
                "CONFIG_DIR": str(cfg_dir), "TRAINERS": "2", "TRAINER_THREADS": "1", "PRODUCER_REPORT_S": "5",
-               "EDGESTREAM_IMAGE": images["edgestream"], "TESTBED_KAFKA_IMAGE": images["kafka"]}
+               "EDGESTREAM_IMAGE": images["edgestream"], "TESTBED_KAFKA_IMAGE": images["kafka"], **(env or {})}
         env_file = tmp_path / "testbed.env"
         env_file.write_text("".join(f"{k}={v}\n" for k, v in env.items()))
         self.compose = DockerCompose(context=str(ROOT), compose_file_name=[str(compose_file), str(OVERRIDE)],
@@ -130,6 +132,29 @@ class ComposeRun:
 
     def logs(self, service: str, n: int = 25) -> str:
         return tail(self.cmd("logs", "--no-color", "--no-log-prefix", service, check=False).stdout, n)
+
+    def restarts(self, service: str) -> int:
+        """How often the engine restarted the service's container (restart: on-failure hides a crash)."""
+        name = next(c.Name for c in self.compose.get_containers(include_all=True) if c.Service == service)
+        return int(sh("docker", "inspect", "-f", "{{.RestartCount}}", name).stdout)
+
+    def wait_until(self, what: str, probe, services: list[str], timeout: float):
+        """Polls `probe()` until it returns something true and returns that; while waiting, a service of
+        `services` that exited fails with its log lines, and so does the bound `timeout` (the logs of all)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            got = probe()
+            if got:
+                return got
+            state = {c.Service: c for c in self.compose.get_containers(include_all=True) if c.Service in services}
+            for s in services:
+                if s not in state or state[s].State != "running":
+                    raise ComposeFailed(f"{what}: {s} is {state[s].State if s in state else 'gone'} "
+                                        f"(exit {state[s].ExitCode if s in state else '?'}):\n{self.logs(s)}")
+            if time.monotonic() > deadline:
+                raise ComposeFailed(f"{what}: not within {timeout:.0f} s:\n"
+                                    + "\n".join(f"{s}:\n{self.logs(s)}" for s in services))
+            time.sleep(2)
 
     def up(self) -> None:
         try:
@@ -259,6 +284,86 @@ def test_cpu_ps_profiles_train_ssp_through_the_parameter_server(tmp_path, images
         f"in {s['time_to_target_s']:.1f} s through the PS "
         f"({ps['pushes_applied']} pushes, steps {steps}); trainers and PS done at {t_train:.0f} s, "
         f"collected at {time.monotonic() - t0:.0f} s")
+
+
+def _device_reports(text: str) -> list[dict]:
+    """The report lines of a device container's log (`infer --report-s`: one JSON line per version scored since
+    the previous report), in the order it wrote them; its last line, the summary, has no "version"."""
+    out = []
+    for line in text.splitlines():
+        try:
+            doc = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(doc, dict) and "version" in doc and "records" in doc:
+            out.append(doc)
+    return out
+
+
+def test_devices_profile_follows_the_model_versions_and_scores_them(tmp_path, images, testbeds):
+    """The `cpu` + `devices` profiles on testbed-devices.yaml (mlp, a version every 2 steps, to 0.85): rank 0
+    publishes versions 1..N to the run directory and the models topic; device-0 and device-1 each take them
+    (never an older one after a newer), answer their own stream (<run>.dev.<i>) with them and report each
+    version's accuracy on it. The final version N reaches both devices; its accuracy there is >= 0.6 (chance
+    is 0.1 on digits' 10 classes; the run stops at a held-out 0.85, and a device's stream is the same
+    distribution, so 0.6 leaves > 5 standard deviations of a one-batch sample of 64 records) and above the
+    accuracy of the first version that device scored (trained a couple of steps). SIGTERM: each device exits 0
+    with its summary (every record answered, none in error, each counted in a report); neither was restarted."""
+    base = yaml.safe_load((ROOT / "examples" / "testbed-devices.yaml").read_text())
+    assert base.get("publish"), "examples/testbed-devices.yaml publishes no versions: the devices would wait forever"
+    cfg = _config("testbed-devices.yaml", model={"name": "mlp"}, stop={"target_accuracy": 0.85, "max_time_s": 240},
+                  eval={"every_s": 2}, publish={"every_steps": 2})
+    devices = ["device-0", "device-1"]
+    tb = ComposeRun(tmp_path, images, "testbed-devices.yaml", cfg, ["cpu", "devices"], env={"DEVICE_REPORT_S": "2"})
+    testbeds.append(tb)
+
+    def reports(device: str) -> list[dict]:
+        return _device_reports(tb.cmd("logs", "--no-color", "--no-log-prefix", device, check=False).stdout)
+
+    t0 = time.monotonic()
+    tb.up()  # the devices start with the producer, before any version, and wait for the first one
+    tb.wait_exit(["trainer-0", "trainer-1"], timeout=480)
+    t_train = time.monotonic() - t0
+    listing = tb.cmd("run", "--rm", "--no-deps", "--entrypoint", "sh", "collect", "-c",
+                     f"ls -1 /runs/{tb.run_name}/models").stdout.split()
+    versions = sorted(int(x[1:]) for x in listing if x[:1] == "v" and x[1:].isdigit())
+    assert versions and versions == list(range(1, len(versions) + 1)), listing
+    final = versions[-1]
+    files = tb.read(*(f"models/v{v}/meta.json" for v in versions))
+    meta = {v: json.loads(files[f"models/v{v}/meta.json"]) for v in versions}
+    assert all(meta[v].get("version") == v and meta[v].get("run") == tb.run_name for v in versions), meta
+    assert len(versions) >= 3, f"{len(versions)} version(s): too few to follow"
+    # the producer still streams: the final version answers the devices' next records and is reported
+    tb.wait_until(f"version {final} reported by both devices",
+                  lambda: all(any(r["version"] == final for r in reports(d)) for d in devices),
+                  devices, timeout=240)
+    tb.cmd("stop", "--timeout", "60", *devices)  # SIGTERM: the batch in hand answered, the last report, the summary
+    tb.wait_exit(devices, timeout=90)
+    restarts = {d: tb.restarts(d) for d in devices}
+    assert restarts == {d: 0 for d in devices}, restarts
+    tb.stop_producer()
+    figures = {}
+    for i, d in enumerate(devices):
+        text = tb.cmd("logs", "--no-color", "--no-log-prefix", d).stdout
+        lines = _device_reports(text)
+        summary = json.loads(text.strip().splitlines()[-1])
+        assert summary["errors"] == 0 and summary["answered"] == sum(r["records"] for r in lines) > 0, summary
+        assert {r["topic"] for r in lines} == {f"{tb.run_name}.dev.{i}"}, lines  # its own stream
+        seen = [r["version"] for r in lines]
+        assert seen == sorted(seen) and set(seen) <= set(versions), seen  # a newer version, never an older one
+        acc: dict[int, list[float]] = {}
+        for r in lines:
+            n, right = acc.setdefault(r["version"], [0, 0.0])
+            acc[r["version"]] = [n + r["records"], right + r["accuracy"] * r["records"]]
+        acc = {v: right / n for v, (n, right) in acc.items()}
+        assert len(acc) >= 2 and final in acc, acc
+        assert acc[final] >= 0.6, (d, acc)
+        assert acc[final] > acc[min(acc)], (d, acc)
+        figures[d] = {v: round(a, 3) for v, a in acc.items()}
+    heldout = {v: (meta[v].get("metrics", {}).get("heldout") or {}).get("accuracy") for v in versions}
+    log(f"devices profile: {final} versions (steps {[meta[v].get('step') for v in versions]}, held-out {heldout}); "
+        f"accuracy per version on each device's own stream {figures}; "
+        f"trainers done at {t_train:.0f} s, devices stopped at {time.monotonic() - t0:.0f} s")
 
 
 def test_a_broken_compose_file_fails_with_the_containers_log_line(tmp_path, images, testbeds):
