@@ -106,20 +106,17 @@ class Task:
         `metric_sums` of the batch): what prequential evaluation keeps per sample (edgestream.metrics.prequential).
         `output` is the forward pass the training step takes its gradients from (scored before the update)."""
         import torch
-        import torch.nn.functional as F
 
         with torch.no_grad():
             output = output.detach()
+            loss = self.per_sample_loss(output, target).to(torch.float64)  # the task's own loss, per sample
             if self.labels:
-                cols = [(output.argmax(dim=1) == target).to(torch.float64),
-                        F.cross_entropy(output.float(), target, reduction="none").to(torch.float64)]
+                cols = [(output.argmax(dim=1) == target).to(torch.float64), loss]
             else:
                 out = self._match(output, target)
                 diff = (out - target.to(out.dtype)).reshape(len(out), -1).to(torch.float64)
-                k = float(diff.shape[1])
-                sq = diff ** 2
-                cols = [sq.sum(dim=1), diff.abs().sum(dim=1), torch.full((len(diff),), k, dtype=torch.float64),
-                        sq.mean(dim=1)]
+                cols = [(diff ** 2).sum(dim=1), diff.abs().sum(dim=1),
+                        torch.full((len(diff),), float(diff.shape[1]), dtype=torch.float64), loss]
             return torch.stack(cols, dim=1).cpu()
 
     def sample_errors(self, sums: Any) -> Any:

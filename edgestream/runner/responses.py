@@ -30,8 +30,6 @@ from edgestream.runner.report import drift_line
 
 log = logging.getLogger("edgestream.drift")
 
-#: the algorithms whose workers aggregate through the weighted exchange (`synchronous_step`): reweight acts there
-REWEIGHTED = ("ddl", "scadles", "dbs-sgd")
 #: the responses the group performs together (agreed through the exchange: edgestream.sync.drift)
 GROUP = ("reset_optimizer", "lr_boost", "checkpoint")
 
@@ -43,12 +41,12 @@ def check(plan: Any, engine: str | None = None) -> list[str]:
     for name in plan.drift_responses:
         if name == "warn":
             continue
-        if alg not in REWEIGHTED:
+        if not plan.algorithm.weighted_exchange:
             what = ("changes a device's weight in the weighted gradient exchange" if name == "reweight" else
                     "is performed by every worker of a synchronous group at one step, agreed through the weighted "
                     "gradient exchange")
-            problems.append(f"drift.on_detect: {name} {what} of {', '.join(REWEIGHTED)}; algorithm {alg} has "
-                            "none (it can warn)")
+            problems.append(f"drift.on_detect: {name} {what} (`synchronous_step`: ddl, scadles, dbs-sgd); "
+                            f"algorithm {alg} has none (it can warn)")
         elif name == "checkpoint":
             if engine is not None and engine != "local":
                 problems.append(f"drift.on_detect: checkpoint: engine {engine} writes no checkpoints (real runs, "
@@ -63,7 +61,7 @@ def group_drift(plan: Any) -> Any:
     """The group's drift responses for a worker's context (edgestream.sync.drift.GroupDrift), or None when the run
     has none to agree on."""
     responses = plan.drift_responses
-    if not any(name in GROUP for name in responses) or plan.algorithm.name not in REWEIGHTED:
+    if not any(name in GROUP for name in responses) or not plan.algorithm.weighted_exchange:
         return None
     from edgestream.sync.drift import GroupDrift
 

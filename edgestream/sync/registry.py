@@ -66,6 +66,9 @@ class AlgorithmSpec:
     #: its workers' takes never depend on what a step did (a fixed batch, asked for the same way each
     #: step): an engine may take the next batch ahead while the current one computes (trainer/prefetch.py)
     takes_ahead: bool = False
+    #: its workers aggregate through the weighted exchange (`exchange.synchronous_step`), which carries the drift
+    #: responses a group performs together (reweight, reset_optimizer, lr_boost, checkpoint: runner/responses.py)
+    weighted_exchange: bool = False
 
     def batch_for(self, given: Mapping[str, Any] | None) -> dict[str, Any]:
         """The batch policy a run of this algorithm uses: the config's algorithm.batch, or the
@@ -110,14 +113,15 @@ ALGORITHMS: dict[str, AlgorithmSpec] = {
     s.name: s
     for s in (
         AlgorithmSpec("ddl", ddl.worker, ddl.PARAMS, True,
-                      "distributed SGD (BSP): fixed batch, plain average", takes_ahead=True),
+                      "distributed SGD (BSP): fixed batch, plain average", takes_ahead=True, weighted_exchange=True),
         AlgorithmSpec("scadles", scadles.worker, scadles.PARAMS, True,
                       "ScaDLES: rate-proportional batches, weighted aggregation, linear LR scaling",
-                      batch_policies=("rate", "available"), default_batch={"policy": "rate", "min": 8, "max": 1024}),
+                      batch_policies=("rate", "available"), default_batch={"policy": "rate", "min": 8, "max": 1024},
+                      weighted_exchange=True),
         AlgorithmSpec("abs-sgd", abs_sgd.worker, abs_sgd.PARAMS, True,
                       "ABS-SGD: one-step delayed sample-weighted all-reduce with delay compensation"),
         AlgorithmSpec("dbs-sgd", dbs_sgd.worker, dbs_sgd.PARAMS, True,
-                      "DBS: batch sizes re-assigned proportional to measured speed"),
+                      "DBS: batch sizes re-assigned proportional to measured speed", weighted_exchange=True),
         AlgorithmSpec("local-sgd", local_sgd.local_sgd_worker, local_sgd.LOCAL_SGD_PARAMS, False,
                       "local SGD: tau local steps, then model averaging"),
         AlgorithmSpec("fixed-adacomm", local_sgd.fixed_adacomm_worker, local_sgd.FIXED_ADACOMM_PARAMS, False,

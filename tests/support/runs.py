@@ -97,12 +97,16 @@ def kill_run(run_dir: Path, proc: subprocess.Popen) -> None:
     proc.send_signal(signal.SIGKILL)
     proc.wait(HANG_S)
     pids = pids_of(run_dir)["trainers"]
-    for pid in pids.values() if isinstance(pids, dict) else pids:
+    pids = [int(p) for p in (pids.values() if isinstance(pids, dict) else pids)]
+    for pid in pids:
         try:
-            os.kill(int(pid), signal.SIGKILL)
+            os.kill(pid, signal.SIGKILL)
         except (ProcessLookupError, TypeError, ValueError):
             pass
-    time.sleep(1.0)
+    deadline = time.monotonic() + HANG_S  # gone (reaped), not a fixed pause: what --resume needs
+    while any(edgestream_alive(p) for p in pids):
+        assert time.monotonic() < deadline, f"trainers {pids} still alive after SIGKILL"
+        time.sleep(0.05)
 
 
 def pids_of(run_dir: Path) -> dict:
